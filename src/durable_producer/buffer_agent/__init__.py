@@ -1,0 +1,1 @@
+"""The buffer agent: Kafka-protocol listener -> write-ahead log -> forwarder -> Kafka."""

@@ -1,0 +1,1 @@
+"""The control plane: kopf handlers (thin) and pure reconcile/sizing logic."""

@@ -1,0 +1,1 @@
+"""Spark-on-Kubernetes pod templates, Spark conf helpers and the durable-kafka data source."""

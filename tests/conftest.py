@@ -1,0 +1,1 @@
+"""Project-wide pytest configuration."""

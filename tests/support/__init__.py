@@ -1,0 +1,1 @@
+"""Test helpers that start real processes: broker, fault proxy, agent."""
