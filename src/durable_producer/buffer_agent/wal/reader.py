@@ -1,0 +1,149 @@
+"""Reading frames from an offset, following the live tail of the log."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from .errors import WalError
+from .frame import HEADER_SIZE, PREFIX_SIZE, Frame, FrameProblem, decode_frame
+from .segment import SEGMENT_HEADER_SIZE
+
+if TYPE_CHECKING:
+    from .log import SegmentView, WriteAheadLog
+
+_READ_CHUNK = 4 * 1024 * 1024
+
+
+class WalReader:
+    """Iterates frames with offset >= the start offset, in order, across segments.
+
+    Only bytes the writer has published (complete frames) are read. Segments deleted by a
+    checkpoint while open stay readable through the open descriptor.
+    """
+
+    def __init__(self, wal: WriteAheadLog, from_offset: int) -> None:
+        self._wal = wal
+        self._wanted = from_offset
+        self._base: int | None = None
+        self._fd = -1
+        self._position = 0
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> WalReader:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    @property
+    def next_offset(self) -> int:
+        """The lowest offset this reader has not returned yet."""
+        return self._wanted
+
+    def poll(self, max_frames: int = 1024, timeout: float = 0.0) -> list[Frame]:
+        """Up to ``max_frames`` frames; waits up to ``timeout`` seconds if none is available."""
+        deadline = time.monotonic() + timeout
+        while True:
+            frames = self._read_available(max_frames)
+            remaining = deadline - time.monotonic()
+            if frames or remaining <= 0 or self._wal.closed:
+                return frames
+            with self._wal.data_available:
+                if not self._has_unread(self._wal._segment_views_locked()):
+                    self._wal.data_available.wait(remaining)
+
+    def _has_unread(self, views: list[SegmentView]) -> bool:
+        if self._base is None:
+            return any(view.visible_end > SEGMENT_HEADER_SIZE for view in views)
+        for view in views:
+            if view.base_offset == self._base:
+                return view.visible_end > self._position or view.sealed
+        return True
+
+    def _read_available(self, max_frames: int) -> list[Frame]:
+        frames: list[Frame] = []
+        while len(frames) < max_frames:
+            views = self._wal.segment_views()
+            view = self._current_view(views)
+            if view is None:
+                return frames
+            if self._position >= view.visible_end:
+                if not view.sealed:
+                    return frames
+                self._advance_past(view.base_offset, views)
+                continue
+            self._read_segment(view, frames, max_frames)
+        return frames
+
+    def _current_view(self, views: list[SegmentView]) -> SegmentView | None:
+        if self._base is not None:
+            for view in views:
+                if view.base_offset == self._base:
+                    return view
+            if self._fd >= 0:
+                return None
+        candidates = [view for view in views if view.base_offset <= self._wanted]
+        view = candidates[-1] if candidates else (views[0] if views else None)
+        if view is None:
+            return None
+        self._open(view)
+        return view
+
+    def _open(self, view: SegmentView) -> None:
+        self.close()
+        try:
+            self._fd = os.open(view.path, os.O_RDONLY)
+        except FileNotFoundError:
+            self._base = None
+            raise WalError(
+                f"segment {view.path.name} vanished before it could be read: the checkpoint "
+                f"moved past offset {self._wanted} while this reader still needed it"
+            ) from None
+        self._base = view.base_offset
+        self._position = SEGMENT_HEADER_SIZE
+
+    def _advance_past(self, base: int, views: list[SegmentView]) -> None:
+        later = [view for view in views if view.base_offset > base]
+        self.close()
+        self._base = None
+        if later:
+            self._wanted = max(self._wanted, later[0].base_offset)
+            self._open(later[0])
+
+    def _read_segment(self, view: SegmentView, frames: list[Frame], max_frames: int) -> None:
+        length = min(view.visible_end - self._position, _READ_CHUNK)
+        data = os.pread(self._fd, length, self._position)
+        if len(data) >= PREFIX_SIZE:
+            body_length = int.from_bytes(data[4:8], "big")
+            whole = PREFIX_SIZE + body_length
+            if whole > len(data) and self._position + whole <= view.visible_end:
+                data = os.pread(self._fd, whole, self._position)
+        buffer = memoryview(data)
+        pos = 0
+        while pos < len(buffer) and len(frames) < max_frames:
+            if (
+                len(buffer) - pos < HEADER_SIZE
+                and self._position + pos + HEADER_SIZE <= view.visible_end
+            ):
+                break
+            decoded = decode_frame(buffer, pos)
+            if isinstance(decoded, FrameProblem):
+                if decoded is FrameProblem.INCOMPLETE and pos > 0:
+                    break
+                raise WalError(
+                    f"{decoded.value} in {view.path.name} at byte {self._position + pos} while "
+                    "reading; the disk corrupted data after it was written. Restart the agent: "
+                    "recovery quarantines the segment and salvages the valid frames"
+                )
+            frame, end = decoded
+            pos = end
+            if frame.offset >= self._wanted:
+                frames.append(frame)
+                self._wanted = frame.offset + 1
+        self._position += pos
