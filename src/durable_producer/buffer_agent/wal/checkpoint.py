@@ -1,29 +1,44 @@
-"""The checkpoint: "every frame below this offset has been delivered to Kafka"."""
+"""The checkpoint: "every frame below this offset has been delivered to Kafka".
+
+Stored as two fixed slots in a preallocated file, written alternately in place (the scheme of
+LMDB's meta pages): each slot carries a sequence number and a CRC, and the valid slot with the
+highest sequence wins. A torn write can only damage the slot being written, so the other still
+holds the previous checkpoint. Unlike temp-file-and-rename, an in-place write needs no new disk
+blocks, so the checkpoint that frees space still works when the disk is completely full.
+"""
 
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from pathlib import Path
 
 from crc32c import crc32c
 
-from ..atomic_file import write_atomic
+from ..atomic_file import fsync_directory
 
 CHECKPOINT_FILE = "checkpoint"
-_MAGIC = b"DPWALCK1"
-_LAYOUT = struct.Struct(">8sQI")
+_MAGIC = b"DPWALCK2"
+_SLOT = struct.Struct(">8sQQI")  # magic, sequence, offset, crc32c of the first 24 bytes
+_SLOT_SPACING = 512  # one slot per disk sector
+_FILE_SIZE = 2 * _SLOT_SPACING
 
 log = logging.getLogger(__name__)
 
 
-def write_checkpoint(directory: Path, offset: int) -> None:
-    body = _MAGIC + struct.pack(">Q", offset)
-    write_atomic(directory / CHECKPOINT_FILE, _LAYOUT.pack(_MAGIC, offset, crc32c(body)))
+def _decode_slot(data: bytes) -> tuple[int, int] | None:
+    """(sequence, offset) of a valid slot, else None."""
+    if len(data) < _SLOT.size:
+        return None
+    magic, sequence, offset, crc = _SLOT.unpack_from(data)
+    if magic != _MAGIC or crc32c(data[:24]) != crc:
+        return None
+    return sequence, offset
 
 
 def read_checkpoint(directory: Path) -> int | None:
-    """The stored checkpoint, or None when there is none or it is unreadable.
+    """The stored checkpoint, or None when there is none or both slots are unreadable.
 
     An unreadable checkpoint is not fatal: replaying from the oldest segment only adds
     duplicates, never loses data. The caller logs what it falls back to.
@@ -33,16 +48,37 @@ def read_checkpoint(directory: Path) -> int | None:
         data = path.read_bytes()
     except FileNotFoundError:
         return None
-    if len(data) != _LAYOUT.size:
-        log.warning(
-            "checkpoint file %s has %d bytes, expected %d: ignoring it",
-            path,
-            len(data),
-            _LAYOUT.size,
-        )
+    slots = [_decode_slot(data[i : i + _SLOT.size]) for i in (0, _SLOT_SPACING)]
+    valid = [slot for slot in slots if slot is not None]
+    if not valid:
+        if any(data):
+            log.warning("checkpoint file %s is corrupt (no valid slot): ignoring it", path)
         return None
-    magic, offset, crc = _LAYOUT.unpack(data)
-    if magic != _MAGIC or crc32c(data[:16]) != crc:
-        log.warning("checkpoint file %s is corrupt (bad magic or CRC): ignoring it", path)
-        return None
-    return offset
+    return max(valid)[1]
+
+
+class CheckpointFile:
+    """The open checkpoint file; ``write`` is crash-safe and allocates nothing."""
+
+    def __init__(self, directory: Path) -> None:
+        path = directory / CHECKPOINT_FILE
+        existed = path.exists()
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        data = os.pread(self._fd, _FILE_SIZE, 0)
+        slots = [_decode_slot(data[i : i + _SLOT.size]) for i in (0, _SLOT_SPACING)]
+        self._sequence = max((slot[0] for slot in slots if slot is not None), default=0)
+        if len(data) < _FILE_SIZE:
+            os.posix_fallocate(self._fd, 0, _FILE_SIZE)
+            os.fsync(self._fd)
+        if not existed:
+            fsync_directory(directory)
+
+    def write(self, offset: int) -> None:
+        self._sequence += 1
+        head = struct.pack(">8sQQ", _MAGIC, self._sequence, offset)
+        slot = head + struct.pack(">I", crc32c(head))
+        os.pwrite(self._fd, slot, (self._sequence % 2) * _SLOT_SPACING)
+        os.fdatasync(self._fd)
+
+    def close(self) -> None:
+        os.close(self._fd)

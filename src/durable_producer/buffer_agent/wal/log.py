@@ -19,7 +19,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from ..atomic_file import fsync_directory
-from .checkpoint import read_checkpoint, write_checkpoint
+from .checkpoint import CheckpointFile, read_checkpoint
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig
 from .errors import (
     FrameTooLargeError,
@@ -102,6 +102,7 @@ class WriteAheadLog:
         self._quarantined = 0
         self._truncated_on_open = 0
         self._syncer: Syncer | None = None
+        self._checkpoint_file: CheckpointFile | None = None
 
     # ----------------------------------------------------------------- opening and closing
     @classmethod
@@ -146,6 +147,7 @@ class WriteAheadLog:
                     checkpoint,
                 )
         self._checkpoint_offset = checkpoint
+        self._checkpoint_file = CheckpointFile(self.directory)
         if not self._segments:
             self._segments.append(self._create_segment(self._next_offset))
         self._size_bytes = sum(segment.size for segment in self._segments)
@@ -173,6 +175,8 @@ class WriteAheadLog:
         assert self._syncer is not None
         self._syncer.stop()
         os.close(self._active_fd)
+        if self._checkpoint_file is not None:
+            self._checkpoint_file.close()
         self._dir_lock.release()
 
     def __enter__(self) -> WriteAheadLog:
@@ -401,9 +405,14 @@ class WriteAheadLog:
         path = self.directory / segment_name(base_offset)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            os.write(fd, encode_segment_header(base_offset))
+            header = encode_segment_header(base_offset)
+            if os.write(fd, header) != len(header):
+                raise OSError(errno.ENOSPC, "short write of a segment header")
             if self.config.fsync is not FsyncPolicy.NEVER:
                 os.fdatasync(fd)
+        except OSError:
+            path.unlink(missing_ok=True)
+            raise
         finally:
             os.close(fd)
         if self.config.fsync is not FsyncPolicy.NEVER:
@@ -446,7 +455,8 @@ class WriteAheadLog:
                     )
                 if offset <= self._checkpoint_offset:
                     return
-            write_checkpoint(self.directory, offset)
+            assert self._checkpoint_file is not None
+            self._checkpoint_file.write(offset)
             with self._lock:
                 self._checkpoint_offset = offset
                 doomed = []

@@ -1,0 +1,112 @@
+"""WAL append throughput beside raw sequential writes on the same disk, as ratios.
+
+    .venv/bin/python benchmarks/wal_bench.py [--dir DIR] [--mib 128]
+
+For 16 KiB and 1 MiB frames it measures WriteAheadLog appends under each fsync policy and
+``dd`` writing the same bytes: ``conv=fdatasync`` (one sync at the end: the ceiling for
+``interval``/``never``) and ``oflag=dsync`` (every write synced: the baseline for ``always``).
+``always`` runs with 8 concurrent writers, so group commit is what is measured.
+Figures are from one run on one machine; only the ratios mean much on a shared machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+
+MIB = 1024 * 1024
+
+
+def dd_seconds(path: Path, block: int, count: int, flag: str) -> float:
+    started = time.perf_counter()
+    subprocess.run(
+        ["dd", "if=/dev/zero", f"of={path}", f"bs={block}", f"count={count}", flag],
+        check=True,
+        capture_output=True,
+    )
+    elapsed = time.perf_counter() - started
+    path.unlink()
+    return elapsed
+
+
+def wal_seconds(
+    directory: Path, frame: int, count: int, policy: FsyncPolicy, writers: int
+) -> float:
+    config = WalConfig(
+        segment_bytes=64 * MIB,
+        max_bytes=64 * 1024 * MIB,
+        max_frame_bytes=2 * MIB,
+        fsync=policy,
+        fsync_interval_ms=100,
+    )
+    payload = bytes(frame)
+    wal = WriteAheadLog.open(directory, config)
+    per_writer = count // writers
+
+    def write() -> None:
+        for _ in range(per_writer):
+            wal.append("bench", 0, payload)
+
+    threads = [threading.Thread(target=write) for _ in range(writers)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wal.close()  # includes the final fsync, as dd's conv=fdatasync does
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(directory)
+    return elapsed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", help="directory on the disk to test (default: a temp dir)")
+    parser.add_argument("--mib", type=int, default=128, help="MiB written per measurement")
+    parser.add_argument(
+        "--dsync-mib", type=int, default=16, help="MiB for the slow per-write-sync runs"
+    )
+    args = parser.parse_args()
+    base = Path(args.dir or tempfile.mkdtemp(prefix="wal-bench-"))
+    base.mkdir(parents=True, exist_ok=True)
+    print(f"disk under test: {base}")
+    rows = []
+    for frame in (16 * 1024, MIB):
+        label = "16 KiB" if frame < MIB else "1 MiB"
+        count = args.mib * MIB // frame
+        sync_count = max(8, args.dsync_mib * MIB // frame)
+        sync_count -= sync_count % 8
+        raw = dd_seconds(base / "dd.raw", frame, count, "conv=fdatasync")
+        raw_dsync = dd_seconds(base / "dd.dsync", frame, sync_count, "oflag=dsync")
+        for policy, writers, n, reference, ref_name in (
+            (FsyncPolicy.NEVER, 1, count, raw, "dd conv=fdatasync"),
+            (FsyncPolicy.INTERVAL, 1, count, raw, "dd conv=fdatasync"),
+            (FsyncPolicy.ALWAYS, 8, sync_count, raw_dsync, "dd oflag=dsync"),
+        ):
+            seconds = wal_seconds(base / f"wal-{policy}", frame, n, policy, writers)
+            mb_s = n * frame / MIB / seconds
+            ref_n = count if reference is raw else sync_count
+            ref_mb_s = ref_n * frame / MIB / reference
+            rows.append((label, f"{policy} x{writers}", mb_s, n / seconds, ref_name, ref_mb_s))
+    print()
+    header = f"{'frame':<7} {'WAL policy':<12} {'WAL MB/s':>9} {'frames/s':>10}  "
+    print(header + f"{'raw baseline':<18} {'raw MB/s':>9} {'ratio':>6}")
+    for label, policy, mb_s, fps, ref_name, ref_mb_s in rows:
+        print(
+            f"{label:<7} {policy:<12} {mb_s:>9.1f} {fps:>10.0f}  {ref_name:<18} {ref_mb_s:>9.1f}"
+            f" {mb_s / ref_mb_s:>6.2f}"
+        )
+    print("\ntargets: interval with 1 MiB frames >= 0.70 of raw; always x8 >= 0.50 of dsync")
+    if not args.dir:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,53 @@
+"""A real ENOSPC: the WAL on a tiny tmpfs. Appends fail cleanly, nothing earlier is harmed."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.wal import WalFullError, WriteAheadLog
+from support.wal_helpers import SMALL, payload_for
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path: Path) -> Iterator[Path]:
+    mount_point = tmp_path / "tiny"
+    mount_point.mkdir()
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(mount_point)],
+        capture_output=True,
+        text=True,
+    )
+    if result.returncode != 0:
+        pytest.skip(f"cannot mount a size-limited tmpfs here (needs root): {result.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def test_real_enospc_rolls_back_and_recovers(tiny_filesystem: Path) -> None:
+    config = replace(SMALL, max_bytes=1 << 30)  # the disk, not the limit, runs out first
+    directory = tiny_filesystem / "wal"
+    with WriteAheadLog.open(directory, config) as wal:
+        appended = []
+        with pytest.raises(WalFullError, match=r"disk under .* is full"):
+            for i in range(10_000):
+                appended.append(wal.append("t", 0, payload_for(i, 1500)))
+        assert len(appended) > 20
+        assert wal.next_offset == appended[-1] + 1, "the failed append must not take an offset"
+        frames = wal.reader(0).poll(100_000)
+        assert [f.offset for f in frames] == appended
+        assert all(f.payload == payload_for(f.offset, 1500) for f in frames)
+        wal.checkpoint(appended[-1] + 1)
+        assert wal.append("t", 0, payload_for(10_001, 1500)) == appended[-1] + 1
+    with WriteAheadLog.open(directory, config) as wal:
+        frames = wal.reader().poll(100)
+        assert [f.offset for f in frames] == [appended[-1] + 1]
+        assert wal.stats().quarantined_segments == 0

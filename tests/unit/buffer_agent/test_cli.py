@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.cli import main
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal.segment import list_segments
+from support.wal_helpers import SMALL, payload_for
+
+
+def test_wal_inspect_reports_segments_checkpoint_and_quarantine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    directory = tmp_path / "wal"
+    with WriteAheadLog.open(directory, SMALL) as wal:
+        for i in range(40):
+            wal.append("t", 0, payload_for(i, 600))
+        wal.checkpoint(25)
+    assert main(["wal", "inspect", str(directory)]) == 0
+    text = capsys.readouterr().out
+    assert "checkpoint:    offset 25" in text
+    assert "lock:          not held" in text
+    for _, path in list_segments(directory):
+        assert path.name in text
+
+    _, newest = list_segments(directory)[-1]
+    data = bytearray(newest.read_bytes())
+    data[100] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    assert main(["wal", "inspect", "--json", str(directory)]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["checkpoint_offset"] == 25
+    assert any(s["problems"] for s in report["segments"])
+
+    WriteAheadLog.open(directory, SMALL).close()
+    assert main(["wal", "inspect", str(directory)]) == 0
+    assert "quarantined segments: 1" in capsys.readouterr().out
+
+
+def test_wal_inspect_of_a_missing_directory_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["wal", "inspect", str(tmp_path / "nope")]) == 2
+    assert "is not a directory" in capsys.readouterr().err
