@@ -1,0 +1,53 @@
+{{/*
+RBAC rules, kept in one place so that ClusterRole (all namespaces) and Role (watched
+namespaces) grant exactly the same verbs. The base rules are the operator's
+KUBERNETES_API_ACCESS (src/durable_producer/operator/handlers.py), verb for verb; a test keeps
+them equal. rbac.features.* add the permissions of features still being built.
+*/}}
+
+{{/*
+Cluster-scoped reads kopf needs whatever namespaces it watches: it discovers resources and
+follows CRD changes by listing and watching CustomResourceDefinitions.
+*/}}
+{{- define "durable-producer.clusterRules" -}}
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+{{- end }}
+
+{{/*
+Rules in the watched namespaces.
+*/}}
+{{- define "durable-producer.namespacedRules" -}}
+- apiGroups: ["durable.dev"]
+  resources: ["durableproducers"]
+  verbs: ["list", "watch", "patch"]
+- apiGroups: ["durable.dev"]
+  resources: ["durableproducers/status"]
+  verbs: ["patch"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- with .Values.rbac.features }}
+{{- if .podAudit }}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+{{- end }}
+{{- if .sparkPodTemplates }}
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+{{- end }}
+{{- if .volumePool }}
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
+  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+{{- end }}
+{{- if .drainJobs }}
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["create", "get", "list", "watch", "delete"]
+{{- end }}
+{{- end }}
+{{- end }}
