@@ -1,0 +1,349 @@
+"""Pure pod mutation: (pod, DurableProducer spec, buffer PVC name) -> JSONPatch operations.
+
+The webhook handler in webhook_handlers.py only fetches the inputs and returns these
+operations. Pods are handled as raw dicts so that no field we do not know (a container's
+``restartPolicy``, a newer API field) is ever dropped, and every step is "replace or append
+by name", so a second pass over an already mutated pod yields no operations at all.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from durable_producer.operator.model import GROUP, DurableProducerSpec
+from durable_producer.operator.sizing import FILESYSTEM_RESERVE_BYTES, SizingInputs, size_buffer
+
+PRODUCER_LABEL = f"{GROUP}/producer"
+INJECTED_ANNOTATION = f"{GROUP}/injected"
+BUFFER_VOLUME_ANNOTATION = f"{GROUP}/buffer-volume"
+
+AGENT_CONTAINER_NAME = "durable-agent"
+BUFFER_VOLUME_NAME = "durable-buffer"
+DATA_DIR = "/var/lib/durable-producer"
+AGENT_USER_ID = 10001
+METRICS_PORT_NAME = "dp-metrics"
+
+BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
+BOOTSTRAP_TWIN_ENV = "DURABLE_PRODUCER_BOOTSTRAP"
+
+# The agent keeps forwarding this long after SIGTERM (its --drain-timeout).
+AGENT_DRAIN_TIMEOUT_SECONDS = 25
+# Kubernetes' default grace period, which the app containers are assumed to need for themselves.
+DEFAULT_APP_GRACE_SECONDS = 30
+GRACE_MARGIN_SECONDS = 5
+# Native sidecars stop after the app containers, inside the same grace period.
+MINIMUM_GRACE_SECONDS = DEFAULT_APP_GRACE_SECONDS + AGENT_DRAIN_TIMEOUT_SECONDS + GRACE_MARGIN_SECONDS
+
+TLS_CA_VOLUME = "durable-kafka-ca"
+TLS_CLIENT_VOLUME = "durable-kafka-client-tls"
+SASL_VOLUME = "durable-kafka-sasl"
+TLS_CA_DIR = "/etc/durable-producer/kafka-ca"
+TLS_CLIENT_DIR = "/etc/durable-producer/kafka-client-tls"
+SASL_DIR = "/etc/durable-producer/kafka-sasl"
+
+JsonPatchOp = dict[str, Any]
+
+
+def security_protocol(spec: DurableProducerSpec) -> str:
+    """Kafka's security.protocol for the spec's TLS/SASL settings."""
+    tls = spec.kafka.tls is not None
+    sasl = spec.kafka.sasl is not None
+    if tls and sasl:
+        return "SASL_SSL"
+    if sasl:
+        return "SASL_PLAINTEXT"
+    return "SSL" if tls else "PLAINTEXT"
+
+
+def _connection_args(spec: DurableProducerSpec) -> list[str]:
+    """Flags shared by `durable-agent run` and `durable-agent drain`."""
+    args = [
+        f"--data-dir={DATA_DIR}",
+        f"--kafka-bootstrap={','.join(spec.kafka.bootstrap_servers)}",
+        f"--security-protocol={security_protocol(spec)}",
+        f"--checkpoint-interval={spec.checkpoint_interval_ms / 1000:g}",
+    ]
+    tls = spec.kafka.tls
+    if tls is not None and tls.ca_secret_ref is not None:
+        args.append(f"--ssl-ca-file={TLS_CA_DIR}/ca.crt")
+    if tls is not None and tls.client_certificate_secret_name is not None:
+        args += [f"--ssl-cert-file={TLS_CLIENT_DIR}/tls.crt", f"--ssl-key-file={TLS_CLIENT_DIR}/tls.key"]
+    if spec.kafka.sasl is not None:
+        args += [
+            f"--sasl-mechanism={spec.kafka.sasl.mechanism}",
+            f"--sasl-username-file={SASL_DIR}/username",
+            f"--sasl-password-file={SASL_DIR}/password",
+        ]
+    return args
+
+
+def max_buffer_bytes(spec: DurableProducerSpec) -> int:
+    """The WAL size limit: the volume size less the filesystem reserve."""
+    return size_buffer(SizingInputs.from_spec(spec)).size_bytes - FILESYSTEM_RESERVE_BYTES
+
+
+def agent_run_args(spec: DurableProducerSpec) -> list[str]:
+    """Arguments of the sidecar: `durable-agent run ...` with the spec's settings."""
+    ports = spec.agent.ports
+    return [
+        "run",
+        *_connection_args(spec),
+        f"--listen=127.0.0.1:{ports.kafka}",
+        f"--metrics-listen=0.0.0.0:{ports.metrics}",
+        f"--fsync={spec.fsync.policy}",
+        f"--fsync-interval-ms={spec.fsync.interval_ms}",
+        f"--full-disk-policy={spec.full_disk.policy}",
+        f"--block-timeout={max(spec.full_disk.block_timeout_ms, 1) / 1000:g}",
+        f"--segment-bytes={spec.agent.segment_size_mib * 2**20}",
+        f"--max-buffer-bytes={max_buffer_bytes(spec)}",
+        f"--drain-timeout={AGENT_DRAIN_TIMEOUT_SECONDS}",
+    ]
+
+
+def agent_drain_args(spec: DurableProducerSpec, timeout_seconds: int) -> list[str]:
+    """Arguments of a drain Job: forward everything on the volume, exit 0 when it is empty."""
+    return ["drain", *_connection_args(spec), f"--timeout={timeout_seconds}"]
+
+
+def secret_volumes(spec: DurableProducerSpec) -> list[dict[str, Any]]:
+    """Volumes for the Secrets the spec references (TLS CA, client certificate, SASL)."""
+    volumes: list[dict[str, Any]] = []
+    tls = spec.kafka.tls
+    if tls is not None and tls.ca_secret_ref is not None:
+        volumes.append({
+            "name": TLS_CA_VOLUME,
+            "secret": {
+                "secretName": tls.ca_secret_ref.name,
+                "items": [{"key": tls.ca_secret_ref.key, "path": "ca.crt"}],
+            },
+        })
+    if tls is not None and tls.client_certificate_secret_name is not None:
+        volumes.append({
+            "name": TLS_CLIENT_VOLUME,
+            "secret": {"secretName": tls.client_certificate_secret_name},
+        })
+    sasl = spec.kafka.sasl
+    if sasl is not None:
+        volumes.append({
+            "name": SASL_VOLUME,
+            "secret": {
+                "secretName": sasl.secret_name,
+                "items": [
+                    {"key": sasl.username_key, "path": "username"},
+                    {"key": sasl.password_key, "path": "password"},
+                ],
+            },
+        })
+    return volumes
+
+
+def _secret_mounts(spec: DurableProducerSpec) -> list[dict[str, Any]]:
+    paths = {TLS_CA_VOLUME: TLS_CA_DIR, TLS_CLIENT_VOLUME: TLS_CLIENT_DIR, SASL_VOLUME: SASL_DIR}
+    return [
+        {"name": volume["name"], "mountPath": paths[volume["name"]], "readOnly": True}
+        for volume in secret_volumes(spec)
+    ]
+
+
+def agent_security_context() -> dict[str, Any]:
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": AGENT_USER_ID,
+        "runAsGroup": AGENT_USER_ID,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def agent_resources(spec: DurableProducerSpec) -> dict[str, Any]:
+    resources = spec.agent.resources.model_dump(by_alias=True, exclude_none=True)
+    return {kind: amounts for kind, amounts in resources.items() if amounts}
+
+
+def agent_base_container(
+    spec: DurableProducerSpec, args: list[str], environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """The agent container shared by the sidecar and drain Jobs: image, volumes, security."""
+    return {
+        "name": AGENT_CONTAINER_NAME,
+        "image": spec.agent.effective_image(environ),
+        "imagePullPolicy": spec.agent.effective_pull_policy(environ),
+        "command": ["durable-agent"],
+        "args": args,
+        "resources": agent_resources(spec),
+        "securityContext": agent_security_context(),
+        "volumeMounts": [
+            {"name": BUFFER_VOLUME_NAME, "mountPath": DATA_DIR},
+            *_secret_mounts(spec),
+        ],
+    }
+
+
+def agent_sidecar(spec: DurableProducerSpec, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The agent as a native sidecar: an initContainer that keeps running (restartPolicy)."""
+    container = agent_base_container(spec, agent_run_args(spec), environ)
+    metrics_port = spec.agent.ports.metrics
+
+    def probe(path: str, period: int, failures: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": path, "port": metrics_port},
+            "periodSeconds": period,
+            "failureThreshold": failures,
+            "timeoutSeconds": 2,
+        }
+
+    container.update(
+        restartPolicy="Always",
+        ports=[{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}],
+        # WAL recovery after a crash may scan a few segments: allow up to 2 minutes.
+        startupProbe=probe("/healthz", 1, 120),
+        readinessProbe=probe("/readyz", 5, 3),
+        livenessProbe=probe("/healthz", 10, 6),
+    )
+    return container
+
+
+def bootstrap_address(spec: DurableProducerSpec) -> str:
+    return f"127.0.0.1:{spec.agent.ports.kafka}"
+
+
+def claimed_volume(pod: Mapping[str, Any]) -> str | None:
+    """The buffer PVC a pod already references (after an earlier pass of the webhook)."""
+    for volume in (pod.get("spec") or {}).get("volumes") or []:
+        if volume.get("name") == BUFFER_VOLUME_NAME:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            return str(claim) if claim else None
+    return None
+
+
+def producer_name(pod: Mapping[str, Any]) -> str | None:
+    """The DurableProducer a pod opts in to, from its label."""
+    name = ((pod.get("metadata") or {}).get("labels") or {}).get(PRODUCER_LABEL)
+    return str(name) if name else None
+
+
+def _upsert_by_name(items: list[Any] | None, item: dict[str, Any], *, first: bool) -> list[Any]:
+    """The list with the same-named entry replaced in place, or the item added."""
+    result = list(items or [])
+    for index, existing in enumerate(result):
+        if isinstance(existing, dict) and existing.get("name") == item["name"]:
+            result[index] = item
+            return result
+    return [item, *result] if first else [*result, item]
+
+
+def _with_bootstrap_env(container: dict[str, Any], address: str) -> dict[str, Any]:
+    updated = dict(container)
+    env = list(container.get("env") or [])
+    for name in (BOOTSTRAP_ENV, BOOTSTRAP_TWIN_ENV):
+        env = _upsert_by_name(env, {"name": name, "value": address}, first=False)
+    updated["env"] = env
+    return updated
+
+
+def injected_summary(producer: str, spec: DurableProducerSpec, claim_name: str,
+                     environ: Mapping[str, str]) -> str:
+    """The value of the injected annotation: what was added, for humans and audits."""
+    return json.dumps(
+        {
+            "producer": producer,
+            "agentImage": spec.agent.effective_image(environ),
+            "volume": claim_name,
+            "bootstrap": bootstrap_address(spec),
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    )
+
+
+def mutated_pod(
+    pod: Mapping[str, Any],
+    producer: str,
+    spec: DurableProducerSpec,
+    claim_name: str,
+    environ: Mapping[str, str],
+) -> dict[str, Any]:
+    """The pod as it should be admitted: a deep copy with the agent, env and volume in place."""
+    result: dict[str, Any] = copy.deepcopy(dict(pod))
+    metadata = result.setdefault("metadata", {})
+    pod_spec = result.setdefault("spec", {})
+
+    pod_spec["initContainers"] = _upsert_by_name(
+        pod_spec.get("initContainers"), agent_sidecar(spec, environ), first=True
+    )
+    address = bootstrap_address(spec)
+    pod_spec["containers"] = [
+        _with_bootstrap_env(container, address) for container in pod_spec.get("containers") or []
+    ]
+    volumes = _upsert_by_name(
+        pod_spec.get("volumes"),
+        {"name": BUFFER_VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim_name}},
+        first=False,
+    )
+    for secret_volume in secret_volumes(spec):
+        volumes = _upsert_by_name(volumes, secret_volume, first=False)
+    pod_spec["volumes"] = volumes
+
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    if not isinstance(grace, int) or grace < MINIMUM_GRACE_SECONDS:
+        pod_spec["terminationGracePeriodSeconds"] = MINIMUM_GRACE_SECONDS
+    security = dict(pod_spec.get("securityContext") or {})
+    if "fsGroup" not in security:
+        # The buffer volume must be writable by the agent's non-root user.
+        security["fsGroup"] = AGENT_USER_ID
+        pod_spec["securityContext"] = security
+
+    annotations = dict(metadata.get("annotations") or {})
+    annotations[INJECTED_ANNOTATION] = injected_summary(producer, spec, claim_name, environ)
+    annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
+    metadata["annotations"] = annotations
+    return result
+
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def diff_ops(original: Mapping[str, Any], desired: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """JSONPatch ops turning original into desired, one `add` per changed metadata/spec field.
+
+    `add` on an object member replaces an existing value, so each op is valid whether or not
+    the field was present; unchanged fields produce no op.
+    """
+    ops: list[JsonPatchOp] = []
+    for section in ("metadata", "spec"):
+        before = original.get(section)
+        after = desired.get(section)
+        if before == after:
+            continue
+        if not isinstance(before, Mapping) or not isinstance(after, Mapping):
+            ops.append({"op": "add", "path": f"/{section}", "value": after})
+            continue
+        for key, value in after.items():
+            if before.get(key) != value:
+                ops.append({"op": "add", "path": f"/{section}/{_escape(key)}", "value": value})
+    return ops
+
+
+def mutation_patch(
+    pod: Mapping[str, Any],
+    producer: str,
+    spec: DurableProducerSpec,
+    claim_name: str,
+    environ: Mapping[str, str],
+) -> list[JsonPatchOp]:
+    """The JSONPatch the webhook answers with; empty when the pod is already as desired."""
+    return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, environ))
+
+
+def is_injected(pod: Mapping[str, Any]) -> bool:
+    """Whether a pod runs the agent sidecar (the audit checks admitted pods with this)."""
+    init_containers = (pod.get("spec") or {}).get("initContainers") or []
+    return any(
+        container.get("name") == AGENT_CONTAINER_NAME and container.get("restartPolicy") == "Always"
+        for container in init_containers
+    ) and claimed_volume(pod) is not None

@@ -1,0 +1,182 @@
+"""Pure reconciliation: desired status from (spec, status, generation, now)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from durable_producer.operator import reconcile
+from durable_producer.operator.reconcile import (
+    DEGRADED,
+    READY,
+    REASON_AS_EXPECTED,
+    REASON_INVALID_SPEC,
+    REASON_RECONCILED,
+    REASON_RUNWAY_BELOW_TARGET,
+    desired_status,
+    set_condition,
+    status_patch,
+)
+
+T0 = datetime(2026, 11, 22, 1, 0, 0, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=5)
+SPEC: dict[str, Any] = {
+    "kafka": {"bootstrapServers": ["kafka-0.kafka:9092"]},
+    "throughput": {"peakBytesPerSecond": 5 * 2**20},
+}
+
+
+def find(status: dict[str, Any], condition_type: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == condition_type)
+
+
+def test_valid_spec_is_ready_with_size_runway_and_generation() -> None:
+    outcome = desired_status(SPEC, {}, 3, T0)
+    status = outcome.status
+    assert outcome.problem is None and outcome.problem_reason is None
+    assert status["observedGeneration"] == 3
+    assert status["bufferSize"] == "23Gi"
+    assert status["runwaySeconds"] == 3660
+    assert status["attachedPods"] == 0 and status["backlogBytes"] == 0
+    ready = find(status, READY)
+    assert ready == {
+        "type": READY,
+        "status": "True",
+        "reason": REASON_RECONCILED,
+        "message": "buffer volumes of 23Gi survive 3660s of Kafka outage at peak rate",
+        "lastTransitionTime": "2026-11-22T01:00:00Z",
+        "observedGeneration": 3,
+    }
+    assert find(status, DEGRADED)["status"] == "False"
+    assert find(status, DEGRADED)["reason"] == REASON_AS_EXPECTED
+
+
+def test_transition_time_kept_while_status_unchanged_and_moved_on_change() -> None:
+    first = desired_status(SPEC, {}, 1, T0).status
+    again = desired_status({**SPEC, "outageSeconds": 7200}, first, 2, T1).status
+    assert find(again, READY)["lastTransitionTime"] == "2026-11-22T01:00:00Z"
+    assert find(again, READY)["observedGeneration"] == 2
+    assert again["bufferSize"] == "45Gi"
+
+    broken = desired_status({**SPEC, "outageSeconds": 0}, again, 3, T1).status
+    assert find(broken, READY)["status"] == "False"
+    assert find(broken, READY)["lastTransitionTime"] == "2026-11-22T01:05:00Z"
+
+
+def test_invalid_spec_names_the_field_and_what_to_do() -> None:
+    spec = {**SPEC, "throughput": {"peakBytesPerSecond": -5}, "fsync": {"policy": "sometimes"}}
+    outcome = desired_status(spec, {}, 4, T0)
+    ready = find(outcome.status, READY)
+    assert ready["status"] == "False"
+    assert ready["reason"] == REASON_INVALID_SPEC
+    assert ready["message"] == outcome.problem
+    assert outcome.problem_reason == REASON_INVALID_SPEC
+    assert (
+        "spec.throughput.peakBytesPerSecond: Input should be greater than or equal to 1"
+        in (ready["message"])
+    )
+    assert "(got -5)" in ready["message"]
+    assert "spec.fsync.policy: Input should be 'always', 'interval' or 'never'" in ready["message"]
+    assert "Fix the DurableProducer and apply it again" in ready["message"]
+    assert (
+        "`kubectl explain durableproducers.spec.throughput.peakBytesPerSecond`"
+        in (ready["message"])
+    )
+    assert outcome.status["observedGeneration"] == 4
+
+
+def test_invalid_spec_keeps_the_size_already_in_use() -> None:
+    good = desired_status(SPEC, {}, 1, T0).status
+    bad = desired_status({**SPEC, "kafka": {}}, good, 2, T1).status
+    assert bad["bufferSize"] == good["bufferSize"]
+    assert bad["runwaySeconds"] == good["runwaySeconds"]
+    assert "spec.kafka.bootstrapServers is required: add it" in find(bad, READY)["message"]
+
+
+def test_missing_spec_is_invalid_not_an_exception() -> None:
+    outcome = desired_status(None, None, None, T0)
+    ready = find(outcome.status, READY)
+    assert ready["reason"] == REASON_INVALID_SPEC
+    assert "observedGeneration" not in ready
+    assert "observedGeneration" not in outcome.status
+
+
+def test_short_override_is_degraded_but_ready() -> None:
+    spec = {**SPEC, "storage": {"size": "16Gi"}}
+    outcome = desired_status(spec, {}, 1, T0)
+    assert outcome.status["bufferSize"] == "16Gi"
+    assert outcome.status["runwaySeconds"] == 2514
+    assert find(outcome.status, READY)["status"] == "True"
+    degraded = find(outcome.status, DEGRADED)
+    assert degraded["status"] == "True"
+    assert degraded["reason"] == REASON_RUNWAY_BELOW_TARGET
+    assert degraded["message"] == outcome.problem
+    assert outcome.problem_reason == REASON_RUNWAY_BELOW_TARGET
+    assert "use the computed 23Gi" in degraded["message"]
+
+
+def test_figures_owned_by_other_reconcilers_are_preserved() -> None:
+    current = {"attachedPods": 7, "backlogBytes": 1234}
+    status = desired_status(SPEC, current, 1, T0).status
+    assert status["attachedPods"] == 7
+    assert status["backlogBytes"] == 1234
+
+
+def test_other_conditions_are_left_alone() -> None:
+    foreign = {
+        "type": "PodsAudited",
+        "status": "True",
+        "reason": "AllAttached",
+        "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }
+    status = desired_status(SPEC, {"conditions": [foreign]}, 1, T0).status
+    assert status["conditions"][0] == foreign
+    assert [c["type"] for c in status["conditions"]] == ["PodsAudited", READY, DEGRADED]
+
+
+def test_reconciling_twice_patches_nothing_the_second_time() -> None:
+    first = desired_status(SPEC, {}, 1, T0).status
+    assert status_patch({}, first) == first
+    second = desired_status(SPEC, first, 1, T1).status
+    assert status_patch(first, second) == {}
+
+
+def test_status_patch_contains_only_changes() -> None:
+    current = {"bufferSize": "6Gi", "runwaySeconds": 10, "attachedPods": 2}
+    desired = {"bufferSize": "7Gi", "runwaySeconds": 10}
+    assert status_patch(current, desired) == {"bufferSize": "7Gi"}
+
+
+@given(
+    statuses=st.lists(st.sampled_from(["True", "False", "Unknown"]), min_size=1, max_size=6),
+)
+def test_transition_time_changes_exactly_when_status_changes(statuses: list[str]) -> None:
+    conditions: list[dict[str, Any]] = []
+    previous_status = None
+    previous_time = None
+    for step, value in enumerate(statuses):
+        now = T0 + timedelta(seconds=step)
+        conditions = set_condition(conditions, READY, value, "Because", "", step, now)
+        (ready,) = conditions
+        if value == previous_status:
+            assert ready["lastTransitionTime"] == previous_time
+        else:
+            assert ready["lastTransitionTime"] == reconcile.format_time(now)
+        previous_status, previous_time = value, ready["lastTransitionTime"]
+
+
+def test_format_time_is_utc_rfc3339() -> None:
+    two_hours_east = timezone(timedelta(hours=2))
+    moment = datetime(2026, 11, 22, 5, 4, 5, 999999, tzinfo=two_hours_east)
+    assert reconcile.format_time(moment) == "2026-11-22T03:04:05Z"
+
+
+def test_every_reason_is_documented_in_the_operator_guide() -> None:
+    guide = (Path(__file__).resolve().parents[3] / "docs" / "operator.md").read_text()
+    for reason in reconcile.REASONS:
+        assert f"`{reason}`" in guide, f"docs/operator.md does not explain reason {reason}"
