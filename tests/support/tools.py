@@ -39,8 +39,9 @@ def kubectl_binary() -> Path:
     return _tool_binary("kubectl")
 
 
-def run_helm(args: Sequence[str], *, values: Mapping[str, Any] | None = None,
-             timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_helm(
+    args: Sequence[str], *, values: Mapping[str, Any] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run helm with ``args``; ``values`` (if given) are passed as a values file on stdin."""
     command = [str(helm_binary()), *args]
     stdin_text = None
@@ -52,13 +53,24 @@ def run_helm(args: Sequence[str], *, values: Mapping[str, Any] | None = None,
     )
 
 
-def render_chart(values: Mapping[str, Any] | None = None, *, release: str = "dp",
-                 namespace: str = "durable-system",
-                 extra_args: Sequence[str] = ()) -> list[dict[str, Any]]:
+def render_chart(
+    values: Mapping[str, Any] | None = None,
+    *,
+    release: str = "dp",
+    namespace: str = "durable-system",
+    extra_args: Sequence[str] = (),
+) -> list[dict[str, Any]]:
     """``helm template`` the chart and return the rendered objects (CRDs included)."""
     result = run_helm(
-        ["template", release, str(CHART_DIR), "--namespace", namespace, "--include-crds",
-         *extra_args],
+        [
+            "template",
+            release,
+            str(CHART_DIR),
+            "--namespace",
+            namespace,
+            "--include-crds",
+            *extra_args,
+        ],
         values=values,
     )
     if result.returncode != 0:

@@ -1,13 +1,42 @@
-"""``durable-agent``: the buffer agent's command line."""
+"""``durable-agent``: the buffer agent's command line.
+
+Every setting is a flag and a ``DURABLE_AGENT_*`` environment variable (see ``settings.py``).
+Exit codes: 0 success; 1 incomplete drain, problems found or forwarding failed; 2 invalid
+settings or arguments; 3 the volume is in use by another agent.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
+from .dead_letter import list_dead_letters, resend_dead_letters
+from .kafka_config import KafkaConfigError, build_client_config
+from .logging_setup import configure_logging
+from .settings import COMMON_OPTIONS, DRAIN_OPTIONS, RUN_OPTIONS, add_options, settings_from
+from .wal import WalLockedError
 from .wal.inspect import format_report, inspect_wal, report_as_json
+
+log = logging.getLogger("durable_producer.agent")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from .agent import BufferAgent
+
+    agent = BufferAgent(settings_from(args))
+    return asyncio.run(agent.run())
+
+
+def _cmd_drain(args: argparse.Namespace) -> int:
+    from .agent import BufferAgent
+
+    settings = settings_from(args)
+    return BufferAgent(settings).drain(settings.values["timeout"])
 
 
 def _cmd_wal_inspect(args: argparse.Namespace) -> int:
@@ -20,13 +49,63 @@ def _cmd_wal_inspect(args: argparse.Namespace) -> int:
     return 1 if any(s.problems for s in report.segments) else 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
+    letters = list_dead_letters(Path(args.data_dir) / "dead-letter", include_resent=args.all)
+    if not letters:
+        print("no dead letters")
+        return 0
+    print(f"{'id':<28} {'topic':<24} {'part':>4} {'wal offset':>10}  reason")
+    for letter in letters:
+        state = " (re-sent)" if letter.resent else ""
+        print(
+            f"{letter.id:<28} {letter.topic:<24} {letter.partition:>4} "
+            f"{letter.wal_offset:>10}  {letter.reason}{state}"
+        )
+    return 0
+
+
+def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
+    settings = settings_from(args)
+    summary = resend_dead_letters(
+        settings.dead_letter_dir,
+        build_client_config(settings.kafka_connection()),
+        ids=args.ids or None,
+    )
+    print(
+        f"re-sent {len(summary.resent)}, failed {len(summary.failed)}, "
+        f"skipped {len(summary.skipped)}"
+    )
+    for letter_id, reason in {**summary.failed, **summary.skipped}.items():
+        print(f"  {letter_id}: {reason}")
+    return 1 if summary.failed else 0
+
+
+def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+    environ = os.environ if environ is None else environ
     parser = argparse.ArgumentParser(
         prog="durable-agent",
-        description="durable-producer buffer agent: a local Kafka endpoint with a write-ahead log.",
+        description="durable-producer buffer agent: a local Kafka endpoint that writes every "
+        "batch to a write-ahead log on a persistent volume and forwards it to Kafka.",
     )
-    parser.add_argument("--log-level", default="INFO", help="logging level (default: INFO)")
     commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="serve the Kafka protocol locally and forward to the cluster",
+        description="Serve until SIGTERM, then stop accepting, drain until --drain-timeout, "
+        "checkpoint and exit 0; what is left stays on the volume.",
+    )
+    add_options(run, COMMON_OPTIONS + RUN_OPTIONS, environ)
+    run.set_defaults(handler=_cmd_run)
+
+    drain = commands.add_parser(
+        "drain",
+        help="forward everything on a volume and exit (for volumes whose pod is gone)",
+        description="Exit code 0 when everything reached Kafka, 1 when --timeout ran out.",
+    )
+    add_options(drain, COMMON_OPTIONS + DRAIN_OPTIONS, environ)
+    drain.set_defaults(handler=_cmd_drain)
+
     wal = commands.add_parser("wal", help="tools for a WAL directory on a buffer volume")
     wal_commands = wal.add_subparsers(dest="wal_command", required=True)
     inspect = wal_commands.add_parser(
@@ -36,17 +115,40 @@ def build_parser() -> argparse.ArgumentParser:
     )
     inspect.add_argument("directory", help="the WAL directory (e.g. /var/lib/durable-producer/wal)")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    inspect.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
+    inspect.add_argument("--log-format", default="text", help=argparse.SUPPRESS)
     inspect.set_defaults(handler=_cmd_wal_inspect)
+
+    letters = commands.add_parser("dead-letters", help="records Kafka refused for good")
+    letter_commands = letters.add_subparsers(dest="letters_command", required=True)
+    listing = letter_commands.add_parser("list", help="list pending dead letters")
+    listing.add_argument(
+        "--data-dir",
+        default=environ.get("DURABLE_AGENT_DATA_DIR", "/var/lib/durable-producer"),
+        help="the buffer volume",
+    )
+    listing.add_argument("--all", action="store_true", help="include re-sent ones")
+    listing.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
+    listing.add_argument("--log-format", default="text", help=argparse.SUPPRESS)
+    listing.set_defaults(handler=_cmd_dead_letters_list)
+    resend = letter_commands.add_parser("resend", help="produce dead letters again")
+    add_options(resend, COMMON_OPTIONS, environ)
+    resend.add_argument("ids", nargs="*", help="dead letter ids (default: all pending)")
+    resend.set_defaults(handler=_cmd_dead_letters_resend)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    return int(args.handler(args))
+    configure_logging(args.log_level, args.log_format)
+    try:
+        return int(args.handler(args))
+    except KafkaConfigError as error:
+        print(f"durable-agent: {error}", file=sys.stderr)
+        return 2
+    except WalLockedError as error:
+        print(f"durable-agent: {error}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

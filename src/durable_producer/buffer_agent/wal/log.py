@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,8 @@ class WalStats:
     durable_offset: int
     quarantined_segments: int
     truncated_bytes_on_open: int
+    backlog_records: int
+    """Records in frames at or above the checkpoint (from the frames' record counts)."""
 
     @property
     def backlog_frames(self) -> int:
@@ -102,6 +105,8 @@ class WriteAheadLog:
         self._quarantined = 0
         self._truncated_on_open = 0
         self._syncer: Syncer | None = None
+        self._frame_records: deque[tuple[int, int]] = deque()
+        self._backlog_records = 0
         self._checkpoint_file: CheckpointFile | None = None
 
     # ----------------------------------------------------------------- opening and closing
@@ -147,6 +152,10 @@ class WriteAheadLog:
                     checkpoint,
                 )
         self._checkpoint_offset = checkpoint
+        for segment in result.segments:
+            self._frame_records.extend(segment.record_counts)
+        self._backlog_records = sum(count for _, count in self._frame_records)
+        self._forget_records_below(checkpoint)
         self._checkpoint_file = CheckpointFile(self.directory)
         if not self._segments:
             self._segments.append(self._create_segment(self._next_offset))
@@ -353,7 +362,15 @@ class WriteAheadLog:
                 ) from error
             raise WalError(f"write to {self._segments[-1].path} failed: {error}") from error
         self._next_offset = first_offset + len(offsets)
+        for offset, (item, *_) in zip(offsets, prepared, strict=True):
+            self._frame_records.append((offset, item.record_count))
+            self._backlog_records += item.record_count
         return offsets
+
+    def _forget_records_below(self, offset: int) -> None:
+        records = self._frame_records
+        while records and records[0][0] < offset:
+            self._backlog_records -= records.popleft()[1]
 
     def _flush_buffers(self, buffers: list[bytes | bytearray | memoryview]) -> None:
         active = self._segments[-1]
@@ -459,6 +476,7 @@ class WriteAheadLog:
             self._checkpoint_file.write(offset)
             with self._lock:
                 self._checkpoint_offset = offset
+                self._forget_records_below(offset)
                 doomed = []
                 while len(self._segments) > 1 and self._segments[1].base_offset <= offset:
                     segment = self._segments.pop(0)
@@ -505,4 +523,5 @@ class WriteAheadLog:
                 durable_offset=self._syncer.durable_offset,
                 quarantined_segments=self._quarantined,
                 truncated_bytes_on_open=self._truncated_on_open,
+                backlog_records=self._backlog_records,
             )

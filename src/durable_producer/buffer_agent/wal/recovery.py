@@ -38,6 +38,8 @@ class RecoveredSegment:
     base_offset: int
     path: Path
     size: int
+    record_counts: list[tuple[int, int]] = field(default_factory=list)
+    """(offset, record count) of every frame, for backlog accounting."""
 
 
 @dataclass(slots=True)
@@ -98,7 +100,8 @@ def recover(directory: Path, checkpoint: int | None) -> RecoveryResult:
             size = scan.valid_end
         else:
             size = scan.file_size
-        result.segments.append(RecoveredSegment(base, path, size))
+        counts = [(span.offset, span.record_count) for span in scan.spans]
+        result.segments.append(RecoveredSegment(base, path, size, counts))
         highest_seen = max(highest_seen, base - 1, scan.last_offset if scan.spans else -1)
     result.next_offset = max(highest_seen + 1, checkpoint or 0)
     return result

@@ -53,6 +53,7 @@ class FrameSpan:
     offset: int
     start: int
     end: int
+    record_count: int = 0
 
 
 @dataclass(slots=True)
@@ -144,7 +145,7 @@ def _scan_frames(view: memoryview, scan: SegmentScan) -> None:
         else:
             frame, frame_end = decoded
             if frame.offset > last_offset:
-                scan.spans.append(FrameSpan(frame.offset, pos, frame_end))
+                scan.spans.append(FrameSpan(frame.offset, pos, frame_end, frame.record_count))
                 last_offset = frame.offset
                 pos = frame_end
                 continue

@@ -238,3 +238,16 @@ def test_interval_policy_syncs_in_the_background(wal_dir: Path) -> None:
         while wal.stats().durable_offset < offset and time.monotonic() < deadline:
             time.sleep(0.01)
         assert wal.stats().durable_offset == offset
+
+
+def test_backlog_records_follow_appends_checkpoints_and_reopen(wal_dir: Path) -> None:
+    with WriteAheadLog.open(wal_dir, SMALL) as wal:
+        for i in range(30):
+            wal.append("t", 0, payload_for(i, 500), record_count=i)
+        assert wal.stats().backlog_records == sum(range(30))
+        wal.checkpoint(10)
+        assert wal.stats().backlog_records == sum(range(10, 30))
+    with WriteAheadLog.open(wal_dir, SMALL) as wal:
+        assert wal.stats().backlog_records == sum(range(10, 30))
+        wal.checkpoint(30)
+        assert wal.stats().backlog_records == 0

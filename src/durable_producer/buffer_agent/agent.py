@@ -1,0 +1,171 @@
+"""The agent process: WAL + Kafka-protocol ingress + forwarder + metrics, and its lifecycle.
+
+``run``: serve until SIGTERM/SIGINT, then stop accepting, forward what is buffered until the
+drain deadline, checkpoint and exit 0; whatever is left stays on the volume for the next
+owner. ``drain``: no listener; forward everything on the volume and exit (for orphaned volumes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from dataclasses import dataclass
+
+from .dead_letter import DeadLetterStore
+from .forwarder import DrainSummary, Forwarder
+from .ingress import IngressServer
+from .kafka_config import build_client_config
+from .kafka_metadata import cluster_metadata_source
+from .metadata_cache import MetadataCache
+from .metrics import AgentMetrics, MetricsServer
+from .settings import AgentSettings
+from .wal import WriteAheadLog
+
+log = logging.getLogger(__name__)
+PUBLISH_INTERVAL_S = 1.0
+
+
+@dataclass(slots=True)
+class StatsPublisher:
+    """Copies WAL and ingress figures into the metrics once a second (the forwarder and the
+    WAL's fsync observer update theirs directly)."""
+
+    wal: WriteAheadLog
+    metrics: AgentMetrics
+    ingress: IngressServer | None = None
+    _reported_ingest: tuple[int, int] = (0, 0)
+
+    def publish(self) -> None:
+        wal = self.wal.stats()
+        if self.ingress is not None:
+            stats = self.ingress.stats
+            records, size = self._reported_ingest
+            self.metrics.ingest_records.inc(stats.records_appended - records)
+            self.metrics.ingest_bytes.inc(stats.bytes_appended - size)
+            self._reported_ingest = (stats.records_appended, stats.bytes_appended)
+        self.metrics.refresh_buffer(
+            size_bytes=wal.size_bytes,
+            max_bytes=wal.max_bytes,
+            quarantined_segments=wal.quarantined_segments,
+            backlog_records=wal.backlog_records,
+        )
+
+
+class BufferAgent:
+    def __init__(self, settings: AgentSettings) -> None:
+        self.settings = settings
+        self.client_config = build_client_config(settings.kafka_connection())
+        self.metrics = AgentMetrics()
+        self.wal: WriteAheadLog | None = None
+        self.forwarder: Forwarder | None = None
+        self.ingress: IngressServer | None = None
+        self._accepting = False
+
+    def _open_wal_and_forwarder(self) -> tuple[WriteAheadLog, Forwarder]:
+        self.wal = WriteAheadLog.open(
+            self.settings.wal_dir,
+            self.settings.wal_config(),
+            fsync_observer=self.metrics.fsync_seconds.observe,
+        )
+        self.forwarder = Forwarder(
+            self.wal,
+            self.client_config,
+            dead_letters=DeadLetterStore(self.settings.dead_letter_dir),
+            state_dir=self.settings.state_dir,
+            metrics=self.metrics,
+            config=self.settings.forwarder_config(),
+        )
+        return self.wal, self.forwarder
+
+    def ready(self) -> bool:
+        """Readiness: the WAL is open and writable and the listener accepts."""
+        return self._accepting and self.wal is not None and self.wal.healthy
+
+    async def run(self) -> int:
+        wal, forwarder = self._open_wal_and_forwarder()
+        values = self.settings.values
+        metrics_host, metrics_port = values["metrics_listen"]
+        metrics_server = MetricsServer(
+            self.metrics, host=metrics_host, port=metrics_port, ready=self.ready
+        ).start()
+        metadata = MetadataCache(
+            self.settings.state_dir,
+            cluster_metadata_source(self.client_config),
+            default_partitions=values["default_partitions"],
+        )
+        self.ingress = IngressServer(
+            wal, metadata, self.settings.state_dir, self.settings.ingress_config()
+        )
+        publisher = StatsPublisher(wal, self.metrics, self.ingress)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            forwarder.start()
+            await self.ingress.start()
+            self._accepting = True
+            log.info(
+                "agent ready: Kafka protocol on %s, metrics on %s:%d, forwarding to %s",
+                self.ingress.bootstrap,
+                metrics_host,
+                metrics_server.port,
+                self.client_config.get("bootstrap.servers"),
+            )
+            while not stop.is_set():
+                publisher.publish()
+                if forwarder.failure is not None:
+                    log.error("forwarder stopped: %s", forwarder.failure)
+                    return 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), PUBLISH_INTERVAL_S)
+            log.info(
+                "shutdown requested: no longer accepting, draining for up to %.0f s",
+                values["drain_timeout"],
+            )
+            self._accepting = False
+            await self.ingress.stop()
+            summary = await asyncio.to_thread(forwarder.drain, values["drain_timeout"])
+            publisher.publish()
+            self._log_drain(summary)
+            return 0
+        finally:
+            self._accepting = False
+            if self.ingress is not None:
+                await self.ingress.stop()
+            if forwarder.running:
+                await asyncio.to_thread(forwarder.stop)
+            wal.close()
+            metrics_server.stop()
+
+    def drain(self, timeout_s: float) -> int:
+        """Forward everything on the volume; exit code 0 when all of it reached Kafka."""
+        wal, forwarder = self._open_wal_and_forwarder()
+        try:
+            started = time.monotonic()
+            summary = forwarder.drain(timeout_s)
+            self._log_drain(summary)
+            log.info("drain finished in %.1f s", time.monotonic() - started)
+            return 0 if summary.complete else 1
+        finally:
+            if forwarder.running:
+                forwarder.stop()
+            wal.close()
+
+    @staticmethod
+    def _log_drain(summary: DrainSummary) -> None:
+        outcome = "complete" if summary.complete else "INCOMPLETE (the rest stays on the volume)"
+        log.info(
+            "drain %s: checkpoint %d of %d, %d records forwarded, %d dead letters, "
+            "%d replayed duplicates, %.1f s",
+            outcome,
+            summary.checkpoint_offset,
+            summary.target_offset,
+            summary.forwarded_records,
+            summary.dead_letters,
+            summary.replayed_duplicates,
+            summary.elapsed_s,
+        )

@@ -1,0 +1,657 @@
+"""The forwarder: WAL -> decoded records -> confluent-kafka producer -> Kafka.
+
+One thread reads frames from the WAL checkpoint onwards, decodes each stored record batch
+and produces every record to the partition the client chose, with its key, value, headers
+and timestamp, through an idempotent ``acks=all`` producer whose records never expire
+(``message.timeout.ms=0``: librdkafka retries for ever and keeps per-partition order).
+Delivery reports are served on the same thread (``poll``) and feed an ``AckTracker``; its
+contiguous watermark is written as the WAL checkpoint every ``checkpoint_interval_s`` and
+on stop, which deletes whole segments below it.
+
+Failures:
+
+- non-retriable record errors (too large, authorization, invalid record) and undecodable
+  batches go to the dead-letter area with the reason; the forwarder moves on. Never a
+  silent drop.
+- a record whose topic or partition is unknown is produced again every
+  ``retry_backoff_s`` (failed records of one partition are retried in the order they
+  failed); still unknown after ``unknown_topic_wait_s``, it is dead-lettered.
+- anything else the client reports for a record (a fatal idempotence error, an
+  unexpected retriable one) resets the producer: a new producer replays from the
+  watermark, in WAL order, so per-partition order is kept; re-sent records are counted.
+
+Duplicates are counted conservatively. The forwarder persists a *sent high-water mark*
+(one past the last frame handed to the Kafka client) and, for information, the delivered
+one in ``state/forwarder.json``, every ``hint_interval_s`` (rename, no fsync) and at every
+checkpoint and stop (fsynced). On start, every record of a frame between the checkpoint
+and the sent mark is counted as a replayed (possible) duplicate: Kafka may have it even
+if the acknowledgement never arrived. A producer reset counts the same way. The count is
+an upper bound on the duplicates in Kafka, except for records sent within the last
+``hint_interval_s`` before a crash; duplicates themselves are bounded by one checkpoint
+interval of traffic plus what was in flight.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from functools import partial
+from itertools import islice
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from durable_producer.buffer_agent.ack_tracker import AckTracker
+from durable_producer.buffer_agent.atomic_file import write_atomic
+from durable_producer.buffer_agent.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.record_batch import InvalidRecordBatch
+from durable_producer.buffer_agent.record_decode import Record, iter_decoded
+from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
+
+log = logging.getLogger(__name__)
+
+HINT_FILE = "forwarder.json"
+
+# Errors no retry can fix: the record goes to the dead-letter area.
+PERMANENT_ERRORS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_MSG_SIZE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError._INVALID_ARG,
+    }
+)
+# Errors that may clear once metadata catches up: retried for a bounded time.
+UNKNOWN_TOPIC_ERRORS = frozenset(
+    {
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwarderConfig:
+    checkpoint_interval_s: float = 5.0
+    hint_interval_s: float = 1.0
+    max_in_flight_records: int = 100_000
+    max_in_flight_kbytes: int = 64 * 1024
+    linger_ms: int = 5
+    # librdkafka's own default (1 MB) would dead-letter records the cluster accepts; let the
+    # broker judge (a WAL frame is at most 16 MiB by default). Override with an extra setting.
+    max_message_bytes: int = 17 * 1024 * 1024
+    unknown_topic_wait_s: float = 60.0
+    reset_backoff_s: float = 1.0
+    retry_backoff_s: float = 0.5
+    read_batch_frames: int = 256
+    stop_flush_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class ForwarderStats:
+    forwarded_records: int
+    forwarded_bytes: int
+    dead_letters: int
+    replayed_duplicates: int
+    producer_resets: int
+    in_flight_records: int
+    watermark: int
+    checkpoint_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class DrainSummary:
+    """What ``drain`` achieved: ``complete`` when everything up to ``target_offset`` is in Kafka."""
+
+    complete: bool
+    target_offset: int
+    checkpoint_offset: int
+    forwarded_records: int
+    dead_letters: int
+    replayed_duplicates: int
+    elapsed_s: float
+
+
+def producer_config(client_config: Mapping[str, Any], config: ForwarderConfig) -> dict[str, Any]:
+    """The validated connection settings plus the settings the no-loss promise relies on."""
+    return {
+        "linger.ms": config.linger_ms,
+        "message.max.bytes": config.max_message_bytes,
+        **client_config,
+        "acks": "all",
+        "enable.idempotence": True,
+        "message.timeout.ms": 0,
+        "queue.buffering.max.messages": config.max_in_flight_records,
+        "queue.buffering.max.kbytes": config.max_in_flight_kbytes,
+    }
+
+
+class _FrameDelivery:
+    """Delivery reports of one frame's records; the frame settles when every record has.
+
+    The success path is one decrement: delivery reports are the forwarder's hot loop. The
+    decoded records are not kept: thousands of in-flight record tuples would make every
+    garbage collection pass scan them (it tripled decoding cost here); on the rare failure
+    the frame's payload is decoded again.
+    """
+
+    __slots__ = (
+        "count",
+        "dead",
+        "decoded",
+        "forwarder",
+        "generation",
+        "offset",
+        "partition",
+        "payload",
+        "remaining",
+        "reported",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        forwarder: Forwarder,
+        generation: int,
+        frame: Frame,
+        records: list[Record],
+    ) -> None:
+        self.forwarder = forwarder
+        self.generation = generation
+        self.offset = frame.offset
+        self.topic = frame.topic
+        self.partition = frame.partition
+        self.payload = frame.payload
+        self.count = len(records)
+        self.remaining = self.count
+        self.decoded: list[Record] | None = None
+        self.dead = 0
+        self.reported: set[int] | None = None
+
+    def on_delivery(self, error: KafkaError | None, message: Any) -> None:
+        if error is None:
+            self.remaining -= 1
+            if not self.remaining:
+                self.forwarder._frame_settled(self)
+        else:
+            self.forwarder._on_record_failed(self, self.index_of(message), error)
+
+    def settle_one(self) -> None:
+        """A record is done without a success report (dead-lettered, or re-sent and acked)."""
+        self.remaining -= 1
+        if not self.remaining:
+            self.forwarder._frame_settled(self)
+
+    @property
+    def records(self) -> list[Record]:
+        """Decoded again on first use (only failures need it), then kept for this frame."""
+        if self.decoded is None:
+            self.decoded = [
+                record for batch in iter_decoded(self.payload) for record in batch.records
+            ]
+        return self.decoded
+
+    def index_of(self, message: Any) -> int:
+        """Which record a failed report is about (reports carry key, value, timestamp)."""
+        reported = self.reported if self.reported is not None else set()
+        self.reported = reported
+        key, value, (_, timestamp) = message.key(), message.value(), message.timestamp()
+        fallback = -1
+        records = self.records
+        for index, record in enumerate(records):
+            if index in reported:
+                continue
+            if record.key == key and record.value == value and record.timestamp_ms == timestamp:
+                reported.add(index)
+                return index
+            if fallback < 0:
+                fallback = index
+        index = fallback if fallback >= 0 else 0
+        reported.add(index)
+        return index
+
+
+class Forwarder:
+    """Forward a WAL to Kafka on a background thread: ``start()``, ``drain()``, ``stop()``.
+
+    One-shot: once stopped it cannot be started again (make a new one; it resumes from the
+    checkpoint). Stop it before closing the WAL. ``stats()`` may be called from any thread.
+    """
+
+    def __init__(
+        self,
+        wal: WriteAheadLog,
+        client_config: Mapping[str, Any],
+        *,
+        dead_letters: DeadLetterStore,
+        state_dir: Path | None = None,
+        metrics: AgentMetrics | None = None,
+        config: ForwarderConfig | None = None,
+    ) -> None:
+        self._wal = wal
+        self._config = config or ForwarderConfig()
+        self._producer_config = producer_config(client_config, self._config)
+        self._dead_letters = dead_letters
+        self._state_dir = Path(state_dir) if state_dir is not None else None
+        self._metrics = metrics
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._failure: BaseException | None = None
+
+        self._generation = 0
+        self._tracker = AckTracker(wal.checkpoint_offset)
+        self._reader: WalReader | None = None
+        self._producer: Producer | None = None
+        self._reset_reason: str | None = None
+        self._unknown_since: dict[tuple[str, int], tuple[float, float]] = {}
+        self._retries: deque[tuple[float, _FrameDelivery, int]] = deque()
+        hint = self._read_hint()
+        self._replay_until = max(wal.checkpoint_offset, hint.get("sent_high", 0))
+        self._delivered_before = hint.get("delivered_high", 0)
+
+        self._forwarded_records = 0
+        self._forwarded_bytes = 0
+        self._dead_letter_count = 0
+        self._replayed_duplicates = 0
+        self._producer_resets = 0
+        self._published_watermark = wal.checkpoint_offset
+        self._published_in_flight = 0
+        self._reported = (0, 0, 0)
+        self._next_checkpoint = 0.0
+        self._next_hint = 0.0
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> Forwarder:
+        if self._thread is not None:
+            raise RuntimeError("forwarder already started")
+        self._thread = threading.Thread(target=self._run, name="forwarder", daemon=True)
+        self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    @property
+    def failure(self) -> BaseException | None:
+        """The exception that stopped the forwarding thread, if one did."""
+        return self._failure
+
+    def stop(self, flush_timeout_s: float | None = None) -> None:
+        """Stop forwarding: wait up to ``flush_timeout_s`` for in-flight records, checkpoint.
+
+        Records still in flight after that stay in the WAL (above the checkpoint) and are
+        replayed by the next run.
+        """
+        if flush_timeout_s is not None:
+            self._config = replace(self._config, stop_flush_timeout_s=flush_timeout_s)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def drain(self, timeout_s: float) -> DrainSummary:
+        """Forward everything in the WAL now, then checkpoint and stop; at most ``timeout_s``.
+
+        Starts the forwarder if it is not running (drain mode for an orphaned volume).
+        """
+        started = time.monotonic()
+        target = self._wal.next_offset
+        if self._thread is None:
+            self.start()
+        deadline = started + timeout_s
+        while time.monotonic() < deadline and self.running:
+            if self._published_watermark >= target:
+                break
+            time.sleep(0.02)
+        self.stop(flush_timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
+        return DrainSummary(
+            complete=self._published_watermark >= target,
+            target_offset=target,
+            checkpoint_offset=self._wal.checkpoint_offset,
+            forwarded_records=self._forwarded_records,
+            dead_letters=self._dead_letter_count,
+            replayed_duplicates=self._replayed_duplicates,
+            elapsed_s=time.monotonic() - started,
+        )
+
+    def stats(self) -> ForwarderStats:
+        return ForwarderStats(
+            forwarded_records=self._forwarded_records,
+            forwarded_bytes=self._forwarded_bytes,
+            dead_letters=self._dead_letter_count,
+            replayed_duplicates=self._replayed_duplicates,
+            producer_resets=self._producer_resets,
+            in_flight_records=self._published_in_flight,
+            watermark=self._published_watermark,
+            checkpoint_offset=self._wal.checkpoint_offset,
+        )
+
+    # ----------------------------------------------------------------- the forwarding thread
+    def _run(self) -> None:
+        try:
+            self._reader = self._wal.reader(self._tracker.watermark)
+            self._producer = self._new_producer()
+            self._loop()
+            self._finish()
+        except Exception as error:  # kept for failure, logged once; the agent decides
+            self._failure = error
+            log.exception("forwarder stopped by an unexpected error")
+        finally:
+            if self._reader is not None:
+                self._reader.close()
+            if self._producer is not None:
+                self._generation += 1  # reports after this point belong to nobody
+                self._producer.purge(in_queue=True, in_flight=True)
+                self._producer.poll(0)
+                self._producer = None
+
+    def _loop(self) -> None:
+        config = self._config
+        self._next_checkpoint = time.monotonic() + config.checkpoint_interval_s
+        self._next_hint = time.monotonic() + config.hint_interval_s
+        while not self._stop.is_set():
+            if self._reset_reason is not None:
+                self._reset_producer()
+                continue
+            if self._wal.closed:
+                raise WalClosedError("the WAL was closed under the running forwarder")
+            assert self._reader is not None and self._producer is not None
+            in_flight = not self._tracker.idle
+            frames = self._reader.poll(config.read_batch_frames, timeout=0.0 if in_flight else 0.05)
+            for frame in frames:
+                if self._stop.is_set() or self._reset_reason is not None:
+                    break
+                self._forward_frame(frame)
+            self._producer.poll(0.0 if frames else (0.02 if in_flight else 0.0))
+            now = time.monotonic()
+            if self._retries and self._retries[0][0] <= now:
+                self._produce_due_retries(now)
+            self._housekeeping(now)
+
+    def _housekeeping(self, now: float) -> None:
+        """Publish figures; write the checkpoint and the delivered hint when they are due."""
+        self._publish()
+        config = self._config
+        if now >= self._next_checkpoint:
+            self._checkpoint(durable_hint=True)
+            self._next_checkpoint = now + config.checkpoint_interval_s
+            self._next_hint = now + config.hint_interval_s
+        elif now >= self._next_hint:
+            self._write_hint(durable=False)
+            self._next_hint = now + config.hint_interval_s
+
+    def _finish(self) -> None:
+        """Give in-flight records a last chance, then checkpoint what Kafka acknowledged."""
+        assert self._producer is not None
+        deadline = time.monotonic() + self._config.stop_flush_timeout_s
+        while not self._tracker.idle and self._reset_reason is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            self._producer.poll(min(0.05, remaining))
+        self._publish()
+        if not self._wal.closed:
+            self._checkpoint(durable_hint=True)
+
+    def _forward_frame(self, frame: Frame) -> None:
+        generation = self._generation
+        try:
+            batches = list(iter_decoded(frame.payload))
+        except InvalidRecordBatch as error:
+            self._tracker.register(frame.offset, 0)
+            self._dead_letter_frame(frame, str(error))
+            return
+        records = (
+            batches[0].records
+            if len(batches) == 1
+            else [record for batch in batches for record in batch.records]
+        )
+        if frame.offset < self._replay_until:
+            self._replayed_duplicates += len(records)
+        self._tracker.register(frame.offset, len(records), frame.appended_ms)
+        if not records:
+            return
+        delivery = _FrameDelivery(self, generation, frame, records)
+        on_delivery = delivery.on_delivery
+        produce = self._producer.produce  # type: ignore[union-attr]
+        topic, partition = frame.topic, frame.partition
+        index = 0
+        count = len(records)
+        while index < count:
+            try:
+                for record in islice(records, index, None) if index else records:
+                    produce(
+                        topic,
+                        record.value,
+                        record.key,
+                        partition=partition,
+                        timestamp=record.timestamp_ms,
+                        headers=record.headers or None,
+                        on_delivery=on_delivery,
+                    )
+                    index += 1
+            except BufferError:  # the client's queue is full: wait for reports
+                self._producer.poll(0.05)  # type: ignore[union-attr]
+                self._housekeeping(time.monotonic())
+                if self._stop.is_set() or self._reset_reason is not None:
+                    return  # the frame stays above the watermark and is replayed
+            except KafkaException as exception:
+                self._on_record_failed(delivery, index, exception.args[0])
+                index += 1
+        self._producer.poll(0)  # type: ignore[union-attr]
+
+    # ----------------------------------------------------------------- failures
+    def _frame_settled(self, delivery: _FrameDelivery) -> None:
+        if delivery.generation != self._generation:
+            return  # reports from a producer that was reset; the frame is being replayed
+        self._tracker.ack(delivery.offset, delivery.count)
+        self._forwarded_records += delivery.count - delivery.dead
+        self._forwarded_bytes += len(delivery.payload)
+
+    def _on_record_failed(self, delivery: _FrameDelivery, index: int, error: KafkaError) -> None:
+        if delivery.generation != self._generation:
+            return
+        code = error.code()
+        if code in PERMANENT_ERRORS:
+            self._dead_letter_record(delivery, index, error)
+            return
+        if code in UNKNOWN_TOPIC_ERRORS:
+            key = (delivery.topic, delivery.partition)
+            now = time.monotonic()
+            first, last = self._unknown_since.get(key, (now, now))
+            if now - last > self._config.unknown_topic_wait_s:
+                first = now
+            self._unknown_since[key] = (first, now)
+            if now - first >= self._config.unknown_topic_wait_s:
+                self._dead_letter_record(delivery, index, error)
+            else:
+                self._retries.append((now + self._config.retry_backoff_s, delivery, index))
+            return
+        self._request_reset(
+            f"{error.name()}: {error.str()} ({delivery.topic}/{delivery.partition})"
+        )
+
+    def _produce_due_retries(self, now: float) -> None:
+        """Produce again records whose topic or partition was unknown, in failure order."""
+        while self._retries and self._retries[0][0] <= now:
+            _, delivery, index = self._retries.popleft()
+            if delivery.generation != self._generation:
+                continue
+            record = delivery.records[index]
+            try:
+                self._producer.produce(  # type: ignore[union-attr]
+                    delivery.topic,
+                    record.value,
+                    record.key,
+                    partition=delivery.partition,
+                    timestamp=record.timestamp_ms,
+                    headers=record.headers or None,
+                    on_delivery=partial(self._on_retry_delivery, delivery, index),
+                )
+            except BufferError:
+                self._retries.appendleft((now, delivery, index))
+                return
+            except KafkaException as exception:
+                self._on_record_failed(delivery, index, exception.args[0])
+
+    def _on_retry_delivery(
+        self, delivery: _FrameDelivery, index: int, error: KafkaError | None, message: Any
+    ) -> None:
+        if delivery.generation != self._generation:
+            return
+        if error is None:
+            delivery.settle_one()
+        else:
+            self._on_record_failed(delivery, index, error)
+
+    def _request_reset(self, reason: str) -> None:
+        if self._reset_reason is None:
+            self._reset_reason = reason
+
+    def _dead_letter_record(self, delivery: _FrameDelivery, index: int, error: KafkaError) -> None:
+        record = delivery.records[index]
+        self._dead_letters.add_record(
+            wal_offset=delivery.offset,
+            topic=delivery.topic,
+            partition=delivery.partition,
+            record_index=index,
+            timestamp_ms=record.timestamp_ms,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+            reason=error.str(),
+            error_code=error.name(),
+        )
+        self._count_dead_letter(error.name())
+        delivery.dead += 1
+        log.error(
+            "record %d of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
+            index,
+            delivery.offset,
+            delivery.topic,
+            delivery.partition,
+            error.str(),
+        )
+        delivery.settle_one()
+
+    def _dead_letter_frame(self, frame: Frame, reason: str) -> None:
+        self._dead_letters.add_frame(
+            wal_offset=frame.offset,
+            topic=frame.topic,
+            partition=frame.partition,
+            payload=frame.payload,
+            reason=reason,
+            error_code="INVALID_RECORD_BATCH",
+        )
+        self._count_dead_letter("INVALID_RECORD_BATCH")
+        log.error(
+            "WAL frame %d cannot be decoded; moved to the dead-letter area: %s",
+            frame.offset,
+            reason,
+        )
+
+    def _count_dead_letter(self, reason: str) -> None:
+        self._dead_letter_count += 1
+        if self._metrics is not None:
+            self._metrics.dead_letters.labels(reason=reason).inc()
+
+    def _error_cb(self, error: KafkaError) -> None:
+        if error.fatal():
+            self._request_reset(f"fatal producer error {error.name()}: {error.str()}")
+        else:
+            log.debug("Kafka client: %s", error)
+
+    def _new_producer(self) -> Producer:
+        return Producer({**self._producer_config, "error_cb": self._error_cb})
+
+    def _reset_producer(self) -> None:
+        """Throw the producer away and replay from the watermark with a new one, in order."""
+        reason, self._reset_reason = self._reset_reason, None
+        log.warning("resetting the Kafka producer and replaying from the watermark: %s", reason)
+        self._generation += 1
+        self._producer_resets += 1
+        self._retries.clear()
+        if self._metrics is not None:
+            self._metrics.producer_resets.inc()
+        old = self._producer
+        if old is not None:
+            old.purge(in_queue=True, in_flight=True)
+            old.poll(0)
+        self._replay_until = max(self._replay_until, self._tracker.next_offset)
+        watermark = self._tracker.watermark
+        self._checkpoint(durable_hint=True)
+        self._tracker = AckTracker(watermark)
+        assert self._reader is not None
+        self._reader.close()
+        self._reader = self._wal.reader(watermark)
+        self._stop.wait(self._config.reset_backoff_s)
+        self._producer = self._new_producer()
+
+    # ----------------------------------------------------------------- checkpoint and hint
+    def _checkpoint(self, *, durable_hint: bool) -> None:
+        watermark = self._tracker.watermark
+        if watermark > self._wal.checkpoint_offset:
+            self._wal.checkpoint(watermark)
+        self._write_hint(durable=durable_hint)
+        if self._metrics is not None:
+            self._metrics.checkpoint_offset.set(self._wal.checkpoint_offset)
+
+    def _write_hint(self, *, durable: bool) -> None:
+        if self._state_dir is None:
+            return
+        hint = {
+            "sent_high": max(self._tracker.next_offset, self._replay_until),
+            "delivered_high": max(self._tracker.delivered_high, self._delivered_before),
+        }
+        data = json.dumps(hint).encode()
+        self._state_dir.mkdir(parents=True, exist_ok=True)
+        path = self._state_dir / HINT_FILE
+        if durable:
+            write_atomic(path, data)
+        else:
+            temporary = path.with_name(f".{path.name}.fast")
+            temporary.write_bytes(data)
+            temporary.replace(path)
+
+    def _read_hint(self) -> dict[str, int]:
+        if self._state_dir is None:
+            return {}
+        try:
+            hint = json.loads((self._state_dir / HINT_FILE).read_bytes())
+            return {key: int(hint[key]) for key in ("sent_high", "delivered_high")}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
+
+    # ----------------------------------------------------------------- observability
+    def _publish(self) -> None:
+        """Copy counters for other threads and push increments to the metrics."""
+        tracker = self._tracker
+        self._published_watermark = tracker.watermark
+        self._published_in_flight = tracker.pending_records
+        metrics = self._metrics
+        if metrics is None:
+            return
+        records, size, duplicates = self._reported
+        if self._forwarded_records != records:
+            metrics.forwarded_records.inc(self._forwarded_records - records)
+            metrics.forwarded_bytes.inc(self._forwarded_bytes - size)
+        if self._replayed_duplicates != duplicates:
+            metrics.replayed_duplicates.inc(self._replayed_duplicates - duplicates)
+        self._reported = (self._forwarded_records, self._forwarded_bytes, self._replayed_duplicates)
+        metrics.in_flight_records.set(tracker.pending_records)
+        oldest = tracker.oldest_pending_appended_ms
+        age = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000.0)
+        metrics.oldest_unsent_age_seconds.set(age)

@@ -1,0 +1,95 @@
+"""The broker and fault-proxy fixtures behave as the forwarder tests rely on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic, suspended
+
+pytestmark = pytest.mark.integration
+
+
+def _producer(bootstrap: str) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": 0,
+            "linger.ms": 5,
+        }
+    )
+
+
+def test_broker_round_trip_keeps_keys_headers_and_timestamps(tansu_broker: TansuBroker) -> None:
+    create_topic(tansu_broker.bootstrap, "roundtrip", partitions=3)
+    producer = _producer(tansu_broker.bootstrap)
+    for index in range(30):
+        producer.produce(
+            "roundtrip",
+            value=b"value-%d" % index,
+            key=None if index % 2 else b"",
+            partition=index % 3,
+            headers=[("h", b"x"), ("empty", None)],
+            timestamp=1_700_000_000_123 + index,
+        )
+    assert producer.flush(10) == 0
+
+    records = consume_all(tansu_broker.bootstrap, "roundtrip", expected=30)
+
+    assert len(records) == 30
+    by_value = {record.value: record for record in records}
+    first = by_value[b"value-0"]
+    assert first.key == b"" and first.partition == 0
+    assert first.timestamp_ms == 1_700_000_000_123
+    assert first.headers == (("h", b"x"), ("empty", None))
+    assert by_value[b"value-1"].key is None
+
+
+def test_broker_process_is_killed_on_exit() -> None:
+    with TansuBroker() as broker:
+        process = broker.process
+        assert process is not None and process.poll() is None
+    assert process.poll() is not None
+
+
+def test_cut_blocks_delivery_until_restore(proxied_broker: ProxiedBroker) -> None:
+    create_topic(proxied_broker.bootstrap, "cut", partitions=1)
+    producer = _producer(proxied_broker.bootstrap)
+    producer.produce("cut", value=b"before")
+    assert producer.flush(10) == 0
+
+    proxied_broker.proxy.cut()
+    producer.produce("cut", value=b"during")
+    assert producer.flush(1.5) == 1, "nothing may reach the broker while the path is cut"
+
+    proxied_broker.proxy.restore()
+    assert producer.flush(30) == 0
+    values = [r.value for r in consume_all(proxied_broker.direct_address, "cut", expected=2)]
+    assert values == [b"before", b"during"]
+
+
+def test_hang_and_suspended_broker_hold_delivery(proxied_broker: ProxiedBroker) -> None:
+    create_topic(proxied_broker.bootstrap, "hang", partitions=1)
+    producer = _producer(proxied_broker.bootstrap)
+    producer.produce("hang", value=b"warmup")
+    assert producer.flush(10) == 0
+
+    proxied_broker.proxy.hang()
+    producer.produce("hang", value=b"held")
+    assert producer.flush(1.0) == 1
+    proxied_broker.proxy.restore()
+    assert producer.flush(30) == 0
+
+    assert proxied_broker.broker is not None
+    with suspended(proxied_broker.broker):
+        producer.produce("hang", value=b"stopped")
+        started = time.monotonic()
+        assert producer.flush(1.0) == 1
+        assert time.monotonic() - started >= 0.9
+    assert producer.flush(30) == 0
+    values = [r.value for r in consume_all(proxied_broker.direct_address, "hang", expected=3)]
+    assert values == [b"warmup", b"held", b"stopped"]
