@@ -62,3 +62,10 @@ app.kubernetes.io/component: operator
 {{- define "durable-producer.agentImage" -}}
 {{- printf "%s:%s" .Values.agent.image.repository (default .Chart.AppVersion .Values.agent.image.tag) }}
 {{- end }}
+
+{{/*
+The Secret holding the webhook server's certificate (chart-generated or cert-manager's).
+*/}}
+{{- define "durable-producer.webhookSecretName" -}}
+{{- printf "%s-webhook-tls" (include "durable-producer.fullname" .) }}
+{{- end }}

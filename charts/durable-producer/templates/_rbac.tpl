@@ -2,7 +2,8 @@
 RBAC rules, kept in one place so that ClusterRole (all namespaces) and Role (watched
 namespaces) grant exactly the same verbs. The base rules are the operator's
 KUBERNETES_API_ACCESS (src/durable_producer/operator/handlers.py), verb for verb; a test keeps
-them equal. rbac.features.* add the permissions of features still being built.
+them equal. rbac.features.* add the permissions of optional features; podAudit, volumePool and drainJobs
+grant exactly webhook_handlers.POOL_API_ACCESS (src/durable_producer/operator/webhook_handlers.py).
 */}}
 
 {{/*
@@ -32,7 +33,7 @@ Rules in the watched namespaces.
 {{- if .podAudit }}
 - apiGroups: [""]
   resources: ["pods"]
-  verbs: ["get", "list", "watch"]
+  verbs: ["list"]
 {{- end }}
 {{- if .sparkPodTemplates }}
 - apiGroups: [""]
@@ -42,12 +43,15 @@ Rules in the watched namespaces.
 {{- if .volumePool }}
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+  verbs: ["list", "create", "patch", "delete"]
+- apiGroups: ["durable.dev"]
+  resources: ["durableproducers"]
+  verbs: ["get"]
 {{- end }}
 {{- if .drainJobs }}
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["create", "get", "list", "watch", "delete"]
+  verbs: ["list", "create", "delete"]
 {{- end }}
 {{- end }}
 {{- end }}

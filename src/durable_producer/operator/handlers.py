@@ -91,3 +91,8 @@ def finalize_durable_producer(name: str, namespace: str, logger: logging.Logger,
     volumes before releasing them belongs here once the PVC pool exists.
     """
     logger.info("DurableProducer %s/%s released", namespace, name)
+
+
+# The webhook, the volume pool, drain Jobs and the pod audit register their own handlers;
+# importing them here lets `kopf run -m durable_producer.operator.handlers` load everything.
+from durable_producer.operator import webhook_handlers  # noqa: E402, F401

@@ -35,7 +35,9 @@ AGENT_DRAIN_TIMEOUT_SECONDS = 25
 DEFAULT_APP_GRACE_SECONDS = 30
 GRACE_MARGIN_SECONDS = 5
 # Native sidecars stop after the app containers, inside the same grace period.
-MINIMUM_GRACE_SECONDS = DEFAULT_APP_GRACE_SECONDS + AGENT_DRAIN_TIMEOUT_SECONDS + GRACE_MARGIN_SECONDS
+MINIMUM_GRACE_SECONDS = (
+    DEFAULT_APP_GRACE_SECONDS + AGENT_DRAIN_TIMEOUT_SECONDS + GRACE_MARGIN_SECONDS
+)
 
 TLS_CA_VOLUME = "durable-kafka-ca"
 TLS_CLIENT_VOLUME = "durable-kafka-client-tls"
@@ -70,7 +72,10 @@ def _connection_args(spec: DurableProducerSpec) -> list[str]:
     if tls is not None and tls.ca_secret_ref is not None:
         args.append(f"--ssl-ca-file={TLS_CA_DIR}/ca.crt")
     if tls is not None and tls.client_certificate_secret_name is not None:
-        args += [f"--ssl-cert-file={TLS_CLIENT_DIR}/tls.crt", f"--ssl-key-file={TLS_CLIENT_DIR}/tls.key"]
+        args += [
+            f"--ssl-cert-file={TLS_CLIENT_DIR}/tls.crt",
+            f"--ssl-key-file={TLS_CLIENT_DIR}/tls.key",
+        ]
     if spec.kafka.sasl is not None:
         args += [
             f"--sasl-mechanism={spec.kafka.sasl.mechanism}",
@@ -113,30 +118,36 @@ def secret_volumes(spec: DurableProducerSpec) -> list[dict[str, Any]]:
     volumes: list[dict[str, Any]] = []
     tls = spec.kafka.tls
     if tls is not None and tls.ca_secret_ref is not None:
-        volumes.append({
-            "name": TLS_CA_VOLUME,
-            "secret": {
-                "secretName": tls.ca_secret_ref.name,
-                "items": [{"key": tls.ca_secret_ref.key, "path": "ca.crt"}],
-            },
-        })
+        volumes.append(
+            {
+                "name": TLS_CA_VOLUME,
+                "secret": {
+                    "secretName": tls.ca_secret_ref.name,
+                    "items": [{"key": tls.ca_secret_ref.key, "path": "ca.crt"}],
+                },
+            }
+        )
     if tls is not None and tls.client_certificate_secret_name is not None:
-        volumes.append({
-            "name": TLS_CLIENT_VOLUME,
-            "secret": {"secretName": tls.client_certificate_secret_name},
-        })
+        volumes.append(
+            {
+                "name": TLS_CLIENT_VOLUME,
+                "secret": {"secretName": tls.client_certificate_secret_name},
+            }
+        )
     sasl = spec.kafka.sasl
     if sasl is not None:
-        volumes.append({
-            "name": SASL_VOLUME,
-            "secret": {
-                "secretName": sasl.secret_name,
-                "items": [
-                    {"key": sasl.username_key, "path": "username"},
-                    {"key": sasl.password_key, "path": "password"},
-                ],
-            },
-        })
+        volumes.append(
+            {
+                "name": SASL_VOLUME,
+                "secret": {
+                    "secretName": sasl.secret_name,
+                    "items": [
+                        {"key": sasl.username_key, "path": "username"},
+                        {"key": sasl.password_key, "path": "password"},
+                    ],
+                },
+            }
+        )
     return volumes
 
 
@@ -245,8 +256,9 @@ def _with_bootstrap_env(container: dict[str, Any], address: str) -> dict[str, An
     return updated
 
 
-def injected_summary(producer: str, spec: DurableProducerSpec, claim_name: str,
-                     environ: Mapping[str, str]) -> str:
+def injected_summary(
+    producer: str, spec: DurableProducerSpec, claim_name: str, environ: Mapping[str, str]
+) -> str:
     """The value of the injected annotation: what was added, for humans and audits."""
     return json.dumps(
         {
@@ -295,6 +307,8 @@ def mutated_pod(
     if "fsGroup" not in security:
         # The buffer volume must be writable by the agent's non-root user.
         security["fsGroup"] = AGENT_USER_ID
+        # Change ownership only when the volume root does not match (not every mount).
+        security.setdefault("fsGroupChangePolicy", "OnRootMismatch")
         pod_spec["securityContext"] = security
 
     annotations = dict(metadata.get("annotations") or {})
@@ -343,7 +357,11 @@ def mutation_patch(
 def is_injected(pod: Mapping[str, Any]) -> bool:
     """Whether a pod runs the agent sidecar (the audit checks admitted pods with this)."""
     init_containers = (pod.get("spec") or {}).get("initContainers") or []
-    return any(
-        container.get("name") == AGENT_CONTAINER_NAME and container.get("restartPolicy") == "Always"
-        for container in init_containers
-    ) and claimed_volume(pod) is not None
+    return (
+        any(
+            container.get("name") == AGENT_CONTAINER_NAME
+            and container.get("restartPolicy") == "Always"
+            for container in init_containers
+        )
+        and claimed_volume(pod) is not None
+    )

@@ -135,6 +135,9 @@ def expected_lines(objects: list[dict[str, Any]]) -> set[str]:
         "RoleBinding": "rolebinding.rbac.authorization.k8s.io",
         "CustomResourceDefinition": "customresourcedefinition.apiextensions.k8s.io",
         "DurableProducer": "durableproducer.durable.dev",
+        "Secret": "secret",
+        "MutatingWebhookConfiguration":
+            "mutatingwebhookconfiguration.admissionregistration.k8s.io",
     }
     return {f"{resources[o['kind']]}/{o['metadata']['name']} created (dry run)" for o in objects}
 

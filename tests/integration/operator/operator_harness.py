@@ -46,6 +46,10 @@ DECLARED_RESOURCES: dict[str, kmock.ResourceInfo] = {
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
     ),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
+    # The volume pool (webhook_handlers) lists pods, PVCs and drain Jobs.
+    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
+    "v1/persistentvolumeclaims": kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True),
+    "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True),
     # kopf waits for namespaces to be discoverable even when it never lists them (cluster-wide).
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "events.k8s.io/v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from durable_producer.operator import handlers, model, settings
+from durable_producer.operator import handlers, model, settings, webhook_handlers
 from support.tools import (
     CHART_DIR,
     REPO_ROOT,
@@ -67,9 +67,11 @@ def rbac_grants(rules: Iterable[dict[str, Any]]) -> set[Grant]:
 
 
 def declared_operator_access() -> set[Grant]:
+    """What the operator uses with the default feature flags (the pool and audit are on)."""
     return {
         (group, resource, verb)
-        for group, resource, verbs in handlers.KUBERNETES_API_ACCESS
+        for group, resource, verbs in (
+            *handlers.KUBERNETES_API_ACCESS, *webhook_handlers.POOL_API_ACCESS)
         for verb in verbs
     }
 
@@ -108,7 +110,7 @@ def test_default_render_has_the_expected_objects(default_objects: list[dict[str,
 
     assert kinds == sorted([
         "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Service", "Deployment",
+        "Service", "Deployment", "MutatingWebhookConfiguration", "Secret",
     ])
 
 
@@ -226,9 +228,7 @@ def test_feature_flags_only_add_permissions(custom_objects: list[dict[str, Any]]
     added = granted - declared_operator_access()
 
     assert declared_operator_access() <= granted
-    assert {resource for _, resource, _ in added} == {
-        "pods", "configmaps", "persistentvolumeclaims", "jobs"
-    }
+    assert {resource for _, resource, _ in added} == {"configmaps"}
     assert not {verb for *_, verb in added} - {"create", "get", "list", "watch", "patch",
                                                 "delete"}
 
@@ -291,7 +291,10 @@ def test_webhook_can_be_switched_off() -> None:
     container = operator_container(objects)
 
     assert not objects_of_kind(objects, "Service")
+    assert not objects_of_kind(objects, "MutatingWebhookConfiguration")
+    assert not objects_of_kind(objects, "Secret")
     assert "webhook" not in {p["name"] for p in container["ports"]}
+    assert "DURABLE_PRODUCER_WEBHOOK_CERT_FILE" not in {e["name"] for e in container["env"]}
 
 
 def test_every_object_carries_the_standard_labels(

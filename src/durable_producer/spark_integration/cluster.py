@@ -1,0 +1,65 @@
+"""Fetch a DurableProducer's rendered Spark pod templates from the cluster (its ConfigMap).
+
+For spark-submit run outside the cluster (a laptop, CI): the templates are read through
+the Kubernetes API (kubeconfig, or the in-cluster service account) and written to a local
+directory, since Spark needs them as files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from durable_producer.spark_integration.conf import (
+    PodTemplates,
+    TemplateError,
+    write_rendered_templates,
+)
+
+TEMPLATES_CONFIGMAP_SUFFIX = "-spark-templates"
+
+
+def templates_configmap_name(producer: str) -> str:
+    """Name of the ConfigMap holding the templates rendered for DurableProducer ``producer``."""
+    return f"{producer}{TEMPLATES_CONFIGMAP_SUFFIX}"
+
+
+def fetch_rendered_templates(
+    configmap: str, namespace: str, *, kubeconfig: Path | None = None
+) -> dict[str, str]:
+    """The ``data`` of ``configmap`` in ``namespace``; kubeconfig, else in-cluster config."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config.config_exception import ConfigException
+
+    api_client = client.ApiClient(configuration=client.Configuration())
+    try:
+        try:
+            config.load_kube_config(
+                config_file=str(kubeconfig) if kubeconfig else None,
+                client_configuration=api_client.configuration,
+            )
+        except (ConfigException, FileNotFoundError, TypeError):
+            if kubeconfig is not None:
+                raise
+            config.load_incluster_config(client_configuration=api_client.configuration)
+        found = client.CoreV1Api(api_client).read_namespaced_config_map(configmap, namespace)
+    except ApiException as error:
+        raise TemplateError(
+            f"cannot read ConfigMap {namespace}/{configmap} with the Spark pod templates "
+            f"({error.status} {error.reason}); is the DurableProducer's Spark template "
+            f"rendering enabled and its name right?"
+        ) from error
+    except ConfigException as error:
+        raise TemplateError(f"no Kubernetes configuration found: {error}") from error
+    finally:
+        api_client.close()
+    return dict(found.data or {})
+
+
+def fetch_templates(
+    configmap: str, namespace: str, directory: Path, *, kubeconfig: Path | None = None
+) -> PodTemplates:
+    """Fetch the rendered templates and write them into ``directory`` for spark-submit."""
+    return write_rendered_templates(
+        fetch_rendered_templates(configmap, namespace, kubeconfig=kubeconfig), directory
+    )

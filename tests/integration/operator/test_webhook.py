@@ -1,0 +1,179 @@
+"""Real HTTPS AdmissionReviews against the running operator's webhook server (kopf run)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from durable_producer.operator import pod_mutation
+from durable_producer.operator import volume_pool as vp
+from durable_producer.operator.model import DurableProducerSpec
+from integration.operator.operator_harness import KubernetesApi
+from integration.operator.test_webhook_harness import (
+    AGENT_IMAGE,
+    PVCS_PATH,
+    WebhookOperator,
+    durable_producer,
+    items,
+    opted_in_pod,
+    patched,
+    pool_resources,
+    start_webhook_operator,
+)
+
+__all__ = ["pool_resources", "start_webhook_operator"]
+
+pytestmark = pytest.mark.integration
+
+ENVIRON = {"DURABLE_PRODUCER_AGENT_IMAGE": AGENT_IMAGE}
+SPEC = DurableProducerSpec.model_validate(durable_producer()["spec"])
+
+
+@pytest.fixture()
+def webhook(
+    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+) -> WebhookOperator:
+    kubernetes_api.create(durable_producer("orders"))
+    return start_webhook_operator()
+
+
+def deployment_pod() -> dict[str, Any]:
+    """A pod as a ReplicaSet submits it: generateName only, owned by the ReplicaSet."""
+    pod = opted_in_pod("unused", terminationGracePeriodSeconds=30, restartPolicy="Always")
+    del pod["metadata"]["name"]
+    pod["metadata"]["generateName"] = "orders-5c7d-"
+    pod["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                           "name": "orders-5c7d", "uid": "rs-1",
+                                           "controller": True}]
+    return pod
+
+
+def expected(pod: dict[str, Any], claim: str) -> dict[str, Any]:
+    return pod_mutation.mutated_pod(pod, "orders", SPEC, claim, ENVIRON)
+
+
+def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
+    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+) -> None:
+    pod = deployment_pod()
+
+    response = webhook.review(pod)
+    result = patched(pod, response)
+
+    assert response["allowed"] is True
+    claim = result["metadata"]["annotations"][pod_mutation.BUFFER_VOLUME_ANNOTATION]
+    assert result == expected(pod, claim)
+    assert result["spec"]["initContainers"][0]["image"] == AGENT_IMAGE
+    volumes = items(kubernetes_api, PVCS_PATH)
+    assert list(volumes) == [claim]
+    annotations = volumes[claim]["metadata"]["annotations"]
+    assert annotations[vp.CLAIM_TOKEN_ANNOTATION]
+    assert annotations[vp.BACKLOG_ANNOTATION] == vp.BACKLOG_UNKNOWN
+    assert volumes[claim]["metadata"]["ownerReferences"][0]["kind"] == "DurableProducer"
+    assert volumes[claim]["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+    again = webhook.review(result)
+
+    assert again["allowed"] is True
+    assert patched(result, again) == result  # applying the webhook twice equals once
+    assert list(items(kubernetes_api, PVCS_PATH)) == [claim]
+
+
+def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: WebhookOperator) -> None:
+    migrate = {"name": "migrate", "image": "shop/migrate:1", "command": ["migrate"],
+               "restartPolicy": "Always"}
+    pod = opted_in_pod("with-init", initContainers=[copy.deepcopy(migrate)])
+
+    result = patched(pod, webhook.review(pod))
+
+    claim = pod_mutation.claimed_volume(result)
+    assert claim is not None
+    assert result == expected(pod, claim)
+    assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent", "migrate"]
+    assert result["spec"]["initContainers"][1] == migrate
+
+
+def test_reinvocation_after_another_webhook_changed_the_pod(
+    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+) -> None:
+    pod = opted_in_pod("reinvoked")
+    first = patched(pod, webhook.review(pod))
+    # Another mutating webhook runs after ours and adds a proxy; IfNeeded re-invokes ours.
+    changed = copy.deepcopy(first)
+    changed["spec"]["containers"].append({"name": "mesh-proxy", "image": "mesh/proxy:1"})
+    changed["metadata"]["annotations"]["mesh/injected"] = "true"
+
+    result = patched(changed, webhook.review(changed))
+
+    claim = pod_mutation.claimed_volume(first)
+    assert claim is not None and pod_mutation.claimed_volume(result) == claim
+    assert result == expected(changed, claim)
+    proxy_env = {e["name"]: e["value"] for e in result["spec"]["containers"][1]["env"]}
+    assert proxy_env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
+    assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent"]
+    assert result["metadata"]["annotations"]["mesh/injected"] == "true"
+    assert list(items(kubernetes_api, PVCS_PATH)) == [claim]  # no second volume claimed
+
+
+def test_dry_run_mutates_but_claims_and_creates_nothing(
+    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+) -> None:
+    pod = opted_in_pod("dry")
+
+    response = webhook.review(pod, dry_run=True)
+    result = patched(pod, response)
+
+    assert response["allowed"] is True
+    assert any("dry run" in warning for warning in response.get("warnings", []))
+    claim = pod_mutation.claimed_volume(result)
+    assert claim == vp.volume_name("orders", "dry-run")
+    assert result == expected(pod, claim)
+    assert items(kubernetes_api, PVCS_PATH) == {}
+
+
+def test_pod_naming_a_missing_producer_is_rejected_with_the_reason(
+    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+) -> None:
+    pod = opted_in_pod("lost", producer="ghost")
+
+    response = webhook.review(pod)
+
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert "no DurableProducer default/ghost exists" in response["status"]["message"]
+    assert "patch" not in response
+    assert items(kubernetes_api, PVCS_PATH) == {}
+
+
+def test_pod_without_the_label_passes_untouched(webhook: WebhookOperator) -> None:
+    pod = opted_in_pod("plain")
+    del pod["metadata"]["labels"]["durable.dev/producer"]
+
+    response = webhook.review(pod)
+
+    assert response["allowed"] is True
+    assert "patch" not in response
+
+
+@pytest.mark.parametrize("payload", [
+    b"{not json",
+    json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "1", "resource": {"group": "", "version": "v1",
+                                                     "resource": "pods"},
+                            "operation": "CREATE"}}).encode(),
+    json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "1", "userInfo": {}, "object": {},
+                            "resource": {"group": "", "version": "v1",
+                                         "resource": "widgets"}}}).encode(),
+], ids=["not-json", "no-object-or-user", "unknown-resource"])
+def test_malformed_reviews_are_refused_and_the_server_keeps_serving(
+    webhook: WebhookOperator, payload: bytes
+) -> None:
+    status, answer = webhook.post(payload)
+
+    assert status in (400, 404), answer
+    assert webhook.review(opted_in_pod("after-garbage"))["allowed"] is True

@@ -1,0 +1,247 @@
+"""The real operator with its webhook server (HTTPS, a self-signed certificate) and volume pool.
+
+Reuses operator_harness (the emulator and `kopf run`): pods, PVCs and Jobs are declared in the
+emulator, the operator is started with the webhook handlers loaded and a certificate made by
+the openssl CLI. The emulator has no admission chain, so tests play the API server: they send
+AdmissionReviews to the webhook, apply the JSONPatch it answers and POST the resulting pod.
+No test functions here: this module holds fixtures and helpers for test_webhook*.py and
+test_volume_pool*.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import kmock
+import pytest
+
+from integration.operator import operator_harness
+from integration.operator.operator_harness import (
+    NAMESPACE,
+    KubernetesApi,
+    OperatorProcess,
+    wait_for,
+)
+
+POOL_RESOURCES: dict[str, kmock.ResourceInfo] = {
+    "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
+    "v1/persistentvolumeclaims": kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True),
+    "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True),
+}
+WEBHOOK_PATH = "/attach-buffer-agent"
+PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
+PVCS_PATH = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims"
+JOBS_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
+AGENT_IMAGE = "registry.example/durable-agent:test"
+
+
+@pytest.fixture(autouse=True)
+def pool_resources(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Declare pods, PVCs and Jobs in the emulator (before it starts)."""
+    for resource, info in POOL_RESOURCES.items():
+        monkeypatch.setitem(operator_harness.DECLARED_RESOURCES, resource, info)
+
+
+def make_certificate(directory: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 (kopf's own generator needs oscrypto, which
+    cannot load OpenSSL 3); the CLI is what a cluster admin would use too."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl CLI is needed to make the webhook certificate")
+    cert, key = directory / "tls.crt", directory / "tls.key"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class WebhookOperator:
+    """The running operator: its process, webhook URL and the CA to trust."""
+
+    process: OperatorProcess
+    base_url: str
+    ca_file: Path
+
+    def post(self, payload: bytes, path: str = WEBHOOK_PATH) -> tuple[int, Any]:
+        """POST raw bytes over verified HTTPS; (HTTP status, decoded JSON or text)."""
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        request = urllib.request.Request(
+            self.base_url + path, data=payload, method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=15, context=context) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode(errors="replace")
+
+    def review(self, pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+        """Send an AdmissionReview for creating the pod; the `response` part of the answer."""
+        status, answer = self.post(json.dumps(admission_review(pod, dry_run=dry_run)).encode())
+        assert status == 200, answer
+        return answer["response"]
+
+
+def admission_review(pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
+    """What the API server sends for `kubectl create` of a pod (admission.k8s.io/v1)."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": NAMESPACE,
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
+            "object": pod,
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+def patched(pod: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    """The pod with the webhook's JSONPatch applied (as the API server does)."""
+    if "patch" not in response:
+        return json.loads(json.dumps(pod))
+    assert response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    return jsonpatch.apply_patch(pod, ops, in_place=False)
+
+
+def opted_in_pod(name: str, producer: str = "orders", **spec_fields: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {"app": "orders", "durable.dev/producer": producer},
+        },
+        "spec": {"containers": [{"name": "app", "image": "shop/orders:1"}], **spec_fields},
+    }
+
+
+def durable_producer(name: str = "orders") -> dict[str, Any]:
+    return {
+        "apiVersion": "durable.dev/v1alpha1",
+        "kind": "DurableProducer",
+        "metadata": {"name": name},
+        "spec": {
+            "kafka": {"bootstrapServers": ["kafka-0.kafka:9092"]},
+            "throughput": {"peakBytesPerSecond": 2**20},
+            "outageSeconds": 600,
+        },
+    }
+
+
+def api_call(kubernetes_api: KubernetesApi, method: str, path: str,
+             body: Any = None) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
+    request = urllib.request.Request(kubernetes_api.base_url + path, data=data, method=method,
+                                     headers={"Content-Type": content_type})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"null")
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read() or b"null")
+
+
+def items(kubernetes_api: KubernetesApi, path: str) -> dict[str, dict[str, Any]]:
+    status, listing = api_call(kubernetes_api, "GET", path)
+    assert status == 200, listing
+    return {item["metadata"]["name"]: item for item in listing.get("items") or []}
+
+
+def _webhook_accepts_tls(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture()
+def start_webhook_operator(
+    kubernetes_api: KubernetesApi, tmp_path: Path
+) -> Iterator[Callable[..., WebhookOperator]]:
+    """Starts `kopf run` with the DurableProducer and webhook handlers; stops it after."""
+    kubeconfig = tmp_path / "kubeconfig"
+    operator_harness._write_kubeconfig(kubeconfig, kubernetes_api.base_url)
+    cert, key = make_certificate(tmp_path)
+    started: list[WebhookOperator] = []
+
+    def start(**pool_env: str) -> WebhookOperator:
+        port = _free_port()
+        env = {
+            **os.environ,
+            "KUBECONFIG": str(kubeconfig),
+            "PYTHONUNBUFFERED": "1",
+            "DURABLE_PRODUCER_AGENT_IMAGE": AGENT_IMAGE,
+            "DURABLE_PRODUCER_WEBHOOK_ADDR": "127.0.0.1",
+            "DURABLE_PRODUCER_WEBHOOK_PORT": str(port),
+            "DURABLE_PRODUCER_WEBHOOK_CERT_FILE": str(cert),
+            "DURABLE_PRODUCER_WEBHOOK_KEY_FILE": str(key),
+            "DURABLE_PRODUCER_POOL_INTERVAL_SECONDS": "0.5",
+            **pool_env,
+        }
+        liveness_url = f"http://127.0.0.1:{_free_port()}/healthz"
+        log_path = tmp_path / f"operator-{len(started)}.log"
+        command = [
+            sys.executable, "-m", "kopf", "run",
+            "-m", "durable_producer.operator.handlers",
+            "-m", "durable_producer.operator.webhook_handlers",
+            "--standalone", "--all-namespaces", f"--liveness={liveness_url}", "--verbose",
+        ]  # fmt: skip
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=tmp_path
+            )
+        operator = WebhookOperator(
+            process=OperatorProcess(process=process, liveness_url=liveness_url,
+                                    log_path=log_path),
+            base_url=f"https://127.0.0.1:{port}",
+            ca_file=cert,
+        )
+        started.append(operator)
+        wait_for(lambda: process.poll() is not None or _webhook_accepts_tls(port),
+                 timeout=operator_harness.OPERATOR_START_TIMEOUT_SECONDS,
+                 what="the operator's webhook server")
+        assert process.poll() is None, f"the operator exited early:\n{operator.process.log()}"
+        return operator
+
+    try:
+        yield start
+    finally:
+        for operator in started:
+            operator.process.stop()

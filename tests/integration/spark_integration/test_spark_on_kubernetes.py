@@ -1,0 +1,130 @@
+"""The real Spark driver (spark-submit, client mode) against a Kubernetes API emulator.
+
+spark-submit gets exactly the flags printed by ``python -m durable_producer.spark_integration
+conf``; the executor pods it POSTs must carry what the template says (opt-in label, agent
+sidecar, env, grace period). Nothing runs the pods: the emulator only records them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from durable_producer.spark_integration.conf import EXECUTOR_TEMPLATE_KEY, write_rendered_templates
+from integration.spark_integration.spark_harness import Emulator
+
+pytestmark = pytest.mark.integration
+
+GRACE_SECONDS = 180
+EXECUTOR_TEMPLATE = f"""\
+apiVersion: v1
+kind: Pod
+metadata:
+  labels:
+    durable.dev/producer: orders
+spec:
+  terminationGracePeriodSeconds: {GRACE_SECONDS}
+  initContainers:
+    - name: durable-agent
+      image: durable-agent:test
+      restartPolicy: Always
+  containers:
+    - name: spark-kubernetes-executor
+      env:
+        - name: DURABLE_PRODUCER_BOOTSTRAP
+          value: 127.0.0.1:9092
+"""
+
+JOB = """\
+import time
+from pyspark.sql import SparkSession
+
+SparkSession.builder.getOrCreate()
+time.sleep(120)
+"""
+
+
+def conf_flags(templates_dir: Path) -> list[str]:
+    printed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "durable_producer.spark_integration",
+            "conf",
+            "--templates-dir",
+            str(templates_dir),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return printed.split()
+
+
+def test_executor_pods_from_spark_carry_the_template(emulator: Emulator, tmp_path: Path) -> None:
+    templates = write_rendered_templates(
+        {EXECUTOR_TEMPLATE_KEY: EXECUTOR_TEMPLATE}, tmp_path / "templates"
+    )
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    command = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master",
+        f"k8s://{emulator.url}",
+        "--deploy-mode",
+        "client",
+        "--conf",
+        "spark.kubernetes.namespace=default",
+        "--conf",
+        "spark.kubernetes.container.image=spark:test",
+        "--conf",
+        "spark.executor.instances=1",
+        "--conf",
+        "spark.scheduler.minRegisteredResourcesRatio=0",
+        "--conf",
+        "spark.driver.host=127.0.0.1",
+        "--conf",
+        "spark.ui.enabled=false",
+        *conf_flags(templates.executor.parent),
+        str(job),
+    ]
+    environment = dict(
+        os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable
+    )
+    log_path = tmp_path / "spark-submit.log"
+    with log_path.open("wb") as log:
+        driver = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
+        )
+    try:
+        deadline = time.monotonic() + 120
+        pods = emulator.posted("/pods")
+        while not pods and time.monotonic() < deadline and driver.poll() is None:
+            time.sleep(0.5)
+            pods = emulator.posted("/pods")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=30)
+    assert pods, f"Spark created no executor pod: {log_path.read_text(errors='replace')[-3000:]}"
+
+    pod = pods[0]
+    assert pod["metadata"]["labels"]["durable.dev/producer"] == "orders"
+    assert pod["metadata"]["labels"]["spark-role"] == "executor"
+    spec = pod["spec"]
+    assert spec["terminationGracePeriodSeconds"] == GRACE_SECONDS
+    assert [(c["name"], c.get("restartPolicy")) for c in spec["initContainers"]] == [
+        ("durable-agent", "Always")
+    ]
+    (container,) = spec["containers"]
+    assert container["name"] == "spark-kubernetes-executor"
+    env = {variable["name"]: variable.get("value") for variable in container["env"]}
+    assert env["DURABLE_PRODUCER_BOOTSTRAP"] == "127.0.0.1:9092"
+    assert env["SPARK_EXECUTOR_ID"] == "1"

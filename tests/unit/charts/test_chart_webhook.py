@@ -1,0 +1,179 @@
+"""The chart's mutating webhook: configuration, TLS (generated or cert-manager), operator wiring."""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_producer.operator import volume_pool, webhook_handlers
+from support.tools import CHART_DIR, objects_of_kind, render_chart, run_helm, single_object
+
+NAMESPACE = "durable-system"
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (container,) = single_object(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    return container
+
+
+def env_of(objects: list[dict[str, Any]]) -> dict[str, str]:
+    return {item["name"]: item.get("value", "") for item in operator_container(objects)["env"]}
+
+
+@pytest.fixture(scope="module")
+def default_objects() -> list[dict[str, Any]]:
+    return render_chart()
+
+
+@pytest.fixture(scope="module")
+def cert_manager_objects() -> list[dict[str, Any]]:
+    return render_chart({"webhook": {"certManager": {"enabled": True}}})
+
+
+def test_webhook_targets_opted_in_pods_with_the_documented_policies(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    configuration = single_object(default_objects, "MutatingWebhookConfiguration")
+    (webhook,) = configuration["webhooks"]
+
+    assert webhook["objectSelector"] == {
+        "matchExpressions": [{"key": "durable.dev/producer", "operator": "Exists"}]}
+    assert webhook["namespaceSelector"]["matchExpressions"][0]["values"] == [
+        "kube-system", "kube-node-lease"]
+    assert webhook["reinvocationPolicy"] == "IfNeeded"
+    assert webhook["failurePolicy"] == "Fail"
+    assert webhook["timeoutSeconds"] == 5
+    assert webhook["sideEffects"] == "NoneOnDryRun"
+    assert webhook["admissionReviewVersions"] == ["v1"]
+    assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
+                                 "operations": ["CREATE"], "resources": ["pods"],
+                                 "scope": "Namespaced"}]
+
+
+def test_webhook_calls_the_kopf_handler_through_the_service(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    (webhook,) = single_object(default_objects, "MutatingWebhookConfiguration")["webhooks"]
+    service = single_object(default_objects, "Service")
+    reference = webhook["clientConfig"]["service"]
+
+    assert reference["path"] == f"/{webhook_handlers.MUTATION_WEBHOOK_ID}"
+    assert reference["name"] == service["metadata"]["name"]
+    assert reference["namespace"] == NAMESPACE
+    assert reference["port"] == service["spec"]["ports"][0]["port"]
+
+
+def test_operator_serves_the_webhook_with_the_mounted_certificate(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    container = operator_container(default_objects)
+    pod_spec = single_object(default_objects, "Deployment")["spec"]["template"]["spec"]
+    secret = single_object(default_objects, "Secret")
+    env = env_of(default_objects)
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "webhook-tls"]
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == "webhook-tls"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    assert env[webhook_handlers.WEBHOOK_CERT_FILE_ENV] == f"{mount['mountPath']}/tls.crt"
+    assert env[webhook_handlers.WEBHOOK_KEY_FILE_ENV] == f"{mount['mountPath']}/tls.key"
+    assert int(env[webhook_handlers.WEBHOOK_PORT_ENV]) == ports["webhook"]
+    settings = webhook_handlers.WebhookSettings.from_environ(env)
+    assert settings.enabled and settings.port == 9443
+
+
+def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service_name(
+    default_objects: list[dict[str, Any]], tmp_path: Path
+) -> None:
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl CLI is needed to inspect the certificate")
+    secret = single_object(default_objects, "Secret")
+    (webhook,) = single_object(default_objects, "MutatingWebhookConfiguration")["webhooks"]
+    service = single_object(default_objects, "Service")["metadata"]["name"]
+    ca_file, cert_file = tmp_path / "ca.crt", tmp_path / "tls.crt"
+    ca_file.write_bytes(base64.b64decode(webhook["clientConfig"]["caBundle"]))
+    cert_file.write_bytes(base64.b64decode(secret["data"]["tls.crt"]))
+
+    verified = subprocess.run(
+        [openssl, "verify", "-CAfile", str(ca_file), "-verify_hostname",
+         f"{service}.{NAMESPACE}.svc", str(cert_file)],
+        capture_output=True, text=True, timeout=30, check=False)
+
+    assert secret["type"] == "kubernetes.io/tls"
+    assert secret["data"]["ca.crt"] == webhook["clientConfig"]["caBundle"]
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert b"PRIVATE KEY" in base64.b64decode(secret["data"]["tls.key"])
+
+
+def test_cert_manager_issues_the_certificate_and_injects_the_ca(
+    cert_manager_objects: list[dict[str, Any]],
+) -> None:
+    configuration = single_object(cert_manager_objects, "MutatingWebhookConfiguration")
+    certificate = single_object(cert_manager_objects, "Certificate")
+    issuer = single_object(cert_manager_objects, "Issuer")
+    pod_spec = single_object(cert_manager_objects, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == "webhook-tls"]
+    service = single_object(cert_manager_objects, "Service")["metadata"]["name"]
+
+    assert not objects_of_kind(cert_manager_objects, "Secret")
+    assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
+    assert configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == (
+        f"{NAMESPACE}/{certificate['metadata']['name']}")
+    assert certificate["spec"]["secretName"] == volume["secret"]["secretName"]
+    assert f"{service}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
+    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer",
+                                                "name": issuer["metadata"]["name"]}
+    assert issuer["spec"] == {"selfSigned": {}}
+
+
+def test_cert_manager_can_use_an_existing_cluster_issuer() -> None:
+    objects = render_chart({"webhook": {"certManager": {
+        "enabled": True, "issuerRef": {"kind": "ClusterIssuer", "name": "internal-ca"}}}})
+
+    assert not objects_of_kind(objects, "Issuer")
+    assert single_object(objects, "Certificate")["spec"]["issuerRef"] == {
+        "kind": "ClusterIssuer", "name": "internal-ca"}
+
+
+def test_policy_values_reach_the_configuration() -> None:
+    objects = render_chart({"webhook": {
+        "failurePolicy": "Ignore", "timeoutSeconds": 2,
+        # null removes the default's key (Helm merges maps with the defaults).
+        "namespaceSelector": {"matchExpressions": None,
+                              "matchLabels": {"durable.dev/inject": "enabled"}}}})
+    (webhook,) = single_object(objects, "MutatingWebhookConfiguration")["webhooks"]
+
+    assert webhook["failurePolicy"] == "Ignore"
+    assert webhook["timeoutSeconds"] == 2
+    assert webhook["namespaceSelector"] == {"matchLabels": {"durable.dev/inject": "enabled"}}
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"webhook": {"failurePolicy": "Sometimes"}}, "at '/webhook/failurePolicy'"),
+    ({"webhook": {"timeoutSeconds": 31}}, "at '/webhook/timeoutSeconds'"),
+    ({"pool": {"idleTtlSeconds": -1}}, "at '/pool/idleTtlSeconds'"),
+])
+def test_bad_webhook_and_pool_values_are_refused(values: dict[str, Any], message: str) -> None:
+    result = run_helm(["template", "dp", str(CHART_DIR)], values=values)
+
+    assert result.returncode != 0
+    assert message in result.stderr
+
+
+def test_pool_timings_reach_the_operator(default_objects: list[dict[str, Any]]) -> None:
+    env = env_of(render_chart({"pool": {"claimGraceSeconds": 7, "drainGraceSeconds": 8,
+                                        "idleTtlSeconds": 9, "drainTimeoutSeconds": 10}}))
+
+    policy = volume_pool.PoolPolicy.from_environ(env)
+
+    assert (policy.claim_grace_seconds, policy.drain_grace_seconds, policy.idle_ttl_seconds,
+            policy.drain_timeout_seconds) == (7, 8, 9, 10)
+    assert volume_pool.PoolPolicy.from_environ(env_of(default_objects)) == (
+        volume_pool.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
+                               idle_ttl_seconds=900, drain_timeout_seconds=600))

@@ -1,0 +1,325 @@
+"""Pod mutation: the JSONPatch applied to a pod gives exactly the expected pod, idempotently."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durable_producer.buffer_agent.cli import build_parser
+from durable_producer.operator import pod_mutation
+from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.sizing import FILESYSTEM_RESERVE_BYTES, SizingInputs, size_buffer
+
+ENVIRON = {"DURABLE_PRODUCER_AGENT_IMAGE": "registry.example/agent:1.2.3"}
+CLAIM = "orders-buffer-abc"
+
+
+def make_spec(**overrides: Any) -> DurableProducerSpec:
+    raw: dict[str, Any] = {
+        "kafka": {"bootstrapServers": ["kafka-0.kafka:9092", "kafka-1.kafka:9092"]},
+        "throughput": {"peakBytesPerSecond": 2**20},
+        "outageSeconds": 600,
+    }
+    raw.update(overrides)
+    return DurableProducerSpec.model_validate(raw)
+
+
+def deployment_pod() -> dict[str, Any]:
+    """A pod as a ReplicaSet creates it: generateName, no name yet."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": "orders-7d9f8-",
+            "namespace": "shop",
+            "labels": {"app": "orders", pod_mutation.PRODUCER_LABEL: "orders"},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                 "name": "orders-7d9f8", "uid": "u-1", "controller": True}],
+        },
+        "spec": {
+            "containers": [{
+                "name": "app",
+                "image": "shop/orders:1",
+                "env": [{"name": "LOG_LEVEL", "value": "info"}],
+            }],
+            "restartPolicy": "Always",
+        },
+    }
+
+
+def apply(pod: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
+    return jsonpatch.apply_patch(pod, ops, in_place=False)
+
+
+def patch_for(pod: dict[str, Any], spec: DurableProducerSpec | None = None,
+              claim: str = CLAIM) -> list[dict[str, Any]]:
+    return pod_mutation.mutation_patch(pod, "orders", spec or make_spec(), claim, ENVIRON)
+
+
+def env_of(container: dict[str, Any]) -> dict[str, Any]:
+    return {item["name"]: item.get("value") for item in container.get("env", [])}
+
+
+def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() -> None:
+    pod = deployment_pod()
+
+    result = apply(pod, patch_for(pod))
+
+    spec = result["spec"]
+    (agent,) = spec["initContainers"]
+    assert agent["name"] == pod_mutation.AGENT_CONTAINER_NAME
+    assert agent["image"] == "registry.example/agent:1.2.3"
+    assert agent["restartPolicy"] == "Always"
+    assert agent["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 9644}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 9644}
+    assert agent["securityContext"]["runAsNonRoot"] is True
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    assert agent["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"},
+                                  "limits": {"memory": "512Mi"}}
+    assert {"name": "durable-buffer", "mountPath": "/var/lib/durable-producer"} in agent[
+        "volumeMounts"]
+    assert env_of(spec["containers"][0]) == {
+        "LOG_LEVEL": "info",
+        "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
+        "DURABLE_PRODUCER_BOOTSTRAP": "127.0.0.1:9092",
+    }
+    assert spec["volumes"] == [
+        {"name": "durable-buffer", "persistentVolumeClaim": {"claimName": CLAIM}}
+    ]
+    assert spec["terminationGracePeriodSeconds"] == pod_mutation.MINIMUM_GRACE_SECONDS
+    assert spec["securityContext"] == {"fsGroup": pod_mutation.AGENT_USER_ID,
+                                       "fsGroupChangePolicy": "OnRootMismatch"}
+    annotations = result["metadata"]["annotations"]
+    assert annotations[pod_mutation.BUFFER_VOLUME_ANNOTATION] == CLAIM
+    assert json.loads(annotations[pod_mutation.INJECTED_ANNOTATION]) == {
+        "producer": "orders", "agentImage": "registry.example/agent:1.2.3",
+        "volume": CLAIM, "bootstrap": "127.0.0.1:9092",
+    }
+    # Everything else untouched.
+    assert result["metadata"]["ownerReferences"] == pod["metadata"]["ownerReferences"]
+    assert spec["restartPolicy"] == "Always"
+    assert pod_mutation.is_injected(result)
+
+
+def test_grace_period_outlives_the_agent_drain_deadline() -> None:
+    assert pod_mutation.MINIMUM_GRACE_SECONDS > pod_mutation.AGENT_DRAIN_TIMEOUT_SECONDS + 30
+
+
+def test_sidecar_arguments_are_accepted_by_the_real_agent_cli() -> None:
+    spec = make_spec(
+        fsync={"policy": "always"},
+        fullDisk={"policy": "block", "blockTimeoutMs": 2000},
+        agent={"ports": {"kafka": 19092, "metrics": 19644}},
+        kafka={
+            "bootstrapServers": ["kafka:9093"],
+            "tls": {"caSecretRef": {"name": "kafka-ca", "key": "ca.pem"},
+                    "clientCertificateSecretName": "client-tls"},
+            "sasl": {"mechanism": "SCRAM-SHA-512", "secretName": "kafka-user"},
+        },
+    )
+    container = pod_mutation.agent_sidecar(spec, ENVIRON)
+
+    args = build_parser({}).parse_args(container["args"])
+
+    assert args.command == "run"
+    assert args.kafka_bootstrap == "kafka:9093"
+    assert args.listen == ("127.0.0.1", 19092)
+    assert args.metrics_listen == ("0.0.0.0", 19644)
+    assert args.fsync == "always"
+    assert args.full_disk_policy == "block"
+    assert args.block_timeout == 2.0
+    assert args.security_protocol == "SASL_SSL"
+    assert str(args.ssl_ca_file) == "/etc/durable-producer/kafka-ca/ca.crt"
+    assert str(args.sasl_password_file) == "/etc/durable-producer/kafka-sasl/password"
+    volume_bytes = size_buffer(SizingInputs.from_spec(spec)).size_bytes
+    assert args.max_buffer_bytes == volume_bytes - FILESYSTEM_RESERVE_BYTES > 0
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert set(mounts) == {"durable-buffer", "durable-kafka-ca", "durable-kafka-client-tls",
+                           "durable-kafka-sasl"}
+
+
+def test_secret_volumes_reference_the_spec_secrets_only() -> None:
+    spec = make_spec(kafka={
+        "bootstrapServers": ["kafka:9093"],
+        "sasl": {"mechanism": "PLAIN", "secretName": "creds", "usernameKey": "user",
+                 "passwordKey": "pass"},
+    })
+    pod = deployment_pod()
+
+    result = apply(pod, patch_for(pod, spec))
+
+    volumes = {v["name"]: v for v in result["spec"]["volumes"]}
+    assert volumes["durable-kafka-sasl"]["secret"] == {
+        "secretName": "creds",
+        "items": [{"key": "user", "path": "username"}, {"key": "pass", "path": "password"}],
+    }
+    assert "durable-kafka-ca" not in volumes
+
+
+def test_existing_init_container_is_kept_after_the_agent_with_every_field() -> None:
+    pod = deployment_pod()
+    migrate = {"name": "migrate", "image": "shop/migrate:1", "restartPolicy": "Always",
+               "futureField": {"kept": True}}
+    pod["spec"]["initContainers"] = [copy.deepcopy(migrate)]
+
+    result = apply(pod, patch_for(pod))
+
+    names = [c["name"] for c in result["spec"]["initContainers"]]
+    assert names == [pod_mutation.AGENT_CONTAINER_NAME, "migrate"]
+    assert result["spec"]["initContainers"][1] == migrate
+
+
+def test_app_bootstrap_env_is_overridden_not_duplicated() -> None:
+    pod = deployment_pod()
+    pod["spec"]["containers"][0]["env"].append(
+        {"name": "KAFKA_BOOTSTRAP_SERVERS", "value": "kafka:9092"})
+
+    result = apply(pod, patch_for(pod))
+
+    env = result["spec"]["containers"][0]["env"]
+    assert [e["name"] for e in env].count("KAFKA_BOOTSTRAP_SERVERS") == 1
+    assert env_of(result["spec"]["containers"][0])["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
+
+
+def test_longer_grace_period_and_fs_group_are_kept() -> None:
+    pod = deployment_pod()
+    pod["spec"]["terminationGracePeriodSeconds"] = 600
+    pod["spec"]["securityContext"] = {"fsGroup": 2000, "runAsUser": 1000}
+
+    result = apply(pod, patch_for(pod))
+
+    assert result["spec"]["terminationGracePeriodSeconds"] == 600
+    assert result["spec"]["securityContext"] == {"fsGroup": 2000, "runAsUser": 1000}
+
+
+def test_second_pass_changes_nothing() -> None:
+    pod = deployment_pod()
+    once = apply(pod, patch_for(pod))
+
+    assert patch_for(once) == []
+    assert pod_mutation.claimed_volume(once) == CLAIM
+
+
+def test_reinvocation_after_another_webhook_added_a_container() -> None:
+    pod = deployment_pod()
+    once = apply(pod, patch_for(pod))
+    changed_by_other = copy.deepcopy(once)
+    changed_by_other["spec"]["containers"].append({"name": "mesh-proxy", "image": "proxy:1"})
+
+    ops = patch_for(changed_by_other, claim=pod_mutation.claimed_volume(changed_by_other) or "")
+    result = apply(changed_by_other, ops)
+
+    assert [op["path"] for op in ops] == ["/spec/containers"]
+    assert env_of(result["spec"]["containers"][1])["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
+    assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent"]
+    assert len(result["spec"]["volumes"]) == 1
+
+
+def test_pod_without_spec_or_annotations_gets_them() -> None:
+    pod = {"metadata": {"labels": {pod_mutation.PRODUCER_LABEL: "orders"}}}
+
+    result = apply(pod, patch_for(pod))
+
+    assert result["spec"]["containers"] == []
+    assert pod_mutation.is_injected(result)
+
+
+@pytest.mark.parametrize(("tls", "sasl", "expected"), [
+    (False, False, "PLAINTEXT"), (True, False, "SSL"), (False, True, "SASL_PLAINTEXT"),
+    (True, True, "SASL_SSL"),
+])
+def test_security_protocol(tls: bool, sasl: bool, expected: str) -> None:
+    kafka: dict[str, Any] = {"bootstrapServers": ["k:9092"]}
+    if tls:
+        kafka["tls"] = {}
+    if sasl:
+        kafka["sasl"] = {"mechanism": "PLAIN", "secretName": "s"}
+
+    assert pod_mutation.security_protocol(make_spec(kafka=kafka)) == expected
+
+
+def test_drain_arguments_are_accepted_by_the_real_agent_cli() -> None:
+    args = build_parser({}).parse_args(pod_mutation.agent_drain_args(make_spec(), 300))
+
+    assert args.command == "drain"
+    assert args.timeout == 300.0
+    assert args.kafka_bootstrap == "kafka-0.kafka:9092,kafka-1.kafka:9092"
+
+
+# Property tests: arbitrary pods (with fields we know nothing about) mutate idempotently.
+
+names = st.text(alphabet="abcdefghij-", min_size=1, max_size=6)
+scalars = st.one_of(st.integers(-5, 5), st.booleans(), st.text(max_size=4), st.none())
+unknown_fields = st.dictionaries(st.sampled_from(["x-extra", "restartPolicy", "ports"]), scalars,
+                                 max_size=2)
+env_lists = st.lists(
+    st.fixed_dictionaries({"name": st.sampled_from(
+        ["A", "B", "KAFKA_BOOTSTRAP_SERVERS", "DURABLE_PRODUCER_BOOTSTRAP"]),
+        "value": st.text(max_size=4)}),
+    max_size=3)
+
+
+@st.composite
+def containers(draw: st.DrawFn) -> dict[str, Any]:
+    container: dict[str, Any] = {"name": draw(names), "image": "img"}
+    container.update(draw(unknown_fields))
+    if draw(st.booleans()):
+        container["env"] = draw(env_lists)
+    return container
+
+
+def unique_by_name(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: dict[str, dict[str, Any]] = {}
+    for item in items:
+        seen.setdefault(item["name"], item)
+    return list(seen.values())
+
+
+@st.composite
+def pods(draw: st.DrawFn) -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": unique_by_name(draw(st.lists(containers(), max_size=3)))}
+    if draw(st.booleans()):
+        spec["initContainers"] = unique_by_name(draw(st.lists(containers(), max_size=2)))
+    if draw(st.booleans()):
+        spec["volumes"] = unique_by_name(draw(st.lists(
+            st.fixed_dictionaries({"name": names, "emptyDir": st.just({})}), max_size=2)))
+    if draw(st.booleans()):
+        spec["terminationGracePeriodSeconds"] = draw(st.integers(0, 200))
+    if draw(st.booleans()):
+        spec["securityContext"] = draw(st.dictionaries(
+            st.sampled_from(["fsGroup", "runAsUser"]), st.integers(0, 5000), max_size=2))
+    metadata: dict[str, Any] = {"labels": {pod_mutation.PRODUCER_LABEL: "orders"}}
+    if draw(st.booleans()):
+        metadata["annotations"] = draw(st.dictionaries(st.sampled_from(["a", "b/c", "d~e"]),
+                                                       st.text(max_size=3), max_size=2))
+    return {"metadata": metadata, "spec": spec, **draw(st.dictionaries(
+        st.sampled_from(["status", "x-top"]), scalars, max_size=1))}
+
+
+@settings(max_examples=150, deadline=None)
+@given(pods())
+def test_patch_gives_the_desired_pod_and_applying_twice_equals_once(pod: dict[str, Any]) -> None:
+    spec = make_spec()
+    ops = patch_for(pod, spec)
+    once = apply(pod, ops)
+    twice = apply(once, patch_for(once, spec))
+
+    assert once == pod_mutation.mutated_pod(pod, "orders", spec, CLAIM, ENVIRON)
+    assert twice == once
+    assert patch_for(once, spec) == []
+    for key in ("initContainers", "containers", "volumes"):
+        item_names = [item["name"] for item in once["spec"].get(key, [])]
+        assert len(item_names) == len(set(item_names)), key
+    # No field of the input is lost: every original container is still there, only env added.
+    for original in pod["spec"]["containers"]:
+        (kept,) = [c for c in once["spec"]["containers"] if c["name"] == original["name"]]
+        assert {k: v for k, v in kept.items() if k != "env"} == {
+            k: v for k, v in original.items() if k != "env"}
+    assert {k: v for k, v in once.items() if k not in ("metadata", "spec")} == {
+        k: v for k, v in pod.items() if k not in ("metadata", "spec")}

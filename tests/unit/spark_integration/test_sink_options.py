@@ -1,0 +1,88 @@
+"""Options of the durable-kafka data source."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_producer.spark_integration.errors import SinkOptionError
+from durable_producer.spark_integration.options import (
+    BOOTSTRAP_ENV,
+    DEFAULT_BOOTSTRAP,
+    DEFAULT_PRODUCER_CONFIG,
+    bootstrap_addresses,
+    parse_options,
+    resolve_bootstrap,
+)
+
+
+def test_defaults_leave_bootstrap_to_the_task_environment() -> None:
+    options = parse_options({})
+    assert options.bootstrap is None
+    assert options.topic is None
+    assert options.tombstones is False
+    assert options.producer_overrides == {}
+
+
+def test_kafka_prefixed_options_pass_through_to_the_producer() -> None:
+    options = parse_options({"kafka.linger.ms": "50", "Kafka.Compression.Type": "lz4"})
+    config = options.producer_config("127.0.0.1:19092")
+    assert config["linger.ms"] == "50"
+    assert config["compression.type"] == "lz4"
+    assert config["bootstrap.servers"] == "127.0.0.1:19092"
+    assert config["acks"] == DEFAULT_PRODUCER_CONFIG["acks"] == "all"
+    assert config["enable.idempotence"] == "true"
+    assert config["delivery.report.only.error"] is True
+
+
+def test_python_client_booleans_are_converted_from_option_strings() -> None:
+    options = parse_options({"kafka.delivery.report.only.error": "false"})
+    assert options.producer_config("a:1")["delivery.report.only.error"] is False
+
+
+def test_kafka_bootstrap_servers_is_accepted_as_in_sparks_kafka_sink() -> None:
+    options = parse_options({"kafka.bootstrap.servers": "10.0.0.1:9092"})
+    assert options.bootstrap == "10.0.0.1:9092"
+    assert "bootstrap.servers" not in options.producer_overrides
+
+
+def test_bootstrap_option_wins_over_kafka_bootstrap_servers() -> None:
+    options = parse_options({"bootstrap": "a:1", "kafka.bootstrap.servers": "b:2"})
+    assert options.bootstrap == "a:1"
+    assert options.producer_config("a:1")["bootstrap.servers"] == "a:1"
+
+
+def test_option_names_are_case_insensitive() -> None:
+    options = parse_options({"TOPIC": "events", "Tombstones": "true", "agentWaitSeconds": "0.5"})
+    assert options.topic == "events"
+    assert options.tombstones is True
+    assert options.agent_wait_seconds == 0.5
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("tombstones", "maybe"), ("agentWaitSeconds", "-1"), ("flushTimeoutSeconds", "soon")],
+)
+def test_invalid_option_values_name_the_option(name: str, value: str) -> None:
+    with pytest.raises(SinkOptionError, match=name):
+        parse_options({name: value})
+
+
+def test_resolve_bootstrap_prefers_option_then_environment_then_default() -> None:
+    env = {BOOTSTRAP_ENV: "127.0.0.1:19999"}
+    assert resolve_bootstrap("127.0.0.1:1", env) == "127.0.0.1:1"
+    assert resolve_bootstrap(None, env) == "127.0.0.1:19999"
+    assert resolve_bootstrap(None, {}) == DEFAULT_BOOTSTRAP == "127.0.0.1:9092"
+
+
+def test_bootstrap_addresses_parse_lists_schemes_and_ipv6() -> None:
+    assert bootstrap_addresses("PLAINTEXT://127.0.0.1:9092, localhost:9093,[::1]:9094") == [
+        ("127.0.0.1", 9092),
+        ("localhost", 9093),
+        ("::1", 9094),
+    ]
+
+
+@pytest.mark.parametrize("bad", ["", "127.0.0.1", "host:port", ":9092"])
+def test_bootstrap_addresses_reject_malformed_entries(bad: str) -> None:
+    with pytest.raises(SinkOptionError, match="bootstrap"):
+        bootstrap_addresses(bad)
