@@ -4,6 +4,8 @@ namespaces) grant exactly the same verbs. The base rules are the operator's
 KUBERNETES_API_ACCESS (src/durable_producer/operator/handlers.py), verb for verb; a test keeps
 them equal. rbac.features.* add the permissions of optional features; podAudit, volumePool and drainJobs
 grant exactly webhook_handlers.POOL_API_ACCESS (src/durable_producer/operator/webhook_handlers.py).
+sparkPodTemplates grants exactly spark_handlers.SPARK_TEMPLATES_API_ACCESS
+(src/durable_producer/operator/spark_handlers.py).
 */}}
 
 {{/*
@@ -38,7 +40,7 @@ Rules in the watched namespaces.
 {{- if .sparkPodTemplates }}
 - apiGroups: [""]
   resources: ["configmaps"]
-  verbs: ["create", "get", "list", "watch", "patch", "delete"]
+  verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 {{- if .volumePool }}
 - apiGroups: [""]

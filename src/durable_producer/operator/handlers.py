@@ -93,6 +93,7 @@ def finalize_durable_producer(name: str, namespace: str, logger: logging.Logger,
     logger.info("DurableProducer %s/%s released", namespace, name)
 
 
-# The webhook, the volume pool, drain Jobs and the pod audit register their own handlers;
-# importing them here lets `kopf run -m durable_producer.operator.handlers` load everything.
-from durable_producer.operator import webhook_handlers  # noqa: E402, F401
+# The webhook, the volume pool, drain Jobs, the pod audit and the Spark templates register
+# their own handlers; importing them here lets `kopf run -m durable_producer.operator.handlers`
+# load everything.
+from durable_producer.operator import spark_handlers, webhook_handlers  # noqa: E402, F401

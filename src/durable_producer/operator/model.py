@@ -307,3 +307,7 @@ class DurableProducerStatus(CamelModel):
     backlog_bytes: int | None = Field(
         default=None, ge=0, description="Bytes buffered but not yet acknowledged by Kafka."
     )
+    spark_templates_config_map: KubernetesName | None = Field(
+        default=None,
+        description="ConfigMap holding the rendered Spark pod templates (spec.spark).",
+    )

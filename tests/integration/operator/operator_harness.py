@@ -50,6 +50,8 @@ DECLARED_RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True),
+    # The Spark pod templates (spark_handlers) live in a ConfigMap per DurableProducer.
+    "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
     # kopf waits for namespaces to be discoverable even when it never lists them (cluster-wide).
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
     "events.k8s.io/v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),

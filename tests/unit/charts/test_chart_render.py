@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from durable_producer.operator import handlers, model, settings, webhook_handlers
+from durable_producer.operator import handlers, model, settings, spark_handlers, webhook_handlers
 from support.tools import (
     CHART_DIR,
     REPO_ROOT,
@@ -48,7 +48,7 @@ NON_DEFAULT_VALUES: dict[str, Any] = {
     "agent": {"image": {"repository": "registry.example:5000/dp/agent", "tag": "9.9.9",
                         "pullPolicy": "Always"}},
     "serviceAccount": {"name": "dp-operator", "annotations": {"owner": "platform"}},
-    "rbac": {"features": {"podAudit": True, "sparkPodTemplates": True, "volumePool": True,
+    "rbac": {"features": {"podAudit": True, "sparkPodTemplates": False, "volumePool": True,
                           "drainJobs": True}},
     "webhook": {"port": 10443, "service": {"port": 8443, "annotations": {"a": "b"}}},
 }
@@ -67,11 +67,12 @@ def rbac_grants(rules: Iterable[dict[str, Any]]) -> set[Grant]:
 
 
 def declared_operator_access() -> set[Grant]:
-    """What the operator uses with the default feature flags (the pool and audit are on)."""
+    """What the operator uses with the default feature flags (pool, audit, Spark templates)."""
     return {
         (group, resource, verb)
         for group, resource, verbs in (
-            *handlers.KUBERNETES_API_ACCESS, *webhook_handlers.POOL_API_ACCESS)
+            *handlers.KUBERNETES_API_ACCESS, *webhook_handlers.POOL_API_ACCESS,
+            *spark_handlers.SPARK_TEMPLATES_API_ACCESS)
         for verb in verbs
     }
 
@@ -223,14 +224,18 @@ def test_default_rbac_grants_exactly_what_the_operator_declares(
     assert granted == declared_operator_access()
 
 
-def test_feature_flags_only_add_permissions(custom_objects: list[dict[str, Any]]) -> None:
+def test_a_feature_flag_off_removes_only_its_own_permissions(
+    custom_objects: list[dict[str, Any]],
+) -> None:
     granted = rbac_grants(all_role_rules(custom_objects))
-    added = granted - declared_operator_access()
+    spark_templates = {
+        (group, resource, verb)
+        for group, resource, verbs in spark_handlers.SPARK_TEMPLATES_API_ACCESS
+        for verb in verbs
+    }
 
-    assert declared_operator_access() <= granted
-    assert {resource for _, resource, _ in added} == {"configmaps"}
-    assert not {verb for *_, verb in added} - {"create", "get", "list", "watch", "patch",
-                                                "delete"}
+    assert {resource for _, resource, _ in spark_templates} == {"configmaps"}
+    assert granted == declared_operator_access() - spark_templates
 
 
 def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_crds(
