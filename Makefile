@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv tools demo test test-all lint bench e2e clean
+.PHONY: venv tools demo test test-all lint bench e2e crds clean
 
 venv: $(STAMP)
 
@@ -38,6 +38,11 @@ bench: venv
 
 e2e: venv tools
 	$(BIN)/python -m pytest -m e2e tests/e2e
+
+# Regenerate the CRD from the pydantic model and copy it into the chart (tests check both).
+crds: venv
+	$(BIN)/python -m durable_producer.operator.crd > crds/durableproducers.durable.dev.yaml
+	cp crds/durableproducers.durable.dev.yaml charts/durable-producer/crds/
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .ruff_cache .hypothesis

@@ -19,6 +19,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.operator import reconcile, spark_templates
+from durable_producer.operator.kube_client import api_client
 from durable_producer.operator.model import GROUP, PLURAL, VERSION
 from durable_producer.operator.spark_templates import TemplatesActionKind
 
@@ -45,14 +46,7 @@ def core_api() -> kubernetes.client.CoreV1Api:
     global _core_api
     with _core_api_lock:
         if _core_api is None:
-            configuration = kubernetes.client.Configuration()
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=configuration)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(client_configuration=configuration)
-            api_client = kubernetes.client.ApiClient(configuration)
-            api_client.user_agent = USER_AGENT
-            _core_api = kubernetes.client.CoreV1Api(api_client)
+            _core_api = kubernetes.client.CoreV1Api(api_client(USER_AGENT))
         return _core_api
 
 

@@ -37,6 +37,7 @@ import kubernetes
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.operator import pod_mutation, reconcile, volume_pool
+from durable_producer.operator.kube_client import api_client
 from durable_producer.operator.model import GROUP, PLURAL, VERSION, DurableProducerSpec
 
 MUTATION_WEBHOOK_ID = "attach-buffer-agent"
@@ -110,16 +111,10 @@ class Cluster:
     """The few Kubernetes API calls the pool needs, on raw JSON dicts (no field dropped)."""
 
     def __init__(self) -> None:
-        configuration = kubernetes.client.Configuration()
-        try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
-        except kubernetes.config.ConfigException:
-            kubernetes.config.load_kube_config(client_configuration=configuration)
-        api_client = kubernetes.client.ApiClient(configuration)
-        api_client.user_agent = USER_AGENT
-        self.core = kubernetes.client.CoreV1Api(api_client)
-        self.batch = kubernetes.client.BatchV1Api(api_client)
-        self.custom = kubernetes.client.CustomObjectsApi(api_client)
+        client = api_client(USER_AGENT)
+        self.core = kubernetes.client.CoreV1Api(client)
+        self.batch = kubernetes.client.BatchV1Api(client)
+        self.custom = kubernetes.client.CustomObjectsApi(client)
 
     @staticmethod
     def _json(response: Any) -> Any:

@@ -11,13 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
 import tempfile
 import threading
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -29,7 +24,8 @@ from typing import Any
 
 import kmock
 
-from support.broker import ProxiedBroker, create_topic, free_port
+from durable_producer.local.agent_process import AgentProcess as LocalAgentProcess
+from support.broker import ProxiedBroker, create_topic
 
 ENDPOINT_ENV = "DURABLE_KAFKA_TESTS_ENDPOINT"
 LOOPBACK = "127.0.0.1"
@@ -43,75 +39,12 @@ def endpoint_mode() -> str:
     return mode
 
 
-class AgentProcess:
+class AgentProcess(LocalAgentProcess):
     """``durable-agent run`` on a free loopback port with a temporary data directory."""
 
     def __init__(self, kafka_bootstrap: str) -> None:
-        self.kafka_bootstrap = kafka_bootstrap
-        self.port = free_port()
         self._data_dir = tempfile.TemporaryDirectory(prefix="durable-agent-")
-        self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in stop()
-            prefix="durable-agent-", suffix=".log", delete=False
-        )
-        self.process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
-
-    def log_tail(self, size: int = 3000) -> str:
-        return Path(self._log.name).read_text(errors="replace")[-size:]
-
-    def start(self, timeout: float = 30.0) -> AgentProcess:
-        command = [
-            str(Path(sys.executable).parent / "durable-agent"),
-            "run",
-            "--data-dir",
-            self._data_dir.name,
-            "--kafka-bootstrap",
-            self.kafka_bootstrap,
-            "--listen",
-            self.bootstrap,
-            "--metrics-listen",
-            f"{LOOPBACK}:{free_port()}",
-        ]
-        self.process = subprocess.Popen(
-            command,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                tail = self.log_tail()
-                self.stop()
-                raise RuntimeError(f"durable-agent exited with {self.process.returncode}: {tail}")
-            try:
-                with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
-                    return self
-            except OSError:
-                time.sleep(0.1)
-        tail = self.log_tail()
-        self.stop()
-        raise TimeoutError(f"durable-agent did not listen within {timeout}s: {tail}")
-
-    def stop(self) -> None:
-        process = self.process
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=10)
-        self._log.close()
-        Path(self._log.name).unlink(missing_ok=True)
-        self._data_dir.cleanup()
-
-    def __enter__(self) -> AgentProcess:
-        return self.start()
+        super().__init__(Path(self._data_dir.name) / "volume", kafka_bootstrap)
 
     def __exit__(
         self,
@@ -119,7 +52,11 @@ class AgentProcess:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self.stop()
+        try:
+            self.stop(timeout=30)
+        finally:
+            super().__exit__(exc_type, exc, traceback)
+            self._data_dir.cleanup()
 
 
 @dataclass(frozen=True)
