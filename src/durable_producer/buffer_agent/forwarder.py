@@ -5,8 +5,18 @@ and produces every record to the partition the client chose, with its key, value
 and timestamp, through an idempotent ``acks=all`` producer whose records never expire
 (``message.timeout.ms=0``: librdkafka retries for ever and keeps per-partition order).
 Delivery reports are served on the same thread (``poll``) and feed an ``AckTracker``; its
-contiguous watermark is written as the WAL checkpoint every ``checkpoint_interval_s`` and
-on stop, which deletes whole segments below it.
+contiguous watermark is written as the WAL checkpoint every ``checkpoint_interval_s``, on
+stop, and as soon as the frames replayed after a start or reset are delivered; the WAL
+deletes whole segments below it.
+
+Hot path (issue 4's target: at least 0.9x the rate of a plain Python produce loop; see
+``benchmarks/forward_bench.py`` and docs/benchmarks.md): a frame is decoded straight into
+the positional arguments of ``produce`` (``decode_produce_calls``: no per-record objects
+beyond those, uncompressed batches parsed in place) and produced by ``starmap`` drained in
+C; all records of a frame share one bound ``on_delivery`` whose success path is a
+decrement; the frame's ``_FrameDelivery`` knows its WAL offset, so no per-record closure
+and no lookup are needed to attribute a report. Delivery reports are served every
+``POLL_EVERY_RECORDS`` records and after every WAL read.
 
 Failures:
 
@@ -41,7 +51,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import partial
-from itertools import islice
+from itertools import count, starmap
 from pathlib import Path
 from typing import Any
 
@@ -52,12 +62,21 @@ from durable_producer.buffer_agent.atomic_file import write_atomic
 from durable_producer.buffer_agent.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.record_batch import InvalidRecordBatch
-from durable_producer.buffer_agent.record_decode import Record, iter_decoded
+from durable_producer.buffer_agent.record_decode import (
+    Record,
+    decode_produce_calls,
+    iter_decoded,
+)
 from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
 HINT_FILE = "forwarder.json"
+
+# Serve delivery reports after this many produced records (and after every WAL read).
+# poll() releases and retakes the GIL: once per frame would mean thousands of hand-overs a
+# second to busy ingress threads when clients send small batches.
+POLL_EVERY_RECORDS = 1_000
 
 # Errors no retry can fix: the record goes to the dead-letter area.
 PERMANENT_ERRORS = frozenset(
@@ -167,7 +186,6 @@ class _FrameDelivery:
         forwarder: Forwarder,
         generation: int,
         frame: Frame,
-        records: list[Record],
     ) -> None:
         self.forwarder = forwarder
         self.generation = generation
@@ -175,8 +193,8 @@ class _FrameDelivery:
         self.topic = frame.topic
         self.partition = frame.partition
         self.payload = frame.payload
-        self.count = len(records)
-        self.remaining = self.count
+        self.count = 0  # set once the frame is decoded
+        self.remaining = 0
         self.decoded: list[Record] | None = None
         self.dead = 0
         self.reported: set[int] | None = None
@@ -258,6 +276,7 @@ class Forwarder:
         self._reset_reason: str | None = None
         self._unknown_since: dict[tuple[str, int], tuple[float, float]] = {}
         self._retries: deque[tuple[float, _FrameDelivery, int]] = deque()
+        self._unpolled_records = 0
         hint = self._read_hint()
         self._replay_until = max(wal.checkpoint_offset, hint.get("sent_high", 0))
         self._delivered_before = hint.get("delivered_high", 0)
@@ -299,6 +318,8 @@ class Forwarder:
         if flush_timeout_s is not None:
             self._config = replace(self._config, stop_flush_timeout_s=flush_timeout_s)
         self._stop.set()
+        with self._wal.data_available:  # wake the thread if it waits for appends
+            self._wal.data_available.notify_all()
         if self._thread is not None:
             self._thread.join()
 
@@ -315,7 +336,7 @@ class Forwarder:
         while time.monotonic() < deadline and self.running:
             if self._published_watermark >= target:
                 break
-            time.sleep(0.02)
+            time.sleep(0.005)
         self.stop(flush_timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
         return DrainSummary(
             complete=self._published_watermark >= target,
@@ -370,7 +391,10 @@ class Forwarder:
                 raise WalClosedError("the WAL was closed under the running forwarder")
             assert self._reader is not None and self._producer is not None
             in_flight = not self._tracker.idle
-            frames = self._reader.poll(config.read_batch_frames, timeout=0.0 if in_flight else 0.05)
+            appended_before = self._wal.next_offset
+            frames = self._reader.poll(config.read_batch_frames)
+            if not frames and not in_flight:
+                self._wait_for_appends(appended_before, 0.05)
             for frame in frames:
                 if self._stop.is_set() or self._reset_reason is not None:
                     break
@@ -381,17 +405,32 @@ class Forwarder:
                 self._produce_due_retries(now)
             self._housekeeping(now)
 
+    def _wait_for_appends(self, appended_before: int, timeout: float) -> None:
+        """Sleep until the WAL grows past ``appended_before`` or ``stop()`` is called."""
+        data_available = self._wal.data_available
+        with data_available:
+            if self._wal.next_offset == appended_before and not self._stop.is_set():
+                data_available.wait(timeout)
+
     def _housekeeping(self, now: float) -> None:
-        """Publish figures; write the checkpoint and the delivered hint when they are due."""
+        """Publish figures; write the checkpoint and the delivered hint when they are due.
+
+        Besides every ``checkpoint_interval_s``, a checkpoint is written as soon as the frames
+        replayed after a start or a reset are all delivered: an agent killed again within
+        one interval would otherwise send its whole backlog once more at every restart.
+        """
         self._publish()
         config = self._config
-        if now >= self._next_checkpoint:
+        if now >= self._next_checkpoint or self._replay_delivered_unrecorded():
             self._checkpoint(durable_hint=True)
             self._next_checkpoint = now + config.checkpoint_interval_s
             self._next_hint = now + config.hint_interval_s
         elif now >= self._next_hint:
             self._write_hint(durable=False)
             self._next_hint = now + config.hint_interval_s
+
+    def _replay_delivered_unrecorded(self) -> bool:
+        return self._wal.checkpoint_offset < self._replay_until <= self._tracker.watermark
 
     def _finish(self) -> None:
         """Give in-flight records a last chance, then checkpoint what Kafka acknowledged."""
@@ -407,51 +446,44 @@ class Forwarder:
             self._checkpoint(durable_hint=True)
 
     def _forward_frame(self, frame: Frame) -> None:
-        generation = self._generation
+        delivery = _FrameDelivery(self, self._generation, frame)
         try:
-            batches = list(iter_decoded(frame.payload))
+            calls = decode_produce_calls(
+                frame.payload, frame.topic, frame.partition, delivery.on_delivery
+            )
         except InvalidRecordBatch as error:
             self._tracker.register(frame.offset, 0)
             self._dead_letter_frame(frame, str(error))
             return
-        records = (
-            batches[0].records
-            if len(batches) == 1
-            else [record for batch in batches for record in batch.records]
-        )
+        total = delivery.count = delivery.remaining = len(calls)
         if frame.offset < self._replay_until:
-            self._replayed_duplicates += len(records)
-        self._tracker.register(frame.offset, len(records), frame.appended_ms)
-        if not records:
-            return
-        delivery = _FrameDelivery(self, generation, frame, records)
-        on_delivery = delivery.on_delivery
-        produce = self._producer.produce  # type: ignore[union-attr]
-        topic, partition = frame.topic, frame.partition
+            self._replayed_duplicates += total
+        self._tracker.register(frame.offset, total, frame.appended_ms)
+        producer = self._producer
+        assert producer is not None
         index = 0
-        count = len(records)
-        while index < count:
+        while index < total:
+            # The produce loop runs in C (starmap drained by a zero-length deque); the counter
+            # zipped in front tells which call raised: it has already moved one past it.
+            produced = count(index)
+            pending = calls[index:] if index else calls
             try:
-                for record in islice(records, index, None) if index else records:
-                    produce(
-                        topic,
-                        record.value,
-                        record.key,
-                        partition=partition,
-                        timestamp=record.timestamp_ms,
-                        headers=record.headers or None,
-                        on_delivery=on_delivery,
-                    )
-                    index += 1
+                deque(zip(produced, starmap(producer.produce, pending), strict=False), maxlen=0)
+                index = total
             except BufferError:  # the client's queue is full: wait for reports
-                self._producer.poll(0.05)  # type: ignore[union-attr]
+                index = next(produced) - 1
+                producer.poll(0.05)
                 self._housekeeping(time.monotonic())
                 if self._stop.is_set() or self._reset_reason is not None:
                     return  # the frame stays above the watermark and is replayed
             except KafkaException as exception:
+                index = next(produced) - 1
                 self._on_record_failed(delivery, index, exception.args[0])
                 index += 1
-        self._producer.poll(0)  # type: ignore[union-attr]
+        self._unpolled_records += total
+        if self._unpolled_records >= POLL_EVERY_RECORDS:
+            self._unpolled_records = 0
+            producer.poll(0)
 
     # ----------------------------------------------------------------- failures
     def _frame_settled(self, delivery: _FrameDelivery) -> None:

@@ -9,15 +9,18 @@ writes), lz4 (frame format) and zstd, the last three through ``cramjam``.
 This runs once per forwarded record, so it must be fast. When aiokafka's compiled
 (Cython) record reader is installed it parses the decompressed records (about 0.25 us a
 record here); otherwise a pure-Python loop with inline varint fast paths does (about
-1.5 us). Both give identical results; the tests run both.
+1.5 us). Both give identical results; the tests run both. The forwarder uses
+``decode_produce_calls``: the same records, as the positional arguments of
+``Producer.produce`` and nothing more, with uncompressed batches read in place (about
+0.3 us a record instead of 1.0 us for ``iter_decoded`` here).
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import cramjam
 
@@ -57,6 +60,13 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[Header]
+
+
+# The positional arguments of confluent-kafka's Producer.produce: (topic, value, key,
+# partition, callback, on_delivery (an alias, left None), timestamp_ms, headers or None).
+ProduceCall = tuple[
+    str, bytes | None, bytes | None, int, Callable[..., Any], None, int, list[Header] | None
+]
 
 
 class DecodedBatch(NamedTuple):
@@ -129,7 +139,7 @@ def decode_batch(
         header, batch = batches[0]
     view = memoryview(batch)
     records_bytes = decompress(header.compression, view[HEADER_SIZE : header.size])
-    if fast and _FastBatch is not None:
+    if fast and _FastBatch is not None and _compiled_keeps_timestamps(header):
         records = _decode_records_compiled(view[:HEADER_SIZE], records_bytes, header)
     else:
         records = _decode_records(records_bytes, header.record_count, header.base_timestamp)
@@ -160,6 +170,74 @@ def iter_decoded(payload: bytes | memoryview) -> Iterator[DecodedBatch]:
     """Decode every batch in ``payload`` (a WAL frame holds one or more whole batches)."""
     for header, batch in iter_batches(payload, check_crc=False):
         yield decode_batch(batch, header)
+
+
+def decode_produce_calls(
+    payload: bytes | memoryview,
+    topic: str,
+    partition: int,
+    on_delivery: Callable[..., Any],
+    *,
+    fast: bool = True,
+) -> list[ProduceCall]:
+    """Every record of every batch in ``payload``, in order, as the arguments of a produce call.
+
+    The same records as ``iter_decoded`` (the index in the list is the record's index in
+    the frame), decoded straight into what ``Producer.produce`` takes positionally: no
+    ``Record`` tuples, no empty header lists (``None`` instead), and an uncompressed batch
+    is parsed in place, without a copy.
+    """
+    calls: list[ProduceCall] = []
+    for header, batch in iter_batches(payload, check_crc=False):
+        if fast and _FastBatch is not None and _compiled_keeps_timestamps(header):
+            calls += _produce_calls_compiled(batch, header, topic, partition, on_delivery)
+        else:
+            calls += [
+                (
+                    topic,
+                    record.value,
+                    record.key,
+                    partition,
+                    on_delivery,
+                    None,
+                    record.timestamp_ms,
+                    record.headers or None,
+                )
+                for record in decode_batch(batch, header, fast=fast).records
+            ]
+    return calls
+
+
+def _compiled_keeps_timestamps(header: BatchHeader) -> bool:
+    """The compiled reader turns a timestamp of -1 ("none") into ``None``; Kafka keeps -1.
+
+    Only batches whose base or max timestamp is negative can hold one (short of a
+    pathological negative delta); the pure-Python loop decodes those.
+    """
+    return header.base_timestamp >= 0 and header.max_timestamp >= 0
+
+
+def _produce_calls_compiled(
+    batch: memoryview,
+    header: BatchHeader,
+    topic: str,
+    partition: int,
+    on_delivery: Callable[..., Any],
+) -> list[ProduceCall]:
+    if header.compression == COMPRESSION_NONE:
+        reader = _FastBatch(batch[: header.size])
+    else:
+        plain = bytearray(batch[:HEADER_SIZE])
+        plain[ATTRIBUTES_OFFSET + 1] &= ~0x07 & 0xFF
+        plain += decompress(header.compression, batch[HEADER_SIZE : header.size])
+        reader = _FastBatch(bytes(plain))
+    try:
+        return [
+            (topic, r.value, r.key, partition, on_delivery, None, r.timestamp, r.headers or None)
+            for r in reader
+        ]
+    except (_FastDecodeError, IndexError, ValueError, UnicodeDecodeError) as error:
+        raise InvalidRecordBatch(f"invalid records: {error}") from error
 
 
 def _decode_records(buf: bytes, count: int, base_timestamp: int) -> list[Record]:
