@@ -63,6 +63,16 @@ class BufferAgent:
         self.forwarder: Forwarder | None = None
         self.ingress: IngressServer | None = None
         self._accepting = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _snapshot_producer_state(self) -> None:
+        """Runs on the forwarder thread before a checkpoint; the ingress lives on the loop."""
+        if self.ingress is None or self._loop is None:
+            return
+        future = asyncio.run_coroutine_threadsafe(
+            self.ingress.snapshot_producer_state(), self._loop
+        )
+        future.result(timeout=10)
 
     def _open_wal_and_forwarder(self) -> tuple[WriteAheadLog, Forwarder]:
         self.wal = WriteAheadLog.open(
@@ -77,6 +87,7 @@ class BufferAgent:
             state_dir=self.settings.state_dir,
             metrics=self.metrics,
             config=self.settings.forwarder_config(),
+            before_checkpoint=self._snapshot_producer_state,
         )
         return self.wal, self.forwarder
 
@@ -85,6 +96,7 @@ class BufferAgent:
         return self._accepting and self.wal is not None and self.wal.healthy
 
     async def run(self) -> int:
+        self._loop = asyncio.get_running_loop()
         wal, forwarder = self._open_wal_and_forwarder()
         values = self.settings.values
         metrics_host, metrics_port = values["metrics_listen"]

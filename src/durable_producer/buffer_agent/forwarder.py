@@ -48,7 +48,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 from itertools import count, starmap
@@ -258,8 +258,14 @@ class Forwarder:
         state_dir: Path | None = None,
         metrics: AgentMetrics | None = None,
         config: ForwarderConfig | None = None,
+        before_checkpoint: Callable[[], None] | None = None,
     ) -> None:
+        """``before_checkpoint`` runs before every WAL checkpoint that deletes data (the agent
+        persists the ingress's producer-sequence state there, which the deleted frames would
+        otherwise be needed to rebuild). If it fails, the checkpoint still happens: freeing
+        space matters more than exact duplicate detection after a restart."""
         self._wal = wal
+        self._before_checkpoint = before_checkpoint
         self._config = config or ForwarderConfig()
         self._producer_config = producer_config(client_config, self._config)
         self._dead_letters = dead_letters
@@ -636,6 +642,11 @@ class Forwarder:
     def _checkpoint(self, *, durable_hint: bool) -> None:
         watermark = self._tracker.watermark
         if watermark > self._wal.checkpoint_offset:
+            if self._before_checkpoint is not None:
+                try:
+                    self._before_checkpoint()
+                except Exception as error:  # logged: the checkpoint must go on
+                    log.warning("before-checkpoint hook failed (%s); checkpointing anyway", error)
             self._wal.checkpoint(watermark)
         self._write_hint(durable=durable_hint)
         if self._metrics is not None:
