@@ -72,7 +72,9 @@ class AgentProcess:
 
     def start(self, timeout: float = 30.0) -> AgentProcess:
         if self.process is not None and self.process.poll() is None:
-            raise RuntimeError(f"agent {self.bootstrap} is already running (pid {self.process.pid})")
+            raise RuntimeError(
+                f"agent {self.bootstrap} is already running (pid {self.process.pid})"
+            )
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")  # noqa: SIM115 - the child owns it; closed on stop
         self.process = subprocess.Popen(
