@@ -286,6 +286,15 @@ class Condition(CamelModel):
     )
 
 
+class VolumeCounts(CamelModel):
+    """Buffer volumes of the pool by state (see docs/volume-lifecycle.md)."""
+
+    in_use: int = Field(default=0, ge=0, description="Mounted by a running pod.")
+    claimed: int = Field(default=0, ge=0, description="Handed to a pod that is not running yet.")
+    free: int = Field(default=0, ge=0, description="No pod; empty, or waiting for a drain.")
+    draining: int = Field(default=0, ge=0, description="A drain Job is forwarding its backlog.")
+
+
 class DurableProducerStatus(CamelModel):
     """Observed state of a DurableProducer, written by the operator."""
 
@@ -306,6 +315,9 @@ class DurableProducerStatus(CamelModel):
     attached_pods: int | None = Field(default=None, ge=0, description="Pods running an agent.")
     backlog_bytes: int | None = Field(
         default=None, ge=0, description="Bytes buffered but not yet acknowledged by Kafka."
+    )
+    volumes: VolumeCounts | None = Field(
+        default=None, description="Buffer volumes of the pool by state."
     )
     spark_templates_config_map: KubernetesName | None = Field(
         default=None,

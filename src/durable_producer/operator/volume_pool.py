@@ -57,6 +57,17 @@ class VolumeState(StrEnum):
     DRAINING = "Draining"
 
 
+def status_volume_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """``PoolPlan.counts`` (keyed by VolumeState) as ``status.volumes`` (camelCase keys)."""
+    keys = {
+        VolumeState.IN_USE: "inUse",
+        VolumeState.CLAIMED: "claimed",
+        VolumeState.FREE: "free",
+        VolumeState.DRAINING: "draining",
+    }
+    return {key: int(counts.get(state.value, 0)) for state, key in keys.items()}
+
+
 @dataclass(frozen=True)
 class PoolPolicy:
     """Timings of the pool, in seconds (environment variables, set by the Helm chart)."""

@@ -420,11 +420,22 @@ def run_pool(
     return plan, volumes, pods
 
 
-def _publish(body: kopf.Body, patch: kopf.Patch, problems: list[str], attached: int) -> None:
-    """attachedPods, and a Degraded condition (with Events) while the pool has problems."""
+def _publish(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    problems: list[str],
+    attached: int,
+    volume_counts: Mapping[str, int] | None = None,
+) -> None:
+    """attachedPods, volumes by state, and a Degraded condition (with Events) while the pool
+    has problems."""
     status = body.get("status") or {}
     if status.get("attachedPods") != attached:
         patch.status["attachedPods"] = attached
+    if volume_counts is not None:
+        volumes = volume_pool.status_volume_counts(volume_counts)
+        if status.get("volumes") != volumes:
+            patch.status["volumes"] = volumes
     now = datetime.now(UTC)
     generation = (body.get("metadata") or {}).get("generation")
     # What the spec alone says about Degraded (e.g. a short runway), to keep or restore it.
@@ -478,7 +489,7 @@ def maintain_volume_pool(
             f"pods running without a buffer agent (admitted while the webhook was"
             f" unavailable?): {', '.join(missing)}; recreate them"
         )
-    _publish(body, patch, problems, volume_pool.attached_pods(pods))
+    _publish(body, patch, problems, volume_pool.attached_pods(pods), plan.counts)
 
 
 @kopf.on.delete(*RESOURCE, id="drain-volumes")

@@ -117,6 +117,9 @@ def test_deleted_pods_volume_goes_to_the_next_pod(
     first = admit_and_run(webhook, kubernetes_api, "first")
     wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
         "attachedPods") == 1, what="status.attachedPods = 1")
+    wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get("volumes")
+             == {"inUse": 1, "claimed": 0, "free": 0, "draining": 0},
+             what="status.volumes: one in use")
 
     delete_pod(kubernetes_api, "first")
     wait_for(lambda: vp.RELEASED_AT_ANNOTATION in annotations_of(kubernetes_api, first),
@@ -139,6 +142,8 @@ def test_orphaned_volume_is_drained_then_reclaimed_after_its_ttl(
     delete_pod(kubernetes_api, "gone")
     job = wait_for(lambda: items(kubernetes_api, JOBS_PATH).get(job_name),
                    what="the drain Job")
+    wait_for(lambda: (((kubernetes_api.get("orders") or {}).get("status") or {}).get("volumes")
+                      or {}).get("draining") == 1, what="status.volumes.draining = 1")
 
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "drain"

@@ -423,3 +423,9 @@ def test_a_degraded_condition_set_by_someone_else_is_never_cleared() -> None:
 
     assert vp.degraded_conditions(current, [READY, condition("False", "AsExpected")], [],
                                   "Pool", NOW) is None
+
+
+def test_status_volume_counts_cover_every_state() -> None:
+    counts = {vp.VolumeState.IN_USE.value: 2, vp.VolumeState.DRAINING.value: 1}
+    assert vp.status_volume_counts(counts) == {"inUse": 2, "claimed": 0, "free": 0, "draining": 1}
+    assert len(vp.status_volume_counts({})) == len(vp.VolumeState)
