@@ -54,6 +54,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from durable_producer.buffer_agent.frame_receiver import FrameReceiver
 from durable_producer.buffer_agent.idempotence import (
     ProducerIdAllocator,
     ProducerStateStore,
@@ -80,7 +81,6 @@ from durable_producer.buffer_agent.kafka_protocol import (
     nested_schema,
     parse_request,
     peek_header,
-    read_frame,
     response_schema,
 )
 from durable_producer.buffer_agent.metadata_cache import MetadataCache, TopicStatus
@@ -228,11 +228,19 @@ class IngressServer:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._restore_producer_state)
-        self._server = await asyncio.start_server(
-            self._serve_connection, self.config.host, self.config.port, limit=1 << 20
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._new_connection, self.config.host, self.config.port
         )
         self._snapshot_task = asyncio.create_task(self._snapshot_periodically())
         log.info("agent ingress listening on %s", self.bootstrap)
+
+    def _new_connection(self) -> FrameReceiver:
+        return FrameReceiver(self.config.max_frame_bytes, on_connection_made=self._connected)
+
+    def _connected(self, receiver: FrameReceiver) -> None:
+        task = asyncio.get_running_loop().create_task(self._serve_connection(receiver))
+        self._connections.add(task)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -308,17 +316,14 @@ class IngressServer:
                     log.warning("cannot write the producer state snapshot: %s", exc)
 
     # ------------------------------------------------------------------ connections
-    async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
+    async def _serve_connection(self, receiver: FrameReceiver) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._connections.add(task)
         self.stats.connections_total += 1
         self.stats.connections_open += 1
-        peer = writer.get_extra_info("peername")
+        peer = receiver.peer
         try:
-            await self._serve_requests(reader, writer, peer)
+            await self._serve_requests(receiver, peer)
         except asyncio.CancelledError:
             pass
         except (MalformedFrame, UnsupportedRequest) as exc:
@@ -328,7 +333,7 @@ class IngressServer:
             )
         except TimeoutError:
             self.stats.dropped_connections["timeout"] += 1
-            log.info("closing connection from %s: idle or read timeout", peer)
+            log.info("closing connection from %s: idle, read or write timeout", peer)
         except (ConnectionError, OSError):
             self.stats.dropped_connections["connection_error"] += 1
         except Exception:
@@ -337,34 +342,22 @@ class IngressServer:
         finally:
             self.stats.connections_open -= 1
             self._connections.discard(task)
-            writer.close()
-            try:
-                async with asyncio.timeout(1.0):
-                    await writer.wait_closed()
-            except (Exception, asyncio.CancelledError):
-                pass
+            receiver.close()
 
-    async def _serve_requests(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, peer: object
-    ) -> None:
+    async def _serve_requests(self, receiver: FrameReceiver, peer: object) -> None:
         config = self.config
         while True:
-            frame = await read_frame(
-                reader,
-                config.max_frame_bytes,
-                idle_timeout=config.idle_timeout_s,
-                read_timeout=config.read_timeout_s,
+            frame = await receiver.next_frame(
+                idle_timeout=config.idle_timeout_s, read_timeout=config.read_timeout_s
             )
             if frame is None:
                 return
             self.stats.requests += 1
             response = await self._handle_frame(frame, peer)
             if response is not None:
-                writer.write(response)
-                async with asyncio.timeout(config.write_timeout_s):
-                    await writer.drain()
+                await receiver.send(response, timeout=config.write_timeout_s)
 
-    async def _handle_frame(self, frame: bytes, peer: object) -> bytes | None:
+    async def _handle_frame(self, frame: bytes | memoryview, peer: object) -> bytes | None:
         api_key, api_version, correlation_id = peek_header(frame)
         if api_key == API_API_VERSIONS and api_version > SUPPORTED_API_VERSIONS[api_key][1]:
             self._refusal_log.warning(
@@ -607,7 +600,9 @@ class IngressServer:
             message,
         )
 
-    def _validate_partition(self, outcome: _PartitionOutcome, records: bytes | None) -> None:
+    def _validate_partition(
+        self, outcome: _PartitionOutcome, records: bytes | memoryview | None
+    ) -> None:
         """Validate the partition's batches and check sequences; all or nothing, like Kafka."""
         topic, partition = outcome.topic, outcome.partition
         partitions = self._metadata.cached_partitions(topic)
@@ -650,7 +645,7 @@ class IngressServer:
             check = self._sequences.check(topic, partition, header)
             if check.verdict is Verdict.ACCEPT:
                 stored = self._sequences.record(topic, partition, header)
-                payload = records if single else bytes(view)
+                payload = records if single else view
                 outcome.accepted.append((header, payload, stored))
             elif check.verdict is Verdict.DUPLICATE:
                 assert check.duplicate_of is not None

@@ -9,7 +9,6 @@ stay opaque bytes here (see ``record_batch``), kio's record reader is never used
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import io
 import struct
@@ -83,41 +82,6 @@ class Request:
     """The kio request entity, e.g. ``kio.schema.produce.v9.request.ProduceRequest``."""
 
 
-async def read_frame(
-    reader: asyncio.StreamReader,
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
-    *,
-    idle_timeout: float | None = None,
-    read_timeout: float | None = None,
-) -> bytes | None:
-    """Read one size-prefixed frame; ``None`` on a clean end of stream between frames.
-
-    The size is checked before the body is read, so a hostile prefix never makes the agent
-    allocate or wait for more than ``max_frame_bytes``. ``idle_timeout`` bounds the wait for
-    a frame to start, ``read_timeout`` the time to receive the rest of it once started
-    (``TimeoutError`` on expiry).
-    """
-    try:
-        async with asyncio.timeout(idle_timeout):
-            first = await reader.read(1)
-        if not first:
-            return None
-        async with asyncio.timeout(read_timeout):
-            prefix = first + await reader.readexactly(_SIZE.size - 1)
-            (size,) = _SIZE.unpack(prefix)
-            if size < _HEADER_PREFIX.size:
-                raise MalformedFrame(f"frame size {size} is smaller than a request header")
-            if size > max_frame_bytes:
-                raise MalformedFrame(
-                    f"frame size {size} exceeds the limit of {max_frame_bytes} bytes"
-                )
-            return await reader.readexactly(size)
-    except asyncio.IncompleteReadError as exc:
-        raise MalformedFrame(
-            f"connection closed inside a frame ({len(exc.partial)} of {exc.expected} bytes)"
-        ) from None
-
-
 def peek_header(frame: bytes) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)`` without decoding anything else."""
     if len(frame) < _HEADER_PREFIX.size:
@@ -141,15 +105,19 @@ def response_schema(api_key: int, api_version: int) -> type:
     return load_response_schema(api_key, api_version)
 
 
-def parse_request(frame: bytes) -> Request:
+def parse_request(frame: bytes | memoryview) -> Request:
     """Decode header and body of a request the agent implements.
 
     Raises :class:`UnsupportedRequest` for API keys/versions outside
-    ``SUPPORTED_API_VERSIONS`` and :class:`MalformedFrame` for undecodable bytes.
+    ``SUPPORTED_API_VERSIONS`` and :class:`MalformedFrame` for undecodable bytes. Produce
+    requests are decoded by :func:`parse_produce` (record batches stay views of ``frame``);
+    everything else by kio.
     """
     api_key, api_version, correlation_id = peek_header(frame)
     if not is_supported(api_key, api_version):
         raise UnsupportedRequest(api_key, api_version, correlation_id)
+    if api_key == API_PRODUCE:
+        return parse_produce(frame)
     schema = request_schema(api_key, api_version)
     try:
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
@@ -164,6 +132,142 @@ def parse_request(frame: bytes) -> Request:
             " trailing bytes after the request body"
         )
     return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProduceData:
+    index: int
+    records: memoryview | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequestBody:
+    """The fields of a Produce request (v3-v9) the agent uses, named as in kio's schema."""
+
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: tuple[TopicProduceData, ...]
+
+
+class _Cursor:
+    """Reads Kafka primitive types from a frame; any overrun raises MalformedFrame."""
+
+    __slots__ = ("buf", "end", "pos")
+
+    def __init__(self, buf: memoryview, pos: int) -> None:
+        self.buf, self.pos, self.end = buf, pos, len(buf)
+
+    def take(self, size: int) -> memoryview:
+        start = self.pos
+        if size < 0 or start + size > self.end:
+            raise MalformedFrame(f"field of {size} bytes at {start} overruns the frame")
+        self.pos = start + size
+        return self.buf[start : self.pos]
+
+    def unpack(self, fmt: struct.Struct) -> tuple[Any, ...]:
+        if self.pos + fmt.size > self.end:
+            raise MalformedFrame(f"frame ends inside a field at byte {self.pos}")
+        values = fmt.unpack_from(self.buf, self.pos)
+        self.pos += fmt.size
+        return values
+
+    def uvarint(self) -> int:
+        result = shift = 0
+        buf, pos = self.buf, self.pos
+        while True:
+            if pos >= self.end:
+                raise MalformedFrame("frame ends inside a varint")
+            byte = buf[pos]
+            pos += 1
+            result |= (byte & 0x7F) << shift
+            if not byte & 0x80:
+                self.pos = pos
+                return result
+            shift += 7
+            if shift > 28:
+                raise MalformedFrame(f"varint at byte {self.pos} is longer than 5 bytes")
+
+    def text(self, raw: memoryview) -> str:
+        try:
+            return str(raw, "utf-8")
+        except UnicodeDecodeError:
+            raise MalformedFrame(f"string before byte {self.pos} is not UTF-8") from None
+
+    def nullable_string(self, compact: bool) -> str | None:
+        length = self.uvarint() - 1 if compact else self.unpack(_INT16)[0]
+        return None if length == -1 else self.text(self.take(length))
+
+    def string(self, compact: bool) -> str:
+        value = self.nullable_string(compact)
+        if value is None:
+            raise MalformedFrame(f"null string before byte {self.pos} where one is required")
+        return value
+
+    def array_length(self, compact: bool) -> int:
+        length = self.uvarint() - 1 if compact else self.unpack(_INT32)[0]
+        if length < 0:
+            raise MalformedFrame(f"null array before byte {self.pos} where one is required")
+        return length
+
+    def nullable_bytes(self, compact: bool) -> memoryview | None:
+        length = self.uvarint() - 1 if compact else self.unpack(_INT32)[0]
+        return None if length == -1 else self.take(length)
+
+    def skip_tagged_fields(self) -> None:
+        for _ in range(self.uvarint()):
+            self.uvarint()  # tag
+            self.take(self.uvarint())
+
+
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+_FIRST_FLEXIBLE_PRODUCE = 9
+
+
+def parse_produce(frame: bytes | memoryview) -> Request:
+    """Decode a Produce request (v3-v9) without copying its record batches.
+
+    The hot path of ingress: kio would copy every batch into a new ``bytes``; here each
+    partition's ``records`` is a read-only view of ``frame``.
+    """
+    buf = memoryview(frame).toreadonly()
+    api_key, api_version, correlation_id = peek_header(buf)
+    compact = api_version >= _FIRST_FLEXIBLE_PRODUCE
+    cursor = _Cursor(buf, _HEADER_PREFIX.size)
+    client_id = cursor.nullable_string(compact=False)  # a classic string in every header
+    if compact:
+        cursor.skip_tagged_fields()
+    transactional_id = cursor.nullable_string(compact)
+    acks, timeout_ms = cursor.unpack(_ACKS_TIMEOUT)
+    topics = []
+    for _ in range(cursor.array_length(compact)):
+        name = cursor.string(compact)
+        partitions = []
+        for _ in range(cursor.array_length(compact)):
+            (index,) = cursor.unpack(_INT32)
+            partitions.append(PartitionProduceData(index, cursor.nullable_bytes(compact)))
+            if compact:
+                cursor.skip_tagged_fields()
+        topics.append(TopicProduceData(name, tuple(partitions)))
+        if compact:
+            cursor.skip_tagged_fields()
+    if compact:
+        cursor.skip_tagged_fields()
+    if cursor.pos != len(buf):
+        raise MalformedFrame(
+            f"api key {api_key} v{api_version}: {len(buf) - cursor.pos} trailing bytes after"
+            " the request body"
+        )
+    body = ProduceRequestBody(transactional_id, acks, timeout_ms, tuple(topics))
+    return Request(api_key, api_version, correlation_id, client_id, body)
 
 
 def encode_response(correlation_id: int, response: Any) -> bytes:

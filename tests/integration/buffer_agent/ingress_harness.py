@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
-import io
 import socket
 import struct
 import threading
@@ -15,19 +13,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-from kio.serial import entity_reader, entity_writer
+from kio.serial import entity_reader
 
 from durable_producer.buffer_agent.ingress import IngressConfig, IngressServer
 from durable_producer.buffer_agent.kafka_protocol import (
     API_API_VERSIONS,
     API_PRODUCE,
     build,
-    nested_schema,
     request_schema,
     response_schema,
 )
 from durable_producer.buffer_agent.metadata_cache import MetadataCache
 from durable_producer.buffer_agent.wal import Frame, WalConfig, WriteAheadLog
+from support.kafka_wire import encode_request, produce_body, recv_exactly
 
 T = TypeVar("T")
 
@@ -170,45 +168,14 @@ def decode_frames(frames: Sequence[Frame]) -> list[StoredRecord]:
 
 
 # ---------------------------------------------------------------------- raw protocol client
-def encode_request(api_key: int, version: int, correlation_id: int, body: object) -> bytes:
-    """A size-prefixed request frame, encoded with kio."""
-    schema = request_schema(api_key, version)
-    header_schema = schema.__header_schema__
-    buffer = io.BytesIO()
-    buffer.write(b"\x00\x00\x00\x00")
-    entity_writer(header_schema)(
-        buffer,
-        header_schema(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=correlation_id,
-            client_id="raw-test-client",
-        ),
-    )
-    entity_writer(schema)(buffer, body)
-    data = bytearray(buffer.getvalue())
-    struct.pack_into(">i", data, 0, len(data) - 4)
-    return bytes(data)
-
-
 def read_response(sock: socket.socket, api_key: int, version: int) -> tuple[int, Any]:
     """``(correlation_id, kio response entity)`` read from ``sock``."""
-    size = struct.unpack(">i", _recv_exactly(sock, 4))[0]
-    data = _recv_exactly(sock, size)
+    size = struct.unpack(">i", recv_exactly(sock, 4))[0]
+    data = recv_exactly(sock, size)
     schema = response_schema(api_key, version)
     header, header_size = entity_reader(schema.__header_schema__)(data, 0)
     body, _ = entity_reader(schema)(data, header_size)
     return header.correlation_id, body
-
-
-def _recv_exactly(sock: socket.socket, size: int) -> bytes:
-    chunks = bytearray()
-    while len(chunks) < size:
-        chunk = sock.recv(size - len(chunks))
-        if not chunk:
-            raise ConnectionError(f"closed after {len(chunks)} of {size} bytes")
-        chunks += chunk
-    return bytes(chunks)
 
 
 class RawClient:
@@ -244,21 +211,8 @@ class RawClient:
         acks: int = -1,
         transactional_id: str | None = None,
     ) -> Any:
-        schema = request_schema(API_PRODUCE, version)
-        topic_schema = nested_schema(schema, "TopicProduceData")
-        partition_schema = nested_schema(schema, "PartitionProduceData")
-        body = build(
-            schema,
-            transactional_id=transactional_id,
-            acks=acks,
-            timeout=datetime.timedelta(seconds=5),
-            topic_data=(
-                build(
-                    topic_schema,
-                    name=topic,
-                    partition_data=(build(partition_schema, index=partition, records=records),),
-                ),
-            ),
+        body = produce_body(
+            topic, partition, records, version=version, acks=acks, transactional_id=transactional_id
         )
         if acks == 0:
             self._correlation += 1

@@ -24,10 +24,10 @@ from integration.buffer_agent.ingress_harness import (
     FakeCluster,
     RawClient,
     RunningAgent,
-    encode_request,
     produce_error,
     record_batch,
 )
+from support.kafka_wire import encode_request
 
 pytestmark = pytest.mark.integration
 

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import datetime
-import io
 import struct
 
 import pytest
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_writer
 
 from durable_producer.buffer_agent.kafka_protocol import (
     API_API_VERSIONS,
@@ -24,27 +21,10 @@ from durable_producer.buffer_agent.kafka_protocol import (
     encode_response,
     nested_schema,
     parse_request,
-    read_frame,
     request_schema,
     response_schema,
 )
-
-
-def encode_request(api_key: int, version: int, correlation_id: int, body: object) -> bytes:
-    schema = request_schema(api_key, version)
-    header_schema = schema.__header_schema__
-    buffer = io.BytesIO()
-    entity_writer(header_schema)(
-        buffer,
-        header_schema(
-            request_api_key=api_key,
-            request_api_version=version,
-            correlation_id=correlation_id,
-            client_id="unit-test",
-        ),
-    )
-    entity_writer(schema)(buffer, body)
-    return buffer.getvalue()
+from support.kafka_wire import encode_request_body
 
 
 def metadata_request(version: int, topics: list[str]) -> object:
@@ -61,10 +41,10 @@ def metadata_request(version: int, topics: list[str]) -> object:
 
 @pytest.mark.parametrize("version", [0, 1, 8, 9, 12])
 def test_metadata_request_round_trip_across_header_versions(version: int) -> None:
-    frame = encode_request(API_METADATA, version, 4242, metadata_request(version, ["a", "b"]))
+    frame = encode_request_body(API_METADATA, version, 4242, metadata_request(version, ["a", "b"]))
     request = parse_request(frame)
     assert (request.api_key, request.api_version, request.correlation_id) == (3, version, 4242)
-    assert request.client_id == "unit-test"
+    assert request.client_id == "raw-client"
     assert [topic.name for topic in request.body.topics] == ["a", "b"]
 
 
@@ -82,13 +62,13 @@ def test_unknown_api_key_is_unsupported() -> None:
 
 
 def test_truncated_body_is_malformed() -> None:
-    frame = encode_request(API_METADATA, 9, 1, metadata_request(9, ["topic"]))
+    frame = encode_request_body(API_METADATA, 9, 1, metadata_request(9, ["topic"]))
     with pytest.raises(MalformedFrame):
         parse_request(frame[:-4])
 
 
 def test_trailing_bytes_are_malformed() -> None:
-    frame = encode_request(API_METADATA, 1, 1, metadata_request(1, ["topic"]))
+    frame = encode_request_body(API_METADATA, 1, 1, metadata_request(1, ["topic"]))
     with pytest.raises(MalformedFrame, match="trailing"):
         parse_request(frame + b"xx")
 
@@ -139,53 +119,6 @@ def test_supported_versions_all_have_kio_schemas() -> None:
         for version in range(low, high + 1):
             assert request_schema(api_key, version).__version__ == version
             assert response_schema(api_key, version).__version__ == version
-
-
-def feed(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:
-    reader = asyncio.StreamReader()
-    reader.feed_data(data)
-    if eof:
-        reader.feed_eof()
-    return reader
-
-
-def test_read_frame_returns_frames_then_none_at_clean_eof() -> None:
-    async def scenario() -> list[bytes | None]:
-        reader = feed(struct.pack(">i", 8) + b"A" * 8 + struct.pack(">i", 9) + b"B" * 9)
-        return [await read_frame(reader), await read_frame(reader), await read_frame(reader)]
-
-    assert asyncio.run(scenario()) == [b"A" * 8, b"B" * 9, None]
-
-
-@pytest.mark.parametrize(
-    ("data", "match"),
-    [
-        (struct.pack(">i", 1 << 30), "exceeds the limit"),
-        (struct.pack(">i", -5), "smaller than a request header"),
-        (struct.pack(">i", 3) + b"abc", "smaller than a request header"),
-        (struct.pack(">i", 100) + b"abc", "closed inside a frame"),
-        (b"\x00\x00", "closed inside a frame"),
-    ],
-)
-def test_read_frame_rejects_bad_prefixes(data: bytes, match: str) -> None:
-    async def scenario() -> None:
-        await read_frame(feed(data), max_frame_bytes=1 << 20)
-
-    with pytest.raises(MalformedFrame, match=match):
-        asyncio.run(scenario())
-
-
-def test_read_frame_idle_and_read_timeouts() -> None:
-    async def idle() -> None:
-        await read_frame(feed(b"", eof=False), idle_timeout=0.05)
-
-    async def stalled_body() -> None:
-        await read_frame(feed(struct.pack(">i", 50) + b"x", eof=False), read_timeout=0.05)
-
-    with pytest.raises(TimeoutError):
-        asyncio.run(idle())
-    with pytest.raises(TimeoutError):
-        asyncio.run(stalled_body())
 
 
 @pytest.mark.parametrize("version", range(3, 10))

@@ -1,0 +1,83 @@
+"""Kafka requests encoded independently of the agent's own response code (kio), for tests
+and benchmarks that speak the protocol directly."""
+
+from __future__ import annotations
+
+import datetime
+import io
+import socket
+import struct
+
+from kio.serial import entity_writer
+
+from durable_producer.buffer_agent.kafka_protocol import (
+    API_PRODUCE,
+    build,
+    nested_schema,
+    request_schema,
+)
+
+
+def encode_request_body(
+    api_key: int, version: int, correlation_id: int, body: object, client_id: str = "raw-client"
+) -> bytes:
+    """Header + body of a request, without the size prefix (what the agent calls a frame)."""
+    schema = request_schema(api_key, version)
+    header_schema = schema.__header_schema__
+    buffer = io.BytesIO()
+    entity_writer(header_schema)(
+        buffer,
+        header_schema(
+            request_api_key=api_key,
+            request_api_version=version,
+            correlation_id=correlation_id,
+            client_id=client_id,
+        ),
+    )
+    entity_writer(schema)(buffer, body)
+    return buffer.getvalue()
+
+
+def encode_request(api_key: int, version: int, correlation_id: int, body: object) -> bytes:
+    """A size-prefixed request, ready to send."""
+    frame = encode_request_body(api_key, version, correlation_id, body)
+    return struct.pack(">i", len(frame)) + frame
+
+
+def produce_body(
+    topic: str,
+    partition: int,
+    records: bytes,
+    *,
+    version: int = 9,
+    acks: int = -1,
+    transactional_id: str | None = None,
+    timeout: datetime.timedelta = datetime.timedelta(seconds=5),
+) -> object:
+    """A Produce request body carrying ``records`` (one or more v2 batches) to one partition."""
+    schema = request_schema(API_PRODUCE, version)
+    topic_schema = nested_schema(schema, "TopicProduceData")
+    partition_schema = nested_schema(schema, "PartitionProduceData")
+    return build(
+        schema,
+        transactional_id=transactional_id,
+        acks=acks,
+        timeout=timeout,
+        topic_data=(
+            build(
+                topic_schema,
+                name=topic,
+                partition_data=(build(partition_schema, index=partition, records=records),),
+            ),
+        ),
+    )
+
+
+def recv_exactly(sock: socket.socket, size: int) -> bytes:
+    chunks = bytearray()
+    while len(chunks) < size:
+        chunk = sock.recv(size - len(chunks))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(chunks)} of {size} bytes")
+        chunks += chunk
+    return bytes(chunks)
