@@ -53,6 +53,13 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be zero or a positive integer")
+    return value
+
+
 def positive_float(text: str) -> float:
     value = float(text)
     if value <= 0:
@@ -130,6 +137,14 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "size of one WAL segment (space is freed a segment at a time)",
         64 * MIB,
         positive_int,
+    ),
+    Option(
+        "page_cache_window_bytes",
+        "WAL bytes behind the write head kept in the page cache after fsync (the forwarder's "
+        "normal read window); older synced data is dropped so a busy agent reuses memory "
+        "instead of growing the cache. 0 leaves caching to the kernel",
+        64 * MIB,
+        non_negative_int,
     ),
     Option(
         "max_batch_bytes",
@@ -245,6 +260,7 @@ class AgentSettings:
             fsync_interval_ms=v.get("fsync_interval_ms", 100),
             full_disk_policy=FullDiskPolicy(v.get("full_disk_policy", "reject")),
             block_timeout_s=v.get("block_timeout", 5.0),
+            page_cache_window_bytes=v.get("page_cache_window_bytes", 64 * MIB) or None,
         )
 
     def ingress_config(self) -> IngressConfig:

@@ -39,6 +39,16 @@ class WalConfig:
     fsync_interval_ms: int = 100
     full_disk_policy: FullDiskPolicy = FullDiskPolicy.REJECT
     block_timeout_s: float = 5.0
+    page_cache_window_bytes: int | None = 64 * MIB
+    """Synced data further than this behind the write head leaves the page cache.
+
+    After each fsync (and at segment rotation) older bytes are dropped with
+    ``posix_fadvise(DONTNEED)``: the forwarder normally reads frames within moments of their
+    append, so the window covers it, and a busy agent keeps reusing the same memory instead
+    of growing the page cache. On VMs that hand freed guest memory back to the host, touching
+    fresh pages for every write made page-cache copies several times dearer (seen here: 2.5 ns
+    instead of 0.25 ns a byte). A forwarder that falls further behind reads from disk. ``None``
+    leaves caching entirely to the kernel."""
 
     def validate(self) -> None:
         problems = []
@@ -56,6 +66,10 @@ class WalConfig:
             )
         if self.fsync_interval_ms <= 0:
             problems.append(f"fsync_interval_ms={self.fsync_interval_ms} must be positive")
+        if self.page_cache_window_bytes is not None and self.page_cache_window_bytes < 0:
+            problems.append(
+                f"page_cache_window_bytes={self.page_cache_window_bytes} must not be negative"
+            )
         if self.block_timeout_s < 0:
             problems.append(f"block_timeout_s={self.block_timeout_s} must not be negative")
         if problems:

@@ -7,6 +7,7 @@ fsyncs happen outside it (see ``syncer.py``), so concurrent appends share fsyncs
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import logging
 import os
@@ -39,6 +40,13 @@ from .syncer import DurabilityCallback, Syncer
 log = logging.getLogger(__name__)
 
 _IOV_MAX = 1024
+OFFLOAD_WRITE_BYTES = 64 * 1024
+"""``append_many_async`` writes groups at least this large on the WAL's writer thread.
+
+Copying a large group into the page cache is the biggest single cost of ingest; done on the
+writer thread (``pwritev`` releases the GIL) it overlaps with the event loop receiving the
+next requests, so ingest uses a second core. Smaller groups are written inline: for them the
+thread hand-over would cost more latency than the copy."""
 _DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
@@ -75,6 +83,16 @@ class WalStats:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncTarget:
+    """The active segment as an fsync started now would cover it."""
+
+    fd: int
+    last_offset: int
+    segment_base_offset: int
+    segment_size: int
+
+
+@dataclass(frozen=True, slots=True)
 class SegmentView:
     """What a reader may read of one segment: bytes up to ``visible_end`` are complete frames."""
 
@@ -95,6 +113,7 @@ class WriteAheadLog:
         self.data_available = threading.Condition(self._lock)
         self._space_available = threading.Condition(self._lock)
         self._checkpoint_lock = threading.Lock()
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal-writer")
         self._segments: list[Segment] = []
         self._active_fd = -1
         self._next_offset = 0
@@ -181,6 +200,7 @@ class WriteAheadLog:
             self._closed = True
             self.data_available.notify_all()
             self._space_available.notify_all()
+        self._writer.shutdown(wait=True)  # queued writes fail fast: the log is closed
         assert self._syncer is not None
         self._syncer.stop()
         os.close(self._active_fd)
@@ -216,7 +236,12 @@ class WriteAheadLog:
         return offsets
 
     async def append_many_async(self, items: Sequence[AppendItem]) -> list[int]:
-        """As ``append_many``, for asyncio: fsync and ``block`` waits leave the loop free."""
+        """As ``append_many``, for asyncio: fsync and ``block`` waits leave the loop free.
+
+        Groups of :data:`OFFLOAD_WRITE_BYTES` or more are written on the writer thread; the
+        payloads must not change until this returns (ingress hands in views of receive
+        buffers that nothing else writes to).
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
 
@@ -230,14 +255,22 @@ class WriteAheadLog:
         def on_durable(error: BaseException | None) -> None:
             loop.call_soon_threadsafe(resolve, error)
 
+        def append() -> list[int]:
+            return self._append(items, on_durable, blocking=False)
+
+        offload = sum(len(item.payload) for item in items) >= OFFLOAD_WRITE_BYTES
+
+        async def write() -> list[int]:
+            return await loop.run_in_executor(self._writer, append) if offload else append()
+
         try:
-            offsets = self._append(items, on_durable, blocking=False)
+            offsets = await write()
         except WalFullError:
             if self.config.full_disk_policy is not FullDiskPolicy.BLOCK:
                 raise
             needed = self._frames_size(items)
             await asyncio.to_thread(self._wait_for_space, needed, self.config.block_timeout_s)
-            offsets = self._append(items, on_durable, blocking=False)
+            offsets = await write()
         if self.config.fsync is FsyncPolicy.ALWAYS:
             await future
         return offsets
@@ -412,6 +445,7 @@ class WriteAheadLog:
         old_fd = self._active_fd
         if self.config.fsync is not FsyncPolicy.NEVER:
             os.fdatasync(old_fd)
+            self.release_synced_pages(old_fd, self._segments[-1].size, 0)
         segment = self._create_segment(base_offset)
         self._segments.append(segment)
         self._size_bytes += segment.size
@@ -496,10 +530,33 @@ class WriteAheadLog:
         return self._next_offset
 
     # ----------------------------------------------------------------- state for the syncer
-    def snapshot_for_sync(self) -> tuple[int, int]:
-        """(a duplicate of the active fd, the last offset written); the caller closes the fd."""
+    def snapshot_for_sync(self) -> SyncTarget:
+        """What an fsync now would cover; the caller closes ``target.fd``."""
         with self._lock:
-            return os.dup(self._active_fd), self._next_offset - 1
+            active = self._segments[-1]
+            return SyncTarget(
+                os.dup(self._active_fd), self._next_offset - 1, active.base_offset, active.size
+            )
+
+    def release_synced_pages(self, fd: int, synced_bytes: int, already_released: int) -> int:
+        """Drop a synced segment's pages older than the page-cache window; new release mark.
+
+        ``already_released`` is what an earlier call returned for the same segment (0 at
+        first), so each byte range is released once.
+        """
+        window = self.config.page_cache_window_bytes
+        if window is None:
+            return already_released
+        release_to = synced_bytes - window
+        if release_to <= already_released:
+            return already_released
+        try:
+            os.posix_fadvise(
+                fd, already_released, release_to - already_released, os.POSIX_FADV_DONTNEED
+            )
+        except OSError as error:  # only a hint: the data is already safe on disk
+            log.debug("posix_fadvise on the WAL failed: %s", error)
+        return release_to
 
     def mark_failed(self, error: BaseException) -> None:
         with self._lock:

@@ -18,7 +18,7 @@ from .config import FsyncPolicy, WalConfig
 from .errors import WalFailedError
 
 if TYPE_CHECKING:
-    from .log import WriteAheadLog
+    from .log import SyncTarget, WriteAheadLog
 
 DurabilityCallback = Callable[[BaseException | None], None]
 log = logging.getLogger(__name__)
@@ -40,6 +40,7 @@ class Syncer:
         self._stopping = False
         self._error: BaseException | None = None
         self.durable_offset = wal.next_offset - 1
+        self._released: tuple[int, int] = (-1, 0)  # (segment base offset, bytes released)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -95,13 +96,15 @@ class Syncer:
                 return
 
     def _sync_once(self) -> bool:
-        fd, target = self._wal.snapshot_for_sync()
+        snapshot = self._wal.snapshot_for_sync()
+        fd, target = snapshot.fd, snapshot.last_offset
         try:
             if target > self.durable_offset:
                 started = time.perf_counter()
                 os.fdatasync(fd)
                 if self._observer is not None:
                     self._observer(time.perf_counter() - started)
+                self._release_pages(snapshot)
         except OSError as error:
             failure = WalFailedError(f"fsync of the WAL failed: {error}")
             self._wal.mark_failed(failure)
@@ -117,6 +120,13 @@ class Syncer:
         for callback in ready:
             callback(None)
         return True
+
+    def _release_pages(self, snapshot: SyncTarget) -> None:
+        segment, released = self._released
+        if segment != snapshot.segment_base_offset:
+            released = 0
+        released = self._wal.release_synced_pages(snapshot.fd, snapshot.segment_size, released)
+        self._released = (snapshot.segment_base_offset, released)
 
     def _fail_all(self, error: BaseException) -> None:
         with self._cond:

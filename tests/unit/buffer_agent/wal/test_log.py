@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import replace
@@ -14,10 +18,12 @@ from durable_producer.buffer_agent.wal import (
     FsyncPolicy,
     FullDiskPolicy,
     WalClosedError,
+    WalConfig,
     WalFullError,
     WalLockedError,
     WriteAheadLog,
 )
+from durable_producer.buffer_agent.wal.log import OFFLOAD_WRITE_BYTES
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
 
@@ -251,3 +257,83 @@ def test_backlog_records_follow_appends_checkpoints_and_reopen(wal_dir: Path) ->
         assert wal.stats().backlog_records == sum(range(10, 30))
         wal.checkpoint(30)
         assert wal.stats().backlog_records == 0
+
+
+def test_large_async_groups_are_written_off_the_event_loop(wal_dir: Path) -> None:
+    """Groups of OFFLOAD_WRITE_BYTES or more go to the writer thread; small ones stay inline."""
+    config = replace(SMALL, segment_bytes=1 << 22, max_frame_bytes=1 << 21, max_bytes=1 << 26)
+    writer_threads: list[str] = []
+
+    async def scenario(wal: WriteAheadLog) -> list[list[int]]:
+        real_append = wal._append
+
+        def spy(*args: object, **kwargs: object) -> list[int]:
+            writer_threads.append(threading.current_thread().name)
+            return real_append(*args, **kwargs)  # type: ignore[arg-type]
+
+        wal._append = spy  # type: ignore[method-assign]
+        large = [AppendItem("t", 0, payload_for(i, OFFLOAD_WRITE_BYTES)) for i in range(2)]
+        small = [AppendItem("t", 1, payload_for(9, 100))]
+        return [await wal.append_many_async(large), await wal.append_many_async(small)]
+
+    with WriteAheadLog.open(wal_dir, config) as wal:
+        assert asyncio.run(scenario(wal)) == [[0, 1], [2]]
+        frames = wal.reader(0).poll(10)
+        assert [f.payload for f in frames] == [
+            payload_for(0, OFFLOAD_WRITE_BYTES),
+            payload_for(1, OFFLOAD_WRITE_BYTES),
+            payload_for(9, 100),
+        ]
+    assert writer_threads[0].startswith("wal-writer")
+    assert writer_threads[1] == threading.main_thread().name
+
+
+def test_offloaded_appends_after_close_fail_cleanly(wal_dir: Path) -> None:
+    config = replace(SMALL, segment_bytes=1 << 22, max_frame_bytes=1 << 21, max_bytes=1 << 26)
+    wal = WriteAheadLog.open(wal_dir, config)
+    wal.close()
+
+    async def scenario() -> None:
+        await wal.append_many_async([AppendItem("t", 0, bytes(OFFLOAD_WRITE_BYTES))])
+
+    with pytest.raises((WalClosedError, RuntimeError)):
+        asyncio.run(scenario())
+
+
+def cached_bytes(path: Path) -> int:
+    """Bytes of ``path`` in the page cache, from util-linux's fincore (mincore(2))."""
+    report = subprocess.run(
+        ["fincore", "--json", "--bytes", str(path)], capture_output=True, text=True, check=True
+    )
+    return int(json.loads(report.stdout)["fincore"][0]["res"])
+
+
+@pytest.mark.skipif(shutil.which("fincore") is None, reason="util-linux fincore not installed")
+@pytest.mark.parametrize("window", [1 << 20, None], ids=["1MiB-window", "kernel-decides"])
+def test_synced_data_behind_the_window_leaves_the_page_cache(
+    wal_dir: Path, window: int | None
+) -> None:
+    config = WalConfig(
+        segment_bytes=64 << 20,
+        max_bytes=256 << 20,
+        max_frame_bytes=1 << 20,
+        fsync=FsyncPolicy.INTERVAL,
+        fsync_interval_ms=10,
+        page_cache_window_bytes=window,
+    )
+    payload = os.urandom(512 * 1024)
+    with WriteAheadLog.open(wal_dir, config) as wal:
+        for _ in range(32):  # 16 MiB
+            last = wal.append("t", 0, payload)
+        deadline = time.monotonic() + 10
+        while wal.stats().durable_offset < last and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the release follows the fsync
+        segment = list_segments(wal_dir)[0][1]
+        size = segment.stat().st_size
+        cached = cached_bytes(segment)
+        assert [f.payload == payload for f in wal.reader(0).poll(100)] == [True] * 32
+    if window is None:
+        assert cached == pytest.approx(size, abs=8192)
+    else:
+        assert window - 8192 <= cached <= window + 8192
