@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -26,6 +27,18 @@ from .wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
+
+
+def freeze_startup_heap() -> None:
+    """Exempt everything allocated so far from the cyclic garbage collector.
+
+    Called once the agent serves: modules, kio schemas and the restored producer state live
+    as long as the process, and a full collection scanning them stalled the event loop for
+    ~20 ms (it was the p99 of produce latency in benchmarks/ingress_bench.py). Afterwards a
+    collection scans only what serving allocated.
+    """
+    gc.collect()
+    gc.freeze()
 
 
 @dataclass(slots=True)
@@ -119,6 +132,7 @@ class BufferAgent:
         try:
             forwarder.start()
             await self.ingress.start()
+            freeze_startup_heap()
             self._accepting = True
             log.info(
                 "agent ready: Kafka protocol on %s, metrics on %s:%d, forwarding to %s",
