@@ -8,8 +8,10 @@ receiver hands out, so
 
 - a **large frame** (a produce request; anything that does not fit the staging buffer) is
   received into a buffer of exactly its size, allocated when its size prefix arrives, and
-  handed on as a ``memoryview`` of that buffer: the kernel's copy is the only one. Each large
-  frame owns its buffer, so later reads can never overwrite a frame still being processed;
+  handed on as a read-only ``memoryview`` of that buffer: the kernel's copy is the only one.
+  Each large frame owns its buffer, so later reads can never overwrite a frame still being
+  processed. Frames above :data:`PREALLOCATE_BYTES` (clients cap requests near 1 MB by
+  default) start smaller and grow as their bytes arrive;
 - **small frames** (metadata, API versions, small produce requests) share one fixed staging
   buffer and are copied out as ``bytes``, which costs less than a syscall per frame.
 
@@ -34,6 +36,10 @@ MIN_FRAME_BYTES = 8
 
 STAGING_BYTES = 64 * 1024
 """Frames (prefix included) up to this size are received into the shared staging buffer."""
+
+PREALLOCATE_BYTES = 4 * 1024 * 1024
+"""A large frame's buffer starts at its full size up to this; larger ones grow as bytes arrive,
+so a size prefix alone never makes the agent allocate more."""
 
 _SIZE = struct.Struct(">i")
 _PREFIX = _SIZE.size
@@ -60,7 +66,8 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._staging_view = memoryview(self._staging)
         self._start = 0  # first unconsumed byte in the staging buffer
         self._end = 0  # end of received bytes in the staging buffer
-        self._large_view: memoryview | None = None
+        self._large: bytearray | None = None
+        self._large_size = 0
         self._large_filled = 0
         self._frames: deque[bytes | memoryview] = deque()
         self._queued_bytes = 0
@@ -89,8 +96,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return None if self._transport is None else self._transport.get_extra_info("peername")
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if self._large_view is not None:
-            return self._large_view[self._large_filled :]
+        if self._large is not None:
+            if self._large_filled == len(self._large):
+                self._grow_large()
+            return memoryview(self._large)[self._large_filled :]
         if self._start and self._end > STAGING_BYTES // 2:
             # only the start of a frame that fits is left: move it to the front
             partial = bytes(self._staging_view[self._start : self._end])
@@ -103,11 +112,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._frame_started = self._now()
             if self._read_timeout_waiter:
                 self._wake_frame_waiter()  # re-arm the wait with the (shorter) read timeout
-        if self._large_view is not None:
+        if self._large is not None:
             self._large_filled += nbytes
-            if self._large_filled == len(self._large_view):
-                self._push(self._large_view.toreadonly())
-                self._large_view = None
+            if self._large_filled == self._large_size:
+                self._push(memoryview(self._large).toreadonly())
+                self._large = None
                 self._frame_started = None
         else:
             self._end += nbytes
@@ -141,14 +150,15 @@ class FrameReceiver(asyncio.BufferedProtocol):
             if _PREFIX + size > STAGING_BYTES:
                 # a large frame: its own buffer, seeded with the part already received
                 received = end - body_start
-                self._large_view = memoryview(bytearray(size))
-                self._large_view[:received] = staging[body_start:end]
+                self._large = bytearray(min(size, PREALLOCATE_BYTES))
+                self._large[:received] = staging[body_start:end]
+                self._large_size = size
                 self._large_filled = received
                 start = end
             break
         if start == end:
             start = end = 0
-        if start == end and self._large_view is None:
+        if start == end and self._large is None:
             self._frame_started = None
         elif pushed:
             self._frame_started = self._now()  # the bytes left belong to a newer frame
@@ -156,6 +166,13 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     def _now(self) -> float:
         return self._loop.time() if self._loop is not None else 0.0
+
+    def _grow_large(self) -> None:
+        """Double the buffer of a frame larger than PREALLOCATE_BYTES as its bytes arrive."""
+        assert self._large is not None
+        grown = bytearray(min(self._large_size, 2 * len(self._large)))
+        grown[: self._large_filled] = self._large
+        self._large = grown
 
     def _push(self, frame: bytes | memoryview) -> None:
         self._frames.append(frame)
@@ -199,12 +216,12 @@ class FrameReceiver(asyncio.BufferedProtocol):
             self._queued_bytes
             + self._end
             - self._start
-            + self._large_filled * bool(self._large_view is not None)
+            + self._large_filled * bool(self._large is not None)
         )
 
     @property
     def partial_frame(self) -> bool:
-        return self._large_view is not None or self._end > self._start
+        return self._large is not None or self._end > self._start
 
     async def next_frame(
         self, *, idle_timeout: float | None = None, read_timeout: float | None = None
@@ -253,10 +270,10 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return None if idle_timeout is None else waiting_since + idle_timeout
 
     def _truncation(self) -> str:
-        if self._large_view is not None:
+        if self._large is not None:
             return (
                 f"connection closed inside a frame ({self._large_filled} of"
-                f" {len(self._large_view)} bytes)"
+                f" {self._large_size} bytes)"
             )
         return f"connection closed inside a frame ({self._end - self._start} bytes received)"
 

@@ -6,13 +6,18 @@ import asyncio
 import os
 import socket
 import struct
+import tracemalloc
 from collections.abc import Awaitable, Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_producer.buffer_agent.frame_receiver import STAGING_BYTES, FrameReceiver
+from durable_producer.buffer_agent.frame_receiver import (
+    PREALLOCATE_BYTES,
+    STAGING_BYTES,
+    FrameReceiver,
+)
 from durable_producer.buffer_agent.kafka_protocol import MalformedFrame
 
 Scenario = Callable[[FrameReceiver, socket.socket], Awaitable[object]]
@@ -221,3 +226,29 @@ def test_send_times_out_when_the_peer_stops_reading() -> None:
                 await receiver.send(os.urandom(1 << 20), timeout=0.3)
 
     run(scenario)
+
+
+def test_frames_beyond_the_preallocation_grow_as_their_bytes_arrive() -> None:
+    body = os.urandom(PREALLOCATE_BYTES * 2 + 12345)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(body) + frame(b"next one"))
+        assert await receiver.next_frame(idle_timeout=5) == body
+        assert await receiver.next_frame(idle_timeout=5) == b"next one"
+
+    run(scenario, max_frame_bytes=64 << 20)
+
+
+def test_a_size_prefix_alone_allocates_at_most_the_preallocation() -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
+        tracemalloc.start()
+        try:
+            await send(client, struct.pack(">i", 90 << 20) + b"only the start")
+            await asyncio.sleep(0.3)
+            assert receiver.partial_frame
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak = run(scenario, max_frame_bytes=100 << 20)
+    assert peak < PREALLOCATE_BYTES + (1 << 20)  # type: ignore[operator]
