@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv tools demo test test-all lint bench e2e crds clean
+.PHONY: venv tools bench-tools demo test test-all lint bench e2e crds clean
 
 venv: $(STAMP)
 
@@ -33,8 +33,13 @@ test-all: venv tools
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
 
-bench: venv
+bench-tools:
+	bash scripts/install-bench-tools.sh
+
+bench: venv bench-tools
 	$(BIN)/python benchmarks/wal_bench.py
+	$(BIN)/python benchmarks/ingress_bench.py
+	$(BIN)/python benchmarks/forward_bench.py --records 300000 --rounds 3
 
 e2e: venv tools
 	$(BIN)/python -m pytest -m e2e tests/e2e

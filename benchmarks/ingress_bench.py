@@ -2,37 +2,62 @@
 
 Not a test: prints figures side by side, as ratios, from one run on one machine.
 
-    .venv/bin/python benchmarks/ingress_bench.py [--records 200000] [--processes 4]
+    .venv/bin/python benchmarks/ingress_bench.py [--records 2000000] [--rounds 3]
 
-Both endpoints get the same confluent-kafka settings (acks=all, idempotence, linger,
-batch size, compression) from several producer processes, since one Python producer loop
-caps near 200k records/s (DESIGN.md 4). The agent runs as its own process with a WAL on a
-temporary directory, fsync policy ``interval``. Latency is delivery-report time minus
-produce() time, sampled on every 16th record, in a second run paced well below both
-endpoints' capacity (in a saturating run latency only measures the client's own queue).
+Each figure comes from a fresh endpoint (a new tansu, or a new agent process with an empty
+WAL, fsync ``interval``), and broker and agent alternate within every round, so the noise of
+this shared machine hits both. Three measurements, each for 200 B and 2 KiB records:
+
+1. **Throughput with real clients**: ``--producers`` kcat processes (librdkafka in C; a
+   Python producer loop caps near 200k records/s, DESIGN.md 4) send the same records with
+   the same settings (acks=all, idempotence, linger.ms=5, batch.size 1 MB, no compression)
+   to either endpoint. kcat runs against the librdkafka that confluent-kafka ships (Debian's
+   kcat links librdkafka 2.0.2, which cannot parse tansu's ApiVersions v3 response). Without
+   kcat, ``--client python`` producer processes stand in.
+2. **Capacity with replayed requests**: ``--connections`` connections pipelining pre-encoded
+   Produce requests of one ~1 MB batch each (the size librdkafka builds under this load),
+   acks=all: the client costs almost nothing, so the endpoint is the bottleneck.
+3. **Latency**: one confluent-kafka producer process paced at ``--paced-bytes-per-s``, well
+   below both endpoints' capacity; p50/p99 of delivery-report time minus produce() time,
+   sampled on up to 20,000 records. (Several paced processes on two cores measure the CPU
+   scheduler instead: the producers' polling loops starve whichever endpoint has one thread.)
+
+Next to each rate, the endpoint's own CPU (user + system seconds of its process) per million
+records: what the agent costs the pod, whatever the load generator does.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import glob
 import json
 import multiprocessing
 import os
+import shutil
 import signal
+import socket
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))
+
 TOPIC = "bench"
 PARTITIONS = 8
-LATENCY_SAMPLE_EVERY = 16
-REPO = Path(__file__).resolve().parents[1]
+LATENCY_SAMPLES = 20_000
+"""Records whose delivery time is sampled in a paced run (a callback per record costs)."""
+REPLAY_BATCH_BYTES = 960_000
+"""Records per replayed batch: as many as fit here (the agent's default max batch is 1 MB)."""
 
 
 def producer_config(bootstrap: str) -> dict[str, object]:
@@ -46,6 +71,171 @@ def producer_config(bootstrap: str) -> dict[str, object]:
         "queue.buffering.max.messages": 1_000_000,
         "queue.buffering.max.kbytes": 1_048_576,
     }
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------- endpoints
+@dataclass(frozen=True)
+class Endpoint:
+    name: str
+    bootstrap: str
+    pid: int
+
+
+@contextmanager
+def fresh_broker() -> Iterator[Endpoint]:
+    from support.broker import TansuBroker, create_topic
+
+    with TansuBroker() as broker:
+        create_topic(broker.bootstrap, TOPIC, PARTITIONS)
+        assert broker.process is not None
+        yield Endpoint("broker", broker.bootstrap, broker.process.pid)
+
+
+AGENT_FSYNC = "interval"
+
+
+@contextmanager
+def fresh_agent() -> Iterator[Endpoint]:
+    """An agent process (ingress only) with an empty WAL; the topic has PARTITIONS partitions."""
+    with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch:
+        port_file = Path(scratch) / "port"
+        process = subprocess.Popen(
+            [sys.executable, __file__, "--serve-agent", scratch, str(port_file), AGENT_FSYNC]
+        )
+        try:
+            deadline = time.monotonic() + 30
+            while not port_file.exists() or not port_file.read_text():
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("the agent did not start")
+                time.sleep(0.05)
+            yield Endpoint("agent", f"127.0.0.1:{port_file.read_text()}", process.pid)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
+    from durable_producer.buffer_agent.agent import freeze_startup_heap
+    from durable_producer.buffer_agent.ingress import IngressConfig, IngressServer
+    from durable_producer.buffer_agent.metadata_cache import MetadataCache
+    from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+
+    def partitions(topics: Sequence[str]) -> Mapping[str, int]:
+        return {topic: PARTITIONS for topic in topics}
+
+    async def main() -> None:
+        wal = WriteAheadLog.open(
+            data_dir / "wal",
+            WalConfig(fsync=FsyncPolicy(fsync), max_bytes=32 << 30, segment_bytes=256 << 20),
+        )
+        server = IngressServer(
+            wal,
+            MetadataCache(data_dir / "state", partitions),
+            data_dir / "state",
+            IngressConfig(port=0),
+        )
+        await server.start()
+        freeze_startup_heap()  # as the agent does once it serves
+        port_file.write_text(str(server.port))
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await stop.wait()
+        await server.stop()
+        wal.close()
+
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------- measurements
+@dataclass
+class Rate:
+    records: int
+    seconds: float
+    endpoint_cpu_s: float
+    size: int
+
+    @property
+    def records_per_s(self) -> float:
+        return self.records / self.seconds
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.records * self.size / self.seconds / 1e6
+
+    @property
+    def cpu_s_per_m(self) -> float:
+        return self.endpoint_cpu_s / self.records * 1e6
+
+
+def measure(endpoint: Endpoint, size: int, run: Callable[[], int]) -> Rate:
+    before = cpu_seconds(endpoint.pid)
+    started = time.perf_counter()
+    records = run()
+    seconds = time.perf_counter() - started
+    return Rate(records, seconds, cpu_seconds(endpoint.pid) - before, size)
+
+
+def kcat_library_dir(scratch: Path) -> Path | None:
+    """A directory whose librdkafka.so.1 is the one inside the confluent-kafka wheel."""
+    import confluent_kafka
+
+    libs = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
+    found = sorted(glob.glob(str(libs / "librdkafka*.so*")))
+    if not found:
+        return None
+    target = scratch / "librdkafka"
+    target.mkdir(exist_ok=True)
+    link = target / "librdkafka.so.1"
+    if not link.exists():
+        link.symlink_to(found[0])
+    return target
+
+
+def write_record_file(path: Path, records: int, size: int) -> None:
+    """``records`` lines of ``size`` random hex characters (kcat sends one record a line)."""
+    line = os.urandom(size // 2).hex().encode() + b"\n"
+    assert len(line) == size + 1
+    with path.open("wb") as out:
+        chunk = line * 10_000
+        for _ in range(records // 10_000):
+            out.write(chunk)
+        out.write(line * (records % 10_000))
+
+
+def run_kcat(
+    bootstrap: str, record_file: Path, records_each: int, processes: int, library_dir: Path | None
+) -> Callable[[], int]:
+    def run() -> int:
+        command = ["kcat", "-P", "-q", "-b", bootstrap, "-t", TOPIC, "-l", str(record_file)]
+        for key, value in producer_config(bootstrap).items():
+            if key != "bootstrap.servers":
+                command += ["-X", f"{key}={str(value).lower()}"]
+        env = dict(os.environ)
+        if library_dir is not None:
+            env["LD_LIBRARY_PATH"] = str(library_dir)
+        producers = [
+            subprocess.Popen(command, env=env, stderr=subprocess.PIPE) for _ in range(processes)
+        ]
+        failures = []
+        for producer in producers:
+            _, stderr = producer.communicate(timeout=600)
+            if producer.returncode != 0:
+                failures.append(stderr.decode(errors="replace")[-500:])
+        if failures:
+            raise RuntimeError(f"kcat failed against {bootstrap}: {failures}")
+        return records_each * processes
+
+    return run
 
 
 def produce_worker(
@@ -64,6 +254,7 @@ def produce_worker(
     value = os.urandom(size)
     latencies: list[float] = []
     errors = 0
+    sample_every = max(1, records // LATENCY_SAMPLES)
 
     def on_delivery(error: object, _message: object, sent: float | None = None) -> None:
         nonlocal errors
@@ -81,7 +272,7 @@ def produce_worker(
                 producer.poll(0.0005)
         while True:
             try:
-                if index % LATENCY_SAMPLE_EVERY == 0:
+                if index % sample_every == 0:
                     sent = time.perf_counter()
                     producer.produce(
                         TOPIC,
@@ -99,169 +290,293 @@ def produce_worker(
         if index % 1000 == 0:
             producer.poll(0)
     left = producer.flush(120)
-    elapsed = time.perf_counter() - began
-    results.put({"elapsed": elapsed, "latencies": latencies, "errors": errors + left})
+    results.put({"latencies": latencies, "errors": errors + left})
 
 
-@dataclass
-class Result:
-    """Throughput from a saturating run; latency from a run paced below both capacities."""
-
-    records_per_s: float
-    mb_per_s: float
-    p50_ms: float
-    p99_ms: float
-    errors: int
-
-
-def run_load(
+def run_python_producers(
     bootstrap: str, records: int, size: int, processes: int, rate: float | None = None
-) -> Result:
+) -> tuple[int, list[float]]:
+    """(records delivered, sampled latencies); raises if any record failed."""
     context = multiprocessing.get_context("spawn")
     results: multiprocessing.Queue = context.Queue()
-    start_at = time.time() + 3.0
+    start_at = time.time() + 2.0
     share = records // processes
     workers = [
         context.Process(
-            target=produce_worker,
-            args=(bootstrap, share, size, start_at, rate, results),
+            target=produce_worker, args=(bootstrap, share, size, start_at, rate, results)
         )
         for _ in range(processes)
     ]
     for worker in workers:
         worker.start()
-    reports = [results.get(timeout=300) for _ in workers]
+    reports = [results.get(timeout=600) for _ in workers]
     for worker in workers:
         worker.join(30)
-    wall = max(report["elapsed"] for report in reports)
-    latencies = sorted(latency for report in reports for latency in report["latencies"])
-    total = share * processes
-    return Result(
-        records_per_s=total / wall,
-        mb_per_s=total * size / wall / 1e6,
-        p50_ms=statistics.median(latencies) * 1000,
-        p99_ms=latencies[int(len(latencies) * 0.99)] * 1000,
-        errors=sum(report["errors"] for report in reports),
-    )
+    errors = sum(report["errors"] for report in reports)
+    if errors:
+        raise RuntimeError(f"{errors} records failed against {bootstrap}")
+    return share * processes, sorted(x for report in reports for x in report["latencies"])
 
 
-# ---------------------------------------------------------------------- the agent process
-def serve_agent(data_dir: Path, port_file: Path) -> None:
-    from durable_producer.buffer_agent.ingress import IngressConfig, IngressServer
-    from durable_producer.buffer_agent.metadata_cache import MetadataCache
-    from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+def python_producers(
+    bootstrap: str, records: int, size: int, args: argparse.Namespace
+) -> Callable[[], int]:
+    def run() -> int:
+        return run_python_producers(bootstrap, records, size, args.producers)[0]
 
-    def partitions(topics: Sequence[str]) -> Mapping[str, int]:
-        return {topic: PARTITIONS for topic in topics}
-
-    async def main() -> None:
-        wal = WriteAheadLog.open(
-            data_dir / "wal",
-            WalConfig(fsync=FsyncPolicy.INTERVAL, max_bytes=8 << 30, segment_bytes=256 << 20),
-        )
-        server = IngressServer(
-            wal,
-            MetadataCache(data_dir / "state", partitions),
-            data_dir / "state",
-            IngressConfig(port=0),
-        )
-        await server.start()
-        port_file.write_text(str(server.port))
-        stop = asyncio.Event()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await stop.wait()
-        await server.stop()
-        wal.close()
-
-    asyncio.run(main())
+    return run
 
 
-def start_agent(data_dir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port_file = data_dir / "port"
-    process = subprocess.Popen(
-        [sys.executable, __file__, "--serve-agent", str(data_dir), str(port_file)]
-    )
-    deadline = time.monotonic() + 30
-    while not port_file.exists() or not port_file.read_text():
-        if time.monotonic() > deadline or process.poll() is not None:
-            process.kill()
-            raise RuntimeError("agent did not start")
-        time.sleep(0.05)
-    return process, f"127.0.0.1:{port_file.read_text()}"
+def replay_requests(size: int) -> tuple[list[bytes], int]:
+    """One size-prefixed Produce request (acks=all) per partition, and its record count."""
+    from durable_producer.buffer_agent.kafka_protocol import API_PRODUCE
+    from support.batch_builder import SampleRecord, build_batch
+    from support.kafka_wire import encode_request, produce_body
+
+    count = REPLAY_BATCH_BYTES // (size + 8)
+    value = os.urandom(size)
+    batch = build_batch([SampleRecord(None, value, 1_732_240_000_000 + i) for i in range(count)])
+    requests = [
+        encode_request(API_PRODUCE, 9, 1, produce_body(TOPIC, partition, batch))
+        for partition in range(PARTITIONS)
+    ]
+    return requests, count
+
+
+def run_replay(
+    bootstrap: str, requests: list[bytes], per_request: int, total: int, connections: int
+) -> Callable[[], int]:
+    def connection(count: int, failures: list[str]) -> None:
+        from support.kafka_wire import recv_exactly
+
+        host, port = bootstrap.rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sent = answered = 0
+            while answered < count:
+                while sent < count and sent - answered < 4:
+                    sock.sendall(requests[sent % len(requests)])
+                    sent += 1
+                (length,) = struct.unpack(">i", recv_exactly(sock, 4))
+                response = recv_exactly(sock, length)
+                # v9 response: correlation id, tagged fields, topics (compact array), name,
+                # partitions (compact array), index, then the int16 error code
+                error = produce_error_code(response)
+                if error:
+                    failures.append(f"error code {error}")
+                answered += 1
+
+    def run() -> int:
+        requests_each = max(1, total // per_request // connections)
+        failures: list[str] = []
+        threads = [
+            threading.Thread(target=connection, args=(requests_each, failures))
+            for _ in range(connections)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise RuntimeError(f"replayed produce failed against {bootstrap}: {failures[:3]}")
+        return requests_each * connections * per_request
+
+    return run
+
+
+def produce_error_code(response: bytes) -> int:
+    from kio.serial import entity_reader
+
+    from durable_producer.buffer_agent.kafka_protocol import API_PRODUCE, response_schema
+
+    schema = response_schema(API_PRODUCE, 9)
+    _, header_size = entity_reader(schema.__header_schema__)(response, 0)
+    body, _ = entity_reader(schema)(response, header_size)
+    return int(body.responses[0].partition_responses[0].error_code)
+
+
+# ---------------------------------------------------------------------- the run
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(len(sorted_values) * fraction))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--records", type=int, default=200_000)
-    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument(
+        "--records", type=int, default=2_000_000, help="200 B records a run (2 KiB: a fifth)"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2048])
+    parser.add_argument("--client", choices=["kcat", "python"], default="kcat")
+    parser.add_argument("--producers", type=int, default=4, help="producer processes")
+    parser.add_argument("--connections", type=int, default=4, help="replay connections")
     parser.add_argument(
         "--paced-bytes-per-s",
         type=float,
         default=8e6,
         help="offered load of the latency run (below both endpoints' capacity)",
     )
-    parser.add_argument("--paced-seconds", type=float, default=4.0)
-    parser.add_argument("--serve-agent", nargs=2, metavar=("DATA_DIR", "PORT_FILE"))
+    parser.add_argument("--paced-seconds", type=float, default=8.0)
+    parser.add_argument("--skip", nargs="*", default=[], choices=["clients", "replay", "latency"])
+    parser.add_argument(
+        "--fsync", choices=["interval", "always", "never"], default="interval", help="agent's"
+    )
+    parser.add_argument("--serve-agent", nargs=3, metavar=("DATA_DIR", "PORT_FILE", "FSYNC"))
     args = parser.parse_args()
     if args.serve_agent:
-        serve_agent(Path(args.serve_agent[0]), Path(args.serve_agent[1]))
+        serve_agent(Path(args.serve_agent[0]), Path(args.serve_agent[1]), args.serve_agent[2])
         return
-
-    sys.path.insert(0, str(REPO / "tests"))
-    from support.broker import TansuBroker, create_topic
-
-    table = []
-    with TansuBroker() as broker, tempfile.TemporaryDirectory() as scratch:
-        create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-        agent, agent_bootstrap = start_agent(Path(scratch))
-        try:
-            for size in args.sizes:
-                records = args.records if size <= 512 else args.records // 4
-                paced_rate = args.paced_bytes_per_s / size / args.processes
-                paced_records = int(paced_rate * args.processes * args.paced_seconds)
-                row = []
-                for bootstrap in (broker.bootstrap, agent_bootstrap):
-                    paced = run_load(bootstrap, paced_records, size, args.processes, paced_rate)
-                    saturated = run_load(bootstrap, records, size, args.processes)
-                    saturated.p50_ms, saturated.p99_ms = paced.p50_ms, paced.p99_ms
-                    saturated.errors += paced.errors
-                    row.append(saturated)
-                table.append((size, records, row[0], row[1]))
-        finally:
-            agent.send_signal(signal.SIGTERM)
-            agent.wait(30)
-
-    print(
-        f"\n{args.processes} producer processes, same confluent-kafka settings; "
-        f"agent fsync=interval; latency at {args.paced_bytes_per_s / 1e6:.0f} MB/s offered\n"
-    )
-    header = (
-        f"{'size':>6} {'records':>8} {'endpoint':>8} {'rec/s':>10} {'MB/s':>8} "
-        f"{'p50 ms':>8} {'p99 ms':>8} {'errors':>6}"
-    )
-    print(header)
-    for size, records, direct, through in table:
-        for name, result in (("broker", direct), ("agent", through)):
-            print(
-                f"{size:>6} {records:>8} {name:>8} {result.records_per_s:>10.0f} "
-                f"{result.mb_per_s:>8.1f} {result.p50_ms:>8.2f} {result.p99_ms:>8.2f} "
-                f"{result.errors:>6}"
-            )
+    global AGENT_FSYNC
+    AGENT_FSYNC = args.fsync
+    if args.client == "kcat" and shutil.which("kcat") is None:
         print(
-            f"{size:>6} {'':>8} {'ratio':>8} "
-            f"{through.records_per_s / direct.records_per_s:>10.2f} "
-            f"{through.mb_per_s / direct.mb_per_s:>8.2f} "
-            f"{through.p50_ms / direct.p50_ms:>8.2f} {through.p99_ms / direct.p99_ms:>8.2f}"
+            "kcat is not installed (Debian package kcat; `make bench` installs it):"
+            " using Python producer processes instead",
+            file=sys.stderr,
         )
+        args.client = "python"
+
+    endpoints = (fresh_broker, fresh_agent)
+    rates: dict[tuple[str, int, str], list[Rate]] = {}
+    latencies: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch_name:
+        scratch = Path(scratch_name)
+        library_dir = kcat_library_dir(scratch) if args.client == "kcat" else None
+        for size in args.sizes:
+            records = args.records if size <= 512 else args.records // 5
+            record_file = scratch / f"records-{size}.txt"
+            if args.client == "kcat" and "clients" not in args.skip:
+                write_record_file(record_file, records // args.producers, size)
+            requests, per_request = replay_requests(size)
+            for round_number in range(1, args.rounds + 1):
+                for fresh in endpoints:
+                    if "clients" not in args.skip:
+                        with fresh() as endpoint:
+                            if args.client == "kcat":
+                                run = run_kcat(
+                                    endpoint.bootstrap,
+                                    record_file,
+                                    records // args.producers,
+                                    args.producers,
+                                    library_dir,
+                                )
+                            else:
+                                run = python_producers(endpoint.bootstrap, records, size, args)
+                            rate = measure(endpoint, size, run)
+                            rates.setdefault(("clients", size, endpoint.name), []).append(rate)
+                            report("clients", size, round_number, endpoint.name, rate)
+                    if "replay" not in args.skip:
+                        with fresh() as endpoint:
+                            warm_up(endpoint.bootstrap)
+                            run = run_replay(
+                                endpoint.bootstrap, requests, per_request, records, args.connections
+                            )
+                            rate = measure(endpoint, size, run)
+                            rates.setdefault(("replay", size, endpoint.name), []).append(rate)
+                            report("replay", size, round_number, endpoint.name, rate)
+                    if "latency" not in args.skip:
+                        with fresh() as endpoint:
+                            paced_rate = args.paced_bytes_per_s / size
+                            _, sampled = run_python_producers(
+                                endpoint.bootstrap,
+                                int(paced_rate * args.paced_seconds),
+                                size,
+                                1,
+                                paced_rate,
+                            )
+                            p50, p99 = percentile(sampled, 0.5), percentile(sampled, 0.99)
+                            latencies.setdefault((size, endpoint.name), []).append((p50, p99))
+                            print(
+                                f"latency {size:>5} B round {round_number} {endpoint.name:>6}:"
+                                f" p50 {p50 * 1000:.2f} ms, p99 {p99 * 1000:.2f} ms"
+                                f" ({len(sampled)} samples)",
+                                flush=True,
+                            )
+    summarize(args, rates, latencies)
+
+
+def warm_up(bootstrap: str) -> None:
+    """Fetch metadata once, as any client does first (the agent learns the topic)."""
+    from confluent_kafka import Producer
+
+    Producer({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=10)
+
+
+def report(kind: str, size: int, round_number: int, name: str, rate: Rate) -> None:
     print(
-        json.dumps(
-            [
-                {"size": size, "records": records, "broker": vars(direct), "agent": vars(through)}
-                for size, records, direct, through in table
-            ]
-        )
+        f"{kind:>7} {size:>5} B round {round_number} {name:>6}: {rate.records_per_s:>10,.0f}"
+        f" rec/s {rate.mb_per_s:>7.1f} MB/s, endpoint CPU {rate.cpu_s_per_m:.2f} s/M records",
+        flush=True,
     )
+
+
+def summarize(
+    args: argparse.Namespace,
+    rates: dict[tuple[str, int, str], list[Rate]],
+    latencies: dict[tuple[int, str], list[tuple[float, float]]],
+) -> None:
+    titles = {
+        "clients": f"throughput, {args.producers} {args.client} producer processes",
+        "replay": f"capacity, replayed ~1 MB produce requests on {args.connections} connections",
+    }
+    summary = []
+    print(f"\nmedians of {args.rounds} rounds (ratio = agent / broker, per round then median)")
+    for kind, title in titles.items():
+        if kind in args.skip:
+            continue
+        print(f"\n{title}")
+        print(
+            f"{'size':>6} {'broker rec/s':>13} {'agent rec/s':>12} {'ratio':>6}"
+            f" {'per-round ratios':>22} {'CPU s/M broker':>15} {'agent':>6} {'ratio':>6}"
+        )
+        for size in args.sizes:
+            broker, agent = rates[(kind, size, "broker")], rates[(kind, size, "agent")]
+            ratios = [a.records_per_s / b.records_per_s for a, b in zip(agent, broker, strict=True)]
+            cpu_ratios = [a.cpu_s_per_m / b.cpu_s_per_m for a, b in zip(agent, broker, strict=True)]
+            row = {
+                "kind": kind,
+                "size": size,
+                "broker_records_per_s": statistics.median(r.records_per_s for r in broker),
+                "agent_records_per_s": statistics.median(r.records_per_s for r in agent),
+                "ratio": statistics.median(ratios),
+                "ratios": [round(r, 2) for r in ratios],
+                "broker_cpu_s_per_m": statistics.median(r.cpu_s_per_m for r in broker),
+                "agent_cpu_s_per_m": statistics.median(r.cpu_s_per_m for r in agent),
+                "cpu_ratio": statistics.median(cpu_ratios),
+            }
+            summary.append(row)
+            print(
+                f"{size:>6} {row['broker_records_per_s']:>13,.0f}"
+                f" {row['agent_records_per_s']:>12,.0f} {row['ratio']:>6.2f}"
+                f" {' '.join(f'{r:.2f}' for r in ratios):>22}"
+                f" {row['broker_cpu_s_per_m']:>15.2f} {row['agent_cpu_s_per_m']:>6.2f}"
+                f" {row['cpu_ratio']:>6.2f}"
+            )
+    if latencies:
+        print(
+            f"\nlatency, one producer paced at {args.paced_bytes_per_s / 1e6:.0f} MB/s"
+            " (agent / broker; medians of the rounds' percentiles)"
+        )
+        print(
+            f"{'size':>6} {'p50 broker':>11} {'agent':>7} {'ratio':>6} {'p99 broker':>11}"
+            f" {'agent':>7} {'ratio':>6}"
+        )
+        for size in args.sizes:
+            if (size, "broker") not in latencies:
+                continue
+            broker, agent = latencies[(size, "broker")], latencies[(size, "agent")]
+            row = {"kind": "latency", "size": size}
+            for index, name in enumerate(("p50", "p99")):
+                row[f"broker_{name}_ms"] = statistics.median(x[index] for x in broker) * 1000
+                row[f"agent_{name}_ms"] = statistics.median(x[index] for x in agent) * 1000
+            summary.append(row)
+            print(
+                f"{size:>6} {row['broker_p50_ms']:>11.2f} {row['agent_p50_ms']:>7.2f}"
+                f" {row['agent_p50_ms'] / row['broker_p50_ms']:>6.2f}"
+                f" {row['broker_p99_ms']:>11.2f} {row['agent_p99_ms']:>7.2f}"
+                f" {row['agent_p99_ms'] / row['broker_p99_ms']:>6.2f}"
+            )
+    print(json.dumps(summary))
 
 
 if __name__ == "__main__":
