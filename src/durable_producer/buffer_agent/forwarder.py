@@ -13,10 +13,39 @@ Hot path (issue 4's target: at least 0.9x the rate of a plain Python produce loo
 ``benchmarks/forward_bench.py`` and docs/benchmarks.md): a frame is decoded straight into
 the positional arguments of ``produce`` (``decode_produce_calls``: no per-record objects
 beyond those, uncompressed batches parsed in place) and produced by ``starmap`` drained in
-C; all records of a frame share one bound ``on_delivery`` whose success path is a
-decrement; the frame's ``_FrameDelivery`` knows its WAL offset, so no per-record closure
-and no lookup are needed to attribute a report. Delivery reports are served every
-``POLL_EVERY_RECORDS`` records and after every WAL read.
+C. Delivery reports are served every ``POLL_EVERY_RECORDS`` records and after every WAL read.
+
+Two modes (``ForwarderStats`` counts the records each one forwarded):
+
+- **sparse** (the normal mode): only the *last* record of each frame asks for a delivery
+  report; confluent-kafka builds a ``Message`` (copying key and value) for every report that
+  has a callback, which was the forwarder's largest remaining cost. The producer runs with
+  ``enable.gapless.guarantee=true``. The guarantee this relies on (librdkafka
+  INTRODUCTION.md, "Idempotent Producer"; ``rd_kafka_handle_Produce_error``): an
+  idempotent producer writes the records of a partition in produce order, and with the
+  gap-less guarantee a batch that fails for good raises a fatal error
+  (``_GAPLESS_GUARANTEE``) instead of letting later records of that partition through
+  (the broker would refuse them with OUT_OF_ORDER_SEQUENCE_NUMBER anyway; without gap-less
+  librdkafka bumps the epoch and carries on: a silent gap). The guarantee does not cover
+  ``message.timeout.ms`` expiry, which is off here (0: never). Failures that are not batch
+  failures (a topic that turns out not to exist, or loses authorization) fail *every*
+  queued record of the topic, so they reach the last record too. Hence: **a success report
+  for a record means every record produced before it to the same partition by the same
+  producer was written**. A frame is one partition, so its last record's success settles
+  the whole frame; a frame whose last record raised in ``produce()`` is settled by the next
+  success on its partition. A fatal error stops trusting the producer's reports at once
+  (its error callback is served before any later report), so a success that a lax broker
+  gave to a batch after the failed one is not believed.
+- **careful**: every record asks for its report (as before the sparse mode existed) and the
+  producer has no gap-less guarantee, so one bad record is dead-lettered while the rest go
+  through. Entered by a producer reset, i.e. on a fatal error, any failed report of a
+  sparse frame, or a sparse frame that cannot be settled; it re-forwards from the
+  contiguous acknowledged watermark and lasts until every frame that was in flight at the
+  reset has been forwarded again and delivered, then the forwarder returns to sparse mode.
+  After a batch failed for good (a gap-less fatal error, or a permanent error in careful
+  mode, which may have hit innocent records batched with the bad one) the careful producer
+  sends one record per request (``batch.num.messages=1``, a few thousand records a second)
+  so the broker judges each record on its own.
 
 Failures:
 
@@ -27,8 +56,9 @@ Failures:
   ``retry_backoff_s`` (failed records of one partition are retried in the order they
   failed); still unknown after ``unknown_topic_wait_s``, it is dead-lettered.
 - anything else the client reports for a record (a fatal idempotence error, an
-  unexpected retriable one) resets the producer: a new producer replays from the
-  watermark, in WAL order, so per-partition order is kept; re-sent records are counted.
+  unexpected retriable one), and any failure in sparse mode, resets the producer: a new
+  (careful) producer replays from the watermark, in WAL order, so per-partition order is
+  kept; re-sent records are counted.
 
 Duplicates are counted conservatively. The forwarder persists a *sent high-water mark*
 (one past the last frame handed to the Kafka client) and, for information, the delivered
@@ -129,6 +159,12 @@ class ForwarderStats:
     in_flight_records: int
     watermark: int
     checkpoint_offset: int
+    sparse_records: int = 0
+    """Records forwarded in sparse mode (one delivery report per frame)."""
+    careful_records: int = 0
+    """Records forwarded in careful mode (one delivery report per record)."""
+    careful: bool = False
+    """True while the forwarder is in careful mode."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,27 +180,47 @@ class DrainSummary:
     elapsed_s: float
 
 
-def producer_config(client_config: Mapping[str, Any], config: ForwarderConfig) -> dict[str, Any]:
-    """The validated connection settings plus the settings the no-loss promise relies on."""
-    return {
+def producer_config(
+    client_config: Mapping[str, Any],
+    config: ForwarderConfig,
+    *,
+    careful: bool = False,
+    isolate: bool = False,
+) -> dict[str, Any]:
+    """The validated connection settings plus the settings the no-loss promise relies on.
+
+    Sparse mode (the default) needs ``enable.gapless.guarantee``; careful mode must not have
+    it (one bad record would stop the producer instead of being dead-lettered), and
+    ``isolate`` sends one record per request so the broker judges each record alone.
+    """
+    settings = {
         "linger.ms": config.linger_ms,
         "message.max.bytes": config.max_message_bytes,
         **client_config,
         "acks": "all",
         "enable.idempotence": True,
+        "enable.gapless.guarantee": not careful,
         "message.timeout.ms": 0,
         "queue.buffering.max.messages": config.max_in_flight_records,
         "queue.buffering.max.kbytes": config.max_in_flight_kbytes,
     }
+    if careful and isolate:
+        settings["batch.num.messages"] = 1
+    return settings
 
 
 class _FrameDelivery:
-    """Delivery reports of one frame's records; the frame settles when every record has.
+    """Delivery reports of one frame's records; the frame settles when ``remaining`` is 0.
 
-    The success path is one decrement: delivery reports are the forwarder's hot loop. The
-    decoded records are not kept: thousands of in-flight record tuples would make every
-    garbage collection pass scan them (it tripled decoding cost here); on the rare failure
-    the frame's payload is decoded again.
+    Careful mode: ``remaining`` counts records and every record reports
+    (``on_record_report``).
+    Sparse mode: ``remaining`` starts at 1 for the group of records produced without a
+    callback plus the last one, which reports for all of them (``on_group_report``); a
+    record refused by ``produce()`` adds one while it is handled on its own. The success
+    path is one decrement: delivery reports are the forwarder's hot loop. The decoded
+    records are not kept: thousands of in-flight record tuples would make every garbage
+    collection pass scan them (it tripled decoding cost here); on the rare failure the
+    frame's payload is decoded again.
     """
 
     __slots__ = (
@@ -177,8 +233,10 @@ class _FrameDelivery:
         "partition",
         "payload",
         "remaining",
-        "reported",
+        "reporter",
+        "sparse",
         "topic",
+        "unreported",
     )
 
     def __init__(
@@ -186,6 +244,7 @@ class _FrameDelivery:
         forwarder: Forwarder,
         generation: int,
         frame: Frame,
+        sparse: bool = False,
     ) -> None:
         self.forwarder = forwarder
         self.generation = generation
@@ -193,19 +252,31 @@ class _FrameDelivery:
         self.topic = frame.topic
         self.partition = frame.partition
         self.payload = frame.payload
+        self.sparse = sparse
         self.count = 0  # set once the frame is decoded
         self.remaining = 0
+        self.unreported = 0  # sparse: records produced without a callback of their own
+        self.reporter = -1  # sparse: index of the record whose report speaks for the frame
         self.decoded: list[Record] | None = None
         self.dead = 0
-        self.reported: set[int] | None = None
 
-    def on_delivery(self, error: KafkaError | None, message: Any) -> None:
+    def on_record_report(self, index: int, error: KafkaError | None, message: Any) -> None:
+        """Careful mode: the report of record ``index`` (bound with ``partial``: a failed
+        report carries no timestamp, so its content alone cannot tell identical records
+        apart)."""
         if error is None:
             self.remaining -= 1
             if not self.remaining:
                 self.forwarder._frame_settled(self)
         else:
-            self.forwarder._on_record_failed(self, self.index_of(message), error)
+            self.forwarder._on_record_failed(self, index, error)
+
+    def on_group_report(self, error: KafkaError | None, message: Any) -> None:
+        """Sparse mode: the report of the frame's last record, which speaks for the frame."""
+        if error is None:
+            self.forwarder._group_delivered(self)
+        else:
+            self.forwarder._group_failed(self, error)
 
     def settle_one(self) -> None:
         """A record is done without a success report (dead-lettered, or re-sent and acked)."""
@@ -221,25 +292,6 @@ class _FrameDelivery:
                 record for batch in iter_decoded(self.payload) for record in batch.records
             ]
         return self.decoded
-
-    def index_of(self, message: Any) -> int:
-        """Which record a failed report is about (reports carry key, value, timestamp)."""
-        reported = self.reported if self.reported is not None else set()
-        self.reported = reported
-        key, value, (_, timestamp) = message.key(), message.value(), message.timestamp()
-        fallback = -1
-        records = self.records
-        for index, record in enumerate(records):
-            if index in reported:
-                continue
-            if record.key == key and record.value == value and record.timestamp_ms == timestamp:
-                reported.add(index)
-                return index
-            if fallback < 0:
-                fallback = index
-        index = fallback if fallback >= 0 else 0
-        reported.add(index)
-        return index
 
 
 class Forwarder:
@@ -267,6 +319,7 @@ class Forwarder:
         self._wal = wal
         self._before_checkpoint = before_checkpoint
         self._config = config or ForwarderConfig()
+        self._client_config = dict(client_config)
         self._producer_config = producer_config(client_config, self._config)
         self._dead_letters = dead_letters
         self._state_dir = Path(state_dir) if state_dir is not None else None
@@ -283,6 +336,19 @@ class Forwarder:
         self._unknown_since: dict[tuple[str, int], tuple[float, float]] = {}
         self._retries: deque[tuple[float, _FrameDelivery, int]] = deque()
         self._unpolled_records = 0
+        # Mode (see the module docstring): careful until every frame below
+        # ``_careful_until`` is delivered again; ``_isolate``: one record per request.
+        self._careful = False
+        self._isolate = False
+        self._isolate_next = False
+        self._careful_until = 0
+        # Sparse frames whose last record was refused by produce(): settled by the next
+        # success on their partition.
+        self._orphans: dict[tuple[str, int], list[_FrameDelivery]] = {}
+        # Records dead-lettered by this run, by WAL offset: skipped when a reset re-forwards
+        # their frame (no second dead letter, and no endless loop on a broker that fences a
+        # producer after a permanent error); forgotten below the checkpoint.
+        self._dead_lettered: dict[int, set[int]] = {}
         hint = self._read_hint()
         self._replay_until = max(wal.checkpoint_offset, hint.get("sent_high", 0))
         self._delivered_before = hint.get("delivered_high", 0)
@@ -292,6 +358,8 @@ class Forwarder:
         self._dead_letter_count = 0
         self._replayed_duplicates = 0
         self._producer_resets = 0
+        self._sparse_records = 0
+        self._careful_records = 0
         self._published_watermark = wal.checkpoint_offset
         self._published_in_flight = 0
         self._reported = (0, 0, 0)
@@ -364,6 +432,9 @@ class Forwarder:
             in_flight_records=self._published_in_flight,
             watermark=self._published_watermark,
             checkpoint_offset=self._wal.checkpoint_offset,
+            sparse_records=self._sparse_records,
+            careful_records=self._careful_records,
+            careful=self._careful,
         )
 
     # ----------------------------------------------------------------- the forwarding thread
@@ -381,8 +452,7 @@ class Forwarder:
                 self._reader.close()
             if self._producer is not None:
                 self._generation += 1  # reports after this point belong to nobody
-                self._producer.purge(in_queue=True, in_flight=True)
-                self._producer.poll(0)
+                _discard(self._producer)
                 self._producer = None
 
     def _loop(self) -> None:
@@ -397,6 +467,15 @@ class Forwarder:
                 raise WalClosedError("the WAL was closed under the running forwarder")
             assert self._reader is not None and self._producer is not None
             in_flight = not self._tracker.idle
+            if self._careful and self._careful_pass_done():
+                if not in_flight:
+                    self._return_to_sparse()
+                    continue
+                # Read nothing more until the careful producer has delivered everything:
+                # the sparse producer must not overtake it on any partition.
+                self._poll(0.02)
+                self._housekeeping(time.monotonic())
+                continue
             appended_before = self._wal.next_offset
             frames = self._reader.poll(config.read_batch_frames)
             if not frames and not in_flight:
@@ -405,7 +484,13 @@ class Forwarder:
                 if self._stop.is_set() or self._reset_reason is not None:
                     break
                 self._forward_frame(frame)
-            self._producer.poll(0.0 if frames else (0.02 if in_flight else 0.0))
+            self._poll(0.0 if frames else (0.02 if in_flight else 0.0))
+            if self._orphans and not frames and len(self._producer) == 0:
+                # Nothing left in the client that could speak for these frames' records.
+                self._request_reset(
+                    "a frame's last record was refused and no later record"
+                    " of its partition was delivered to vouch for the rest"
+                )
             now = time.monotonic()
             if self._retries and self._retries[0][0] <= now:
                 self._produce_due_retries(now)
@@ -446,65 +531,176 @@ class Forwarder:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            self._producer.poll(min(0.05, remaining))
+            self._poll(min(0.05, remaining))
         self._publish()
         if not self._wal.closed:
             self._checkpoint(durable_hint=True)
 
     def _forward_frame(self, frame: Frame) -> None:
-        delivery = _FrameDelivery(self, self._generation, frame)
+        sparse = not self._careful
+        delivery = _FrameDelivery(self, self._generation, frame, sparse)
         try:
-            calls = decode_produce_calls(
-                frame.payload, frame.topic, frame.partition, delivery.on_delivery
-            )
+            calls = decode_produce_calls(frame.payload, frame.topic, frame.partition, None)
         except InvalidRecordBatch as error:
             self._tracker.register(frame.offset, 0)
             self._dead_letter_frame(frame, str(error))
             return
-        total = delivery.count = delivery.remaining = len(calls)
+        total = delivery.count = len(calls)
+        # Record index of each call; None: the identity (nothing skipped).
+        indexes: list[int] | None = None
+        skipped = self._dead_lettered.get(frame.offset) if self._dead_lettered else None
+        if skipped:  # re-forwarded after a reset: do not send nor dead-letter these again
+            indexes = [index for index in range(total) if index not in skipped]
+            calls = [calls[index] for index in indexes]
+            delivery.dead = total - len(calls)
+        produced = len(calls)
+        if not produced:
+            self._tracker.register(frame.offset, 0)
+            return
         if frame.offset < self._replay_until:
-            self._replayed_duplicates += total
+            self._replayed_duplicates += produced
         self._tracker.register(frame.offset, total, frame.appended_ms)
+        if sparse:
+            # One report for the frame: the last record's (see the module docstring).
+            last = calls[-1]
+            calls[-1] = (*last[:4], delivery.on_group_report, *last[5:])  # type: ignore[assignment]
+            delivery.reporter = produced - 1 if indexes is None else indexes[-1]
+            delivery.remaining = 1 + delivery.dead
+        else:
+            report = delivery.on_record_report
+            calls = [
+                (*call[:4], partial(report, index), *call[5:])  # type: ignore[misc]
+                for call, index in zip(calls, indexes or range(total), strict=True)
+            ]
+            delivery.remaining = total
+        for _ in range(delivery.dead):
+            delivery.settle_one()
         producer = self._producer
         assert producer is not None
-        index = 0
-        while index < total:
+        refused = 0
+        last_refused = False
+        position = 0
+        while position < produced:
             # The produce loop runs in C (starmap drained by a zero-length deque); the counter
             # zipped in front tells which call raised: it has already moved one past it.
-            produced = count(index)
-            pending = calls[index:] if index else calls
+            counter = count(position)
+            pending = calls[position:] if position else calls
             try:
-                deque(zip(produced, starmap(producer.produce, pending), strict=False), maxlen=0)
-                index = total
+                deque(zip(counter, starmap(producer.produce, pending), strict=False), maxlen=0)
+                position = produced
             except BufferError:  # the client's queue is full: wait for reports
-                index = next(produced) - 1
-                producer.poll(0.05)
+                position = next(counter) - 1
+                self._poll(0.05)
                 self._housekeeping(time.monotonic())
                 if self._stop.is_set() or self._reset_reason is not None:
                     return  # the frame stays above the watermark and is replayed
             except KafkaException as exception:
-                index = next(produced) - 1
-                self._on_record_failed(delivery, index, exception.args[0])
-                index += 1
-        self._unpolled_records += total
+                position = next(counter) - 1
+                index = position if indexes is None else indexes[position]
+                if sparse:
+                    refused += 1
+                    last_refused = position == produced - 1
+                    delivery.remaining += 1  # this record settles on its own
+                self._on_record_failed(delivery, index, exception.args[0], synchronous=True)
+                position += 1
+        if sparse:
+            delivery.unreported = produced - 1 - (refused - 1 if last_refused else refused)
+            if last_refused:
+                if delivery.unreported:
+                    key = (delivery.topic, delivery.partition)
+                    self._orphans.setdefault(key, []).append(delivery)
+                else:
+                    delivery.settle_one()  # every record was refused and handled alone
+        self._unpolled_records += produced
         if self._unpolled_records >= POLL_EVERY_RECORDS:
             self._unpolled_records = 0
-            producer.poll(0)
+            self._poll(0)
+
+    def _careful_pass_done(self) -> bool:
+        """Every frame in flight at the last reset has been forwarded again (not yet
+        necessarily delivered) and no record waits for a retry."""
+        return self._tracker.next_offset >= self._careful_until and not self._retries
+
+    def _return_to_sparse(self) -> None:
+        """The careful producer delivered everything: continue with a sparse one."""
+        log.info(
+            "careful re-forwarding done up to WAL offset %d; back to sparse delivery reports",
+            self._careful_until,
+        )
+        old = self._producer
+        self._generation += 1
+        if old is not None:
+            _discard(old)
+        self._careful = False
+        self._isolate = False
+        self._producer = self._new_producer()
 
     # ----------------------------------------------------------------- failures
     def _frame_settled(self, delivery: _FrameDelivery) -> None:
         if delivery.generation != self._generation:
             return  # reports from a producer that was reset; the frame is being replayed
         self._tracker.ack(delivery.offset, delivery.count)
-        self._forwarded_records += delivery.count - delivery.dead
+        forwarded = delivery.count - delivery.dead
+        self._forwarded_records += forwarded
+        if delivery.sparse:
+            self._sparse_records += forwarded
+        else:
+            self._careful_records += forwarded
         self._forwarded_bytes += len(delivery.payload)
 
-    def _on_record_failed(self, delivery: _FrameDelivery, index: int, error: KafkaError) -> None:
+    def _group_delivered(self, delivery: _FrameDelivery) -> None:
+        """Sparse mode: the frame's last record was written, hence every record before it on
+        its partition (module docstring), including frames whose last record was refused."""
+        if delivery.generation != self._generation:
+            return
+        if self._orphans:
+            orphans = self._orphans.get((delivery.topic, delivery.partition))
+            if orphans:
+                vouched = [orphan for orphan in orphans if orphan.offset < delivery.offset]
+                if vouched:
+                    orphans[:] = [o for o in orphans if o.offset > delivery.offset]
+                    if not orphans:
+                        del self._orphans[(delivery.topic, delivery.partition)]
+                    for orphan in vouched:
+                        orphan.settle_one()
+        delivery.settle_one()
+
+    def _group_failed(self, delivery: _FrameDelivery, error: KafkaError) -> None:
+        """Sparse mode: the report speaking for a frame failed; what happened to the records
+        produced without a callback is unknown, so they are sent again, carefully."""
+        if delivery.generation != self._generation:
+            return
+        if not delivery.unreported:  # the report was about that one record only
+            self._on_record_failed(delivery, delivery.reporter, error)
+            return
+        self._request_reset(
+            f"{error.name()}: {error.str()} (sparse frame {delivery.offset},"
+            f" {delivery.topic}/{delivery.partition})",
+            isolate=error.code() in PERMANENT_ERRORS,
+        )
+
+    def _on_record_failed(
+        self,
+        delivery: _FrameDelivery,
+        index: int,
+        error: KafkaError,
+        *,
+        synchronous: bool = False,
+    ) -> None:
+        """One record failed: raised by ``produce()`` (``synchronous``) or reported failed."""
         if delivery.generation != self._generation:
             return
         code = error.code()
         if code in PERMANENT_ERRORS:
-            self._dead_letter_record(delivery, index, error)
+            if synchronous or (self._careful and self._isolate):
+                self._dead_letter_record(delivery, index, error)
+            else:
+                # The broker refused a whole batch: which of its records is at fault is
+                # unknown. Send again one record per request and let the broker tell.
+                self._request_reset(
+                    f"{error.name()}: {error.str()} ({delivery.topic}/{delivery.partition})",
+                    isolate=True,
+                )
             return
         if code in UNKNOWN_TOPIC_ERRORS:
             key = (delivery.topic, delivery.partition)
@@ -543,7 +739,7 @@ class Forwarder:
                 self._retries.appendleft((now, delivery, index))
                 return
             except KafkaException as exception:
-                self._on_record_failed(delivery, index, exception.args[0])
+                self._on_record_failed(delivery, index, exception.args[0], synchronous=True)
 
     def _on_retry_delivery(
         self, delivery: _FrameDelivery, index: int, error: KafkaError | None, message: Any
@@ -555,7 +751,8 @@ class Forwarder:
         else:
             self._on_record_failed(delivery, index, error)
 
-    def _request_reset(self, reason: str) -> None:
+    def _request_reset(self, reason: str, *, isolate: bool = False) -> None:
+        self._isolate_next = self._isolate_next or isolate
         if self._reset_reason is None:
             self._reset_reason = reason
 
@@ -573,6 +770,7 @@ class Forwarder:
             reason=error.str(),
             error_code=error.name(),
         )
+        self._dead_lettered.setdefault(delivery.offset, set()).add(index)
         self._count_dead_letter(error.name())
         delivery.dead += 1
         log.error(
@@ -606,28 +804,67 @@ class Forwarder:
         if self._metrics is not None:
             self._metrics.dead_letters.labels(reason=reason).inc()
 
+    def _poll(self, timeout: float) -> None:
+        """Serve delivery reports. A fatal producer error surfaces here: confluent-kafka
+        (2.16) raises it from ``poll()`` rather than calling ``error_cb``."""
+        assert self._producer is not None
+        try:
+            self._producer.poll(timeout)
+        except KafkaException as exception:
+            error = exception.args[0] if exception.args else None
+            if not isinstance(error, KafkaError) or not error.fatal():
+                raise
+            self._on_fatal_error(error)
+
     def _error_cb(self, error: KafkaError) -> None:
         if error.fatal():
-            self._request_reset(f"fatal producer error {error.name()}: {error.str()}")
+            self._on_fatal_error(error)
         else:
             log.debug("Kafka client: %s", error)
 
+    def _on_fatal_error(self, error: KafkaError) -> None:
+        """The producer is dead: reset it. Raised or called back in order with the delivery
+        reports, before any report the dying producer queued after the failure: stop
+        believing its reports now (a lax broker may accept a batch after the failed one, and
+        a sparse report would then vouch for the gap)."""
+        self._generation += 1
+        self._request_reset(
+            f"fatal producer error {error.name()}: {error.str()}",
+            isolate=error.code() == KafkaError._GAPLESS_GUARANTEE,
+        )
+
     def _new_producer(self) -> Producer:
-        return Producer({**self._producer_config, "error_cb": self._error_cb})
+        settings = self._producer_config
+        if self._careful:
+            settings = producer_config(
+                self._client_config, self._config, careful=True, isolate=self._isolate
+            )
+        return Producer({**settings, "error_cb": self._error_cb})
 
     def _reset_producer(self) -> None:
-        """Throw the producer away and replay from the watermark with a new one, in order."""
+        """Throw the producer away and replay from the watermark with a new, careful one, in
+        order, until the frames in flight now have been forwarded again."""
         reason, self._reset_reason = self._reset_reason, None
-        log.warning("resetting the Kafka producer and replaying from the watermark: %s", reason)
+        self._isolate = (self._careful and self._isolate) or self._isolate_next
+        self._isolate_next = False
+        self._careful = True
+        self._careful_until = max(self._careful_until, self._tracker.next_offset)
+        log.warning(
+            "resetting the Kafka producer and replaying from the watermark carefully (one"
+            " report per record%s) up to WAL offset %d: %s",
+            ", one record per request" if self._isolate else "",
+            self._careful_until,
+            reason,
+        )
         self._generation += 1
         self._producer_resets += 1
         self._retries.clear()
+        self._orphans.clear()
         if self._metrics is not None:
             self._metrics.producer_resets.inc()
         old = self._producer
         if old is not None:
-            old.purge(in_queue=True, in_flight=True)
-            old.poll(0)
+            _discard(old)
         self._replay_until = max(self._replay_until, self._tracker.next_offset)
         watermark = self._tracker.watermark
         self._checkpoint(durable_hint=True)
@@ -648,6 +885,12 @@ class Forwarder:
                 except Exception as error:  # logged: the checkpoint must go on
                     log.warning("before-checkpoint hook failed (%s); checkpointing anyway", error)
             self._wal.checkpoint(watermark)
+            if self._dead_lettered:
+                self._dead_lettered = {
+                    offset: indexes
+                    for offset, indexes in self._dead_lettered.items()
+                    if offset >= watermark
+                }
         self._write_hint(durable=durable_hint)
         if self._metrics is not None:
             self._metrics.checkpoint_offset.set(self._wal.checkpoint_offset)
@@ -698,3 +941,12 @@ class Forwarder:
         oldest = tracker.oldest_pending_appended_ms
         age = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000.0)
         metrics.oldest_unsent_age_seconds.set(age)
+
+
+def _discard(producer: Producer) -> None:
+    """Drop whatever a producer still holds; its reports belong to nobody any more."""
+    producer.purge(in_queue=True, in_flight=True)
+    try:
+        producer.poll(0)
+    except KafkaException as exception:  # a fatal error it had not reported yet
+        log.debug("discarded producer: %s", exception)
