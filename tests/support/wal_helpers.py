@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 
 SMALL = WalConfig(
     segment_bytes=8192, max_bytes=1 << 20, max_frame_bytes=4096, fsync=FsyncPolicy.NEVER
@@ -13,3 +17,28 @@ def payload_for(offset: int, size: int = 100) -> bytes:
     """Deterministic content so a test can check a frame by its offset alone."""
     seed = f"frame-{offset}-".encode()
     return (seed * (size // len(seed) + 1))[:size]
+
+
+@contextmanager
+def forwarding_wal(
+    directory: Path,
+    *,
+    segment_bytes: int = 256 * 1024,
+    max_frame_bytes: int = 128 * 1024,
+    max_bytes: int = 64 * 1024 * 1024,
+) -> Iterator[WriteAheadLog]:
+    """A WAL for forwarder tests (fsync ``never``: durability is not what they test)."""
+    log = WriteAheadLog.open(
+        directory,
+        WalConfig(
+            segment_bytes=segment_bytes,
+            max_frame_bytes=max_frame_bytes,
+            max_bytes=max_bytes,
+            fsync=FsyncPolicy.NEVER,
+        ),
+    )
+    try:
+        yield log
+    finally:
+        if not log.closed:
+            log.close()

@@ -24,9 +24,10 @@ from durable_producer.buffer_agent.record_batch import (
     COMPRESSION_NONE,
     COMPRESSION_ZSTD,
 )
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
 from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
@@ -40,18 +41,8 @@ def data_dir(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def wal(data_dir: Path) -> Iterator[WriteAheadLog]:
-    log = WriteAheadLog.open(
-        data_dir / "wal",
-        WalConfig(
-            segment_bytes=256 * 1024,
-            max_frame_bytes=128 * 1024,
-            max_bytes=64 * 1024 * 1024,
-            fsync=FsyncPolicy.NEVER,
-        ),
-    )
-    yield log
-    if not log.closed:
-        log.close()
+    with forwarding_wal(data_dir / "wal") as log:
+        yield log
 
 
 def _forwarder(

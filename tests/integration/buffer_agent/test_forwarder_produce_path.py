@@ -15,9 +15,10 @@ import pytest
 
 from durable_producer.buffer_agent.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forwarder import Forwarder, ForwarderConfig
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import TansuBroker, consume_all, create_topic
+from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
@@ -27,18 +28,10 @@ MESSAGE_MAX_BYTES = 5_000
 
 @pytest.fixture
 def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
-    log = WriteAheadLog.open(
-        tmp_path / "wal",
-        WalConfig(
-            segment_bytes=1024 * 1024,
-            max_frame_bytes=512 * 1024,
-            max_bytes=64 * 1024 * 1024,
-            fsync=FsyncPolicy.NEVER,
-        ),
-    )
-    yield log
-    if not log.closed:
-        log.close()
+    with forwarding_wal(
+        tmp_path / "wal", segment_bytes=1024 * 1024, max_frame_bytes=512 * 1024
+    ) as log:
+        yield log
 
 
 def _record(frame: int, index: int, oversized: bool = False) -> SampleRecord:

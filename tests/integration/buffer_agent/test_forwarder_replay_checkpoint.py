@@ -15,9 +15,10 @@ import pytest
 
 from durable_producer.buffer_agent.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forwarder import HINT_FILE, Forwarder, ForwarderConfig
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import TansuBroker, consume_all, create_topic
+from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
@@ -26,18 +27,8 @@ LONG_INTERVAL = ForwarderConfig(checkpoint_interval_s=120.0, hint_interval_s=0.1
 
 @pytest.fixture
 def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
-    log = WriteAheadLog.open(
-        tmp_path / "wal",
-        WalConfig(
-            segment_bytes=256 * 1024,
-            max_frame_bytes=128 * 1024,
-            max_bytes=16 * 1024 * 1024,
-            fsync=FsyncPolicy.NEVER,
-        ),
-    )
-    yield log
-    if not log.closed:
-        log.close()
+    with forwarding_wal(tmp_path / "wal", max_bytes=16 * 1024 * 1024) as log:
+        yield log
 
 
 def _forwarder(wal: WriteAheadLog, bootstrap: str, tmp_path: Path) -> Forwarder:
