@@ -200,6 +200,7 @@ class IngressServer:
         self._state_store = ProducerStateStore(self._state_dir)
         self._sequences = SequenceTracker()
         self._state_dirty = False
+        self._snapshot_lock = asyncio.Lock()
         self._pending: dict[StoredBatch, asyncio.Future[ErrorCode]] = {}
         self._inflight_starts: collections.Counter[int] = collections.Counter()
         self._server: asyncio.Server | None = None
@@ -297,14 +298,21 @@ class IngressServer:
         )
 
     async def snapshot_producer_state(self) -> None:
-        """Persist sequence state with the WAL offset from which a restart must replay."""
-        covered_below = min(self._inflight_starts, default=self._wal.next_offset)
-        expired = self._sequences.expire(self.config.producer_expiration_s)
-        if expired:
-            log.info("forgot the sequence state of %d idle producers", expired)
-        document = self._sequences.to_json()  # taken in the loop: a consistent view
-        self._state_dirty = False
-        await asyncio.to_thread(self._state_store.save_document, document, covered_below)
+        """Persist sequence state with the WAL offset from which a restart must replay.
+
+        Snapshots run one at a time (the forwarder's pre-checkpoint snapshot can meet the
+        periodic or the shutdown one): they share a temp file, and each one's document is
+        taken after the previous one was saved, so a newer snapshot is never replaced by
+        an older one.
+        """
+        async with self._snapshot_lock:
+            covered_below = min(self._inflight_starts, default=self._wal.next_offset)
+            expired = self._sequences.expire(self.config.producer_expiration_s)
+            if expired:
+                log.info("forgot the sequence state of %d idle producers", expired)
+            document = self._sequences.to_json()  # taken in the loop: a consistent view
+            self._state_dirty = False
+            await asyncio.to_thread(self._state_store.save_document, document, covered_below)
 
     async def _snapshot_periodically(self) -> None:
         while True:

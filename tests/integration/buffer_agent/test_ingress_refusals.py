@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import socket
 import struct
@@ -195,6 +196,30 @@ def test_snapshot_is_used_when_the_wal_was_checkpointed(agent: RunningAgent) -> 
     agent.start()
     with RawClient(agent.bootstrap) as client:
         assert produce_error(client.produce(TOPIC, 0, batch))[0] == 0
+    assert agent.server is not None and agent.server.stats.duplicate_batches == 1
+
+
+def test_concurrent_snapshots_are_serialized(agent: RunningAgent) -> None:
+    """The forwarder's pre-checkpoint snapshot can meet the shutdown one (a CI failure:
+    both wrote the same temp file and the second rename found it gone)."""
+    with RawClient(agent.bootstrap) as client:
+        producer_id, epoch = init_producer_id(client)
+        batch = record_batch([b"x"], producer_id=producer_id, producer_epoch=epoch, base_sequence=0)
+        assert produce_error(client.produce(TOPIC, 0, batch))[0] == 0
+    server = agent.server
+    assert server is not None
+
+    async def many_snapshots() -> None:
+        await asyncio.gather(*(server.snapshot_producer_state() for _ in range(8)))
+
+    agent.run(many_snapshots())
+    state = agent.data_dir / "state"
+    assert (state / "producer_state.json").exists()
+    assert not list(state.glob(".*.tmp"))
+    agent.stop_server()
+    agent.start()
+    with RawClient(agent.bootstrap) as client:
+        assert produce_error(client.produce(TOPIC, 0, batch))[0] == 0  # known: a duplicate
     assert agent.server is not None and agent.server.stats.duplicate_batches == 1
 
 
