@@ -163,7 +163,12 @@ def test_invalid_spec_gives_explanatory_condition_without_retry_storm(
     assert event["involvedObject"]["name"] == "payments"
 
     # The handler finished (no retry scheduled in kopf's progress annotations) and then the
-    # operator leaves the object alone: no retry loop, no patch storm.
+    # operator leaves the object alone: no retry loop, no patch storm. The volume-pool timer's
+    # first run writes status.volumes once, whenever the loaded machine lets it finish.
+    wait_for(
+        lambda: ((kubernetes_api.get("payments") or {}).get("status") or {}).get("volumes"),
+        what="the volume-pool timer's first status",
+    )
     settled = wait_for_writes_to_settle(kubernetes_api, "payments")
     annotations = (kubernetes_api.get("payments") or {})["metadata"].get("annotations", {})
     assert not [key for key in annotations if "reconcile_durable_producer" in key], annotations
