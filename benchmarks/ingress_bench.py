@@ -8,12 +8,17 @@ Each figure comes from a fresh endpoint (a new tansu, or a new agent process wit
 WAL, fsync ``interval``), and broker and agent alternate within every round, so the noise of
 this shared machine hits both. Three measurements, each for 200 B and 2 KiB records:
 
-1. **Throughput with real clients**: ``--producers`` kcat processes (librdkafka in C; a
-   Python producer loop caps near 200k records/s, DESIGN.md 4) send the same records with
-   the same settings (acks=all, idempotence, linger.ms=5, batch.size 1 MB, no compression)
-   to either endpoint. kcat runs against the librdkafka that confluent-kafka ships (Debian's
-   kcat links librdkafka 2.0.2, which cannot parse tansu's ApiVersions v3 response). Without
-   kcat, ``--client python`` producer processes stand in.
+1. **Throughput with real clients**: ``--producers`` librdkafka producer processes send the
+   same records with the same settings (acks=all, idempotence, linger.ms=5, batch.size 1 MB,
+   no compression) to either endpoint. The default client is ``rdkafka_producer.c``, the
+   smallest librdkafka application (one shared payload, reports only on failure), compiled
+   here against the librdkafka that confluent-kafka ships: on two shared cores the clients'
+   CPU caps what any endpoint can take, so the load generator should cost no more than
+   librdkafka itself. ``--client kcat`` uses kcat instead (it reads and copies each record
+   from a file: ~2.2 client CPU-us a 200 B record against ~1.6; Debian's kcat links
+   librdkafka 2.0.2, which cannot parse tansu's ApiVersions v3 response, so it too runs on
+   the wheel's library), and ``--client python`` confluent-kafka producer processes (a Python loop caps near 200k
+   records/s, DESIGN.md 4).
 2. **Capacity with replayed requests**: ``--connections`` connections pipelining pre-encoded
    Produce requests of one ~1 MB batch each (the size librdkafka builds under this load),
    acks=all: the client costs almost nothing, so the endpoint is the bottleneck.
@@ -125,7 +130,7 @@ def fresh_agent() -> Iterator[Endpoint]:
 
 
 def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
-    from durable_producer.buffer_agent.agent import freeze_startup_heap
+    from durable_producer.buffer_agent.agent import prepare_to_serve
     from durable_producer.buffer_agent.ingress import IngressConfig, IngressServer
     from durable_producer.buffer_agent.metadata_cache import MetadataCache
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
@@ -145,7 +150,7 @@ def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
             IngressConfig(port=0),
         )
         await server.start()
-        freeze_startup_heap()  # as the agent does once it serves
+        prepare_to_serve()  # as the agent does once it serves
         port_file.write_text(str(server.port))
         stop = asyncio.Event()
         asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -185,19 +190,47 @@ def measure(endpoint: Endpoint, size: int, run: Callable[[], int]) -> Rate:
     return Rate(records, seconds, cpu_seconds(endpoint.pid) - before, size)
 
 
-def kcat_library_dir(scratch: Path) -> Path | None:
-    """A directory whose librdkafka.so.1 is the one inside the confluent-kafka wheel."""
+def wheel_librdkafka() -> Path | None:
+    """The librdkafka shared library inside the confluent-kafka wheel (2.x, current)."""
     import confluent_kafka
 
     libs = Path(confluent_kafka.__file__).parent.parent / "confluent_kafka.libs"
     found = sorted(glob.glob(str(libs / "librdkafka*.so*")))
-    if not found:
+    return Path(found[0]) if found else None
+
+
+def build_rdkafka_producer(scratch: Path) -> Path | None:
+    """Compile ``rdkafka_producer.c`` against the wheel's librdkafka.
+
+    None (with the reason on stderr) without a C compiler, librdkafka's header (Debian's
+    librdkafka-dev; ``make bench-tools`` installs both) or the wheel's library.
+    """
+    library = wheel_librdkafka()
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if library is None or compiler is None:
+        print("no C compiler or no librdkafka in the confluent-kafka wheel", file=sys.stderr)
+        return None
+    binary = scratch / "rdkafka_producer"
+    source = Path(__file__).with_name("rdkafka_producer.c")
+    command = [compiler, "-O2", "-o", str(binary), str(source), str(library)]
+    command.append(f"-Wl,-rpath,{library.parent}")
+    built = subprocess.run(command, capture_output=True, text=True)
+    if built.returncode != 0:
+        print(f"could not compile {source.name}: {built.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    return binary
+
+
+def kcat_library_dir(scratch: Path) -> Path | None:
+    """A directory whose librdkafka.so.1 is the one inside the confluent-kafka wheel."""
+    library = wheel_librdkafka()
+    if library is None:
         return None
     target = scratch / "librdkafka"
     target.mkdir(exist_ok=True)
     link = target / "librdkafka.so.1"
     if not link.exists():
-        link.symlink_to(found[0])
+        link.symlink_to(library)
     return target
 
 
@@ -212,14 +245,31 @@ def write_record_file(path: Path, records: int, size: int) -> None:
         out.write(line * (records % 10_000))
 
 
-def run_kcat(
-    bootstrap: str, record_file: Path, records_each: int, processes: int, library_dir: Path | None
+def client_settings(bootstrap: str) -> list[str]:
+    """``producer_config`` as ``-X key=value`` arguments (kcat's and rdkafka_producer's)."""
+    arguments = []
+    for key, value in producer_config(bootstrap).items():
+        if key != "bootstrap.servers":
+            arguments += ["-X", f"{key}={str(value).lower()}"]
+    return arguments
+
+
+def kcat_command(bootstrap: str, record_file: Path) -> list[str]:
+    command = ["kcat", "-P", "-q", "-b", bootstrap, "-t", TOPIC, "-l", str(record_file)]
+    return command + client_settings(bootstrap)
+
+
+def rdkafka_command(binary: Path, bootstrap: str, records: int, size: int) -> list[str]:
+    command = [str(binary), bootstrap, TOPIC, str(records), str(size)]
+    return command + client_settings(bootstrap)
+
+
+def run_client_processes(
+    command: list[str], records_each: int, processes: int, library_dir: Path | None = None
 ) -> Callable[[], int]:
+    """Start ``processes`` copies of ``command`` at once; the records they all sent."""
+
     def run() -> int:
-        command = ["kcat", "-P", "-q", "-b", bootstrap, "-t", TOPIC, "-l", str(record_file)]
-        for key, value in producer_config(bootstrap).items():
-            if key != "bootstrap.servers":
-                command += ["-X", f"{key}={str(value).lower()}"]
         env = dict(os.environ)
         if library_dir is not None:
             env["LD_LIBRARY_PATH"] = str(library_dir)
@@ -232,7 +282,7 @@ def run_kcat(
             if producer.returncode != 0:
                 failures.append(stderr.decode(errors="replace")[-500:])
         if failures:
-            raise RuntimeError(f"kcat failed against {bootstrap}: {failures}")
+            raise RuntimeError(f"{command[0]} failed: {failures}")
         return records_each * processes
 
     return run
@@ -407,7 +457,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sizes", type=int, nargs="+", default=[200, 2048])
-    parser.add_argument("--client", choices=["kcat", "python"], default="kcat")
+    parser.add_argument("--client", choices=["rdkafka", "kcat", "python"], default="rdkafka")
     parser.add_argument("--producers", type=int, default=4, help="producer processes")
     parser.add_argument("--connections", type=int, default=4, help="replay connections")
     parser.add_argument(
@@ -428,37 +478,46 @@ def main() -> None:
         return
     global AGENT_FSYNC
     AGENT_FSYNC = args.fsync
-    if args.client == "kcat" and shutil.which("kcat") is None:
-        print(
-            "kcat is not installed (Debian package kcat; `make bench` installs it):"
-            " using Python producer processes instead",
-            file=sys.stderr,
-        )
-        args.client = "python"
 
     endpoints = (fresh_broker, fresh_agent)
     rates: dict[tuple[str, int, str], list[Rate]] = {}
     latencies: dict[tuple[int, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch_name:
         scratch = Path(scratch_name)
+        rdkafka_producer = None
+        if args.client == "rdkafka":
+            rdkafka_producer = build_rdkafka_producer(scratch)
+            if rdkafka_producer is None:
+                print("falling back to kcat (`make bench-tools` installs gcc and librdkafka-dev)")
+                args.client = "kcat"
+        if args.client == "kcat" and shutil.which("kcat") is None:
+            print(
+                "kcat is not installed (Debian package kcat; `make bench-tools` installs it):"
+                " using Python producer processes instead",
+                file=sys.stderr,
+            )
+            args.client = "python"
         library_dir = kcat_library_dir(scratch) if args.client == "kcat" else None
         for size in args.sizes:
             records = args.records if size <= 512 else args.records // 5
+            records_each = records // args.producers
             record_file = scratch / f"records-{size}.txt"
             if args.client == "kcat" and "clients" not in args.skip:
-                write_record_file(record_file, records // args.producers, size)
+                write_record_file(record_file, records_each, size)
             requests, per_request = replay_requests(size)
             for round_number in range(1, args.rounds + 1):
                 for fresh in endpoints:
                     if "clients" not in args.skip:
                         with fresh() as endpoint:
-                            if args.client == "kcat":
-                                run = run_kcat(
-                                    endpoint.bootstrap,
-                                    record_file,
-                                    records // args.producers,
-                                    args.producers,
-                                    library_dir,
+                            if rdkafka_producer is not None:
+                                command = rdkafka_command(
+                                    rdkafka_producer, endpoint.bootstrap, records_each, size
+                                )
+                                run = run_client_processes(command, records_each, args.producers)
+                            elif args.client == "kcat":
+                                command = kcat_command(endpoint.bootstrap, record_file)
+                                run = run_client_processes(
+                                    command, records_each, args.producers, library_dir
                                 )
                             else:
                                 run = python_producers(endpoint.bootstrap, records, size, args)
