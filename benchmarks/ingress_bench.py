@@ -17,8 +17,8 @@ this shared machine hits both. Three measurements, each for 200 B and 2 KiB reco
    librdkafka itself. ``--client kcat`` uses kcat instead (it reads and copies each record
    from a file: ~2.2 client CPU-us a 200 B record against ~1.6; Debian's kcat links
    librdkafka 2.0.2, which cannot parse tansu's ApiVersions v3 response, so it too runs on
-   the wheel's library), and ``--client python`` confluent-kafka producer processes (a Python loop caps near 200k
-   records/s, DESIGN.md 4).
+   the wheel's library), and ``--client python`` confluent-kafka producer processes (a
+   Python loop caps near 200k records/s, DESIGN.md 4).
 2. **Capacity with replayed requests**: ``--connections`` connections pipelining pre-encoded
    Produce requests of one ~1 MB batch each (the size librdkafka builds under this load),
    acks=all: the client costs almost nothing, so the endpoint is the bottleneck.
