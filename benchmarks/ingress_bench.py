@@ -488,7 +488,10 @@ def main() -> None:
         if args.client == "rdkafka":
             rdkafka_producer = build_rdkafka_producer(scratch)
             if rdkafka_producer is None:
-                print("falling back to kcat (`make bench-tools` installs gcc and librdkafka-dev)")
+                print(
+                    "falling back to kcat (`make bench-tools` installs gcc and librdkafka-dev)",
+                    file=sys.stderr,
+                )
                 args.client = "kcat"
         if args.client == "kcat" and shutil.which("kcat") is None:
             print(

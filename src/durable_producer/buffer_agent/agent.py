@@ -41,7 +41,8 @@ _M_MMAP_THRESHOLD = -3
 
 def prepare_to_serve() -> None:
     """Process-wide settings applied once the agent serves (benchmarks apply them too)."""
-    keep_freed_memory()
+    if not keep_freed_memory():
+        log.info("not a glibc process: freed request buffers go back to the allocator's default")
     freeze_startup_heap()
 
 
