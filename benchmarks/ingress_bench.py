@@ -131,8 +131,8 @@ def fresh_agent() -> Iterator[Endpoint]:
 
 def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
     from durable_producer.buffer_agent.agent import prepare_to_serve
-    from durable_producer.buffer_agent.ingress import IngressConfig, IngressServer
-    from durable_producer.buffer_agent.metadata_cache import MetadataCache
+    from durable_producer.buffer_agent.ingest.metadata import MetadataCache
+    from durable_producer.buffer_agent.ingest.server import IngressConfig, IngressServer
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 
     def partitions(topics: Sequence[str]) -> Mapping[str, int]:
@@ -379,7 +379,7 @@ def python_producers(
 
 def replay_requests(size: int) -> tuple[list[bytes], int]:
     """One size-prefixed Produce request (acks=all) per partition, and its record count."""
-    from durable_producer.buffer_agent.kafka_protocol import API_PRODUCE
+    from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE
     from support.batch_builder import SampleRecord, build_batch
     from support.kafka_wire import encode_request, produce_body
 
@@ -437,7 +437,7 @@ def run_replay(
 def produce_error_code(response: bytes) -> int:
     from kio.serial import entity_reader
 
-    from durable_producer.buffer_agent.kafka_protocol import API_PRODUCE, response_schema
+    from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, response_schema
 
     schema = response_schema(API_PRODUCE, 9)
     _, header_size = entity_reader(schema.__header_schema__)(response, 0)

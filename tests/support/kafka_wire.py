@@ -10,7 +10,7 @@ import struct
 
 from kio.serial import entity_writer
 
-from durable_producer.buffer_agent.kafka_protocol import (
+from durable_producer.buffer_agent.kafka.protocol import (
     API_PRODUCE,
     build,
     nested_schema,

@@ -17,15 +17,15 @@ import signal
 import time
 from dataclasses import dataclass
 
-from .dead_letter import DeadLetterStore
-from .forwarder import DrainSummary, Forwarder
-from .ingress import IngressServer
-from .kafka_config import build_client_config
-from .kafka_metadata import cluster_metadata_source
-from .metadata_cache import MetadataCache
-from .metrics import AgentMetrics, MetricsServer
-from .settings import AgentSettings
-from .wal import WriteAheadLog
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
+from durable_producer.buffer_agent.ingest.metadata import MetadataCache
+from durable_producer.buffer_agent.ingest.server import IngressServer
+from durable_producer.buffer_agent.kafka.client_config import build_client_config
+from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
+from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
+from durable_producer.buffer_agent.settings import AgentSettings
+from durable_producer.buffer_agent.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0

@@ -15,25 +15,31 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from .dead_letter import list_dead_letters, resend_dead_letters
-from .kafka_config import KafkaConfigError, build_client_config
-from .logging_setup import configure_logging
-from .settings import COMMON_OPTIONS, DRAIN_OPTIONS, RUN_OPTIONS, add_options, settings_from
-from .wal import WalLockedError
-from .wal.inspect import format_report, inspect_wal, report_as_json
+from durable_producer.buffer_agent.forward.dead_letter import list_dead_letters, resend_dead_letters
+from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
+from durable_producer.buffer_agent.logging_setup import configure_logging
+from durable_producer.buffer_agent.settings import (
+    COMMON_OPTIONS,
+    DRAIN_OPTIONS,
+    RUN_OPTIONS,
+    add_options,
+    settings_from,
+)
+from durable_producer.buffer_agent.wal import WalLockedError
+from durable_producer.buffer_agent.wal.inspect import format_report, inspect_wal, report_as_json
 
 log = logging.getLogger("durable_producer.agent")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from .agent import BufferAgent
+    from durable_producer.buffer_agent.agent import BufferAgent
 
     agent = BufferAgent(settings_from(args))
     return asyncio.run(agent.run())
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
-    from .agent import BufferAgent
+    from durable_producer.buffer_agent.agent import BufferAgent
 
     settings = settings_from(args)
     return BufferAgent(settings).drain(settings.values["timeout"])

@@ -9,10 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .forwarder import ForwarderConfig
-from .ingress import IngressConfig
-from .kafka_config import KafkaConnectionSettings, parse_extra_settings
-from .wal import FsyncPolicy, FullDiskPolicy, WalConfig
+from durable_producer.buffer_agent.forward.forwarder import ForwarderConfig
+from durable_producer.buffer_agent.ingest.server import IngressConfig
+from durable_producer.buffer_agent.kafka.client_config import (
+    KafkaConnectionSettings,
+    parse_extra_settings,
+)
+from durable_producer.buffer_agent.wal import FsyncPolicy, FullDiskPolicy, WalConfig
 
 MIB = 1024 * 1024
 ENV_PREFIX = "DURABLE_AGENT_"

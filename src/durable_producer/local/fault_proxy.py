@@ -30,7 +30,7 @@ from types import TracebackType
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from durable_producer.buffer_agent.kafka_protocol import (
+from durable_producer.buffer_agent.kafka.protocol import (
     API_PRODUCE,
     build,
     encode_response,

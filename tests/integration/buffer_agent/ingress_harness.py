@@ -15,15 +15,15 @@ from typing import Any, TypeVar
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.serial import entity_reader
 
-from durable_producer.buffer_agent.ingress import IngressConfig, IngressServer
-from durable_producer.buffer_agent.kafka_protocol import (
+from durable_producer.buffer_agent.ingest.metadata import MetadataCache
+from durable_producer.buffer_agent.ingest.server import IngressConfig, IngressServer
+from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_PRODUCE,
     build,
     request_schema,
     response_schema,
 )
-from durable_producer.buffer_agent.metadata_cache import MetadataCache
 from durable_producer.buffer_agent.wal import Frame, WalConfig, WriteAheadLog
 from support.kafka_wire import encode_request, produce_body, recv_exactly
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from ..atomic_file import fsync_directory
+from .atomic_file import fsync_directory
 
 CHECKPOINT_FILE = "checkpoint"
 _MAGIC = b"DPWALCK2"

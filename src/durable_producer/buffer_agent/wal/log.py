@@ -20,7 +20,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from ..atomic_file import fsync_directory
+from .atomic_file import fsync_directory
 from .checkpoint import CheckpointFile, read_checkpoint
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig
 from .errors import (

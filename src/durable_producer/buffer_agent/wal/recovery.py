@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..atomic_file import fsync_directory
+from .atomic_file import fsync_directory
 from .segment import (
     SEGMENT_HEADER_SIZE,
     SegmentScan,

@@ -1,0 +1,1 @@
+"""Forwarding: WAL -> decoded records -> an idempotent Kafka producer -> the cluster."""

@@ -1,0 +1,290 @@
+"""Dead letters: records Kafka refused for good, kept on the volume with the reason.
+
+Nothing the agent acknowledged is ever dropped silently. A record that Kafka rejects with a
+non-retriable error (too large for the cluster, topic authorization, a topic that does not
+appear) is appended here and the forwarder moves on. Operators list them and re-send them
+once the cause is fixed (``durable-agent dead-letters list|resend``).
+
+Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
+bytes as base64, fsynced on every append: dead letters are rare) and ``resent.jsonl`` (ids
+re-sent successfully). A torn last line after a crash is ignored on reading.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from durable_producer.buffer_agent.wal.atomic_file import fsync_directory
+
+DEAD_LETTERS_FILE = "dead-letters.jsonl"
+RESENT_FILE = "resent.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """One refused record, or a whole frame that could not be decoded (``payload`` set)."""
+
+    id: str
+    recorded_ms: int
+    wal_offset: int
+    topic: str
+    partition: int
+    record_index: int | None
+    reason: str
+    error_code: str
+    timestamp_ms: int | None = None
+    key: bytes | None = None
+    value: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    payload: bytes | None = None
+    resent: bool = False
+
+    @property
+    def is_frame(self) -> bool:
+        return self.payload is not None
+
+
+@dataclass(slots=True)
+class ResendSummary:
+    resent: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def _unb64(text: str | None) -> bytes | None:
+    return None if text is None else base64.b64decode(text)
+
+
+class DeadLetterStore:
+    """Appends dead letters; safe to call from librdkafka's delivery-report callbacks."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+        self.added = 0
+
+    def add_record(
+        self,
+        *,
+        wal_offset: int,
+        topic: str,
+        partition: int,
+        record_index: int,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Iterable[tuple[str, bytes | None]],
+        reason: str,
+        error_code: str,
+    ) -> DeadLetter:
+        letter = DeadLetter(
+            id=f"{wal_offset}-{record_index}",
+            recorded_ms=int(time.time() * 1000),
+            wal_offset=wal_offset,
+            topic=topic,
+            partition=partition,
+            record_index=record_index,
+            reason=reason,
+            error_code=error_code,
+            timestamp_ms=timestamp_ms,
+            key=key,
+            value=value,
+            headers=tuple(headers),
+        )
+        self._append(DEAD_LETTERS_FILE, _to_json(letter))
+        return letter
+
+    def add_frame(
+        self,
+        *,
+        wal_offset: int,
+        topic: str,
+        partition: int,
+        payload: bytes,
+        reason: str,
+        error_code: str,
+    ) -> DeadLetter:
+        letter = DeadLetter(
+            id=f"{wal_offset}-frame",
+            recorded_ms=int(time.time() * 1000),
+            wal_offset=wal_offset,
+            topic=topic,
+            partition=partition,
+            record_index=None,
+            reason=reason,
+            error_code=error_code,
+            payload=payload,
+        )
+        self._append(DEAD_LETTERS_FILE, _to_json(letter))
+        return letter
+
+    def _append(self, name: str, entry: Mapping[str, Any]) -> None:
+        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
+        with self._lock:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            path = self.directory / name
+            created = not path.exists()
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    line = b"\n" + line  # close a line torn by a crash, keep this one whole
+                os.write(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if created:
+                fsync_directory(self.directory)
+            if name == DEAD_LETTERS_FILE:
+                self.added += 1
+
+    def mark_resent(self, letter_id: str) -> None:
+        self._append(RESENT_FILE, {"id": letter_id, "resent_ms": int(time.time() * 1000)})
+
+
+def _to_json(letter: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": letter.id,
+        "recorded_ms": letter.recorded_ms,
+        "wal_offset": letter.wal_offset,
+        "topic": letter.topic,
+        "partition": letter.partition,
+        "record_index": letter.record_index,
+        "reason": letter.reason,
+        "error_code": letter.error_code,
+        "timestamp_ms": letter.timestamp_ms,
+        "key": _b64(letter.key),
+        "value": _b64(letter.value),
+        "headers": [[name, _b64(value)] for name, value in letter.headers],
+        "payload": _b64(letter.payload),
+    }
+
+
+def _from_json(entry: Mapping[str, Any], resent: bool) -> DeadLetter:
+    return DeadLetter(
+        id=entry["id"],
+        recorded_ms=entry["recorded_ms"],
+        wal_offset=entry["wal_offset"],
+        topic=entry["topic"],
+        partition=entry["partition"],
+        record_index=entry["record_index"],
+        reason=entry["reason"],
+        error_code=entry["error_code"],
+        timestamp_ms=entry["timestamp_ms"],
+        key=_unb64(entry["key"]),
+        value=_unb64(entry["value"]),
+        headers=tuple((name, _unb64(value)) for name, value in entry["headers"]),
+        payload=_unb64(entry["payload"]),
+        resent=resent,
+    )
+
+
+def _read_lines(path: Path) -> list[dict[str, Any]]:
+    """Complete JSON lines of ``path``; a torn last line (crash mid-append) is skipped."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    entries = []
+    for line in data.split(b"\n"):
+        if not line.strip():
+            continue
+        with contextlib.suppress(ValueError):
+            entries.append(json.loads(line))
+    return entries
+
+
+def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[DeadLetter]:
+    """Dead letters in the order they were recorded; re-sent ones only if asked for."""
+    directory = Path(directory)
+    resent_ids = {entry["id"] for entry in _read_lines(directory / RESENT_FILE)}
+    letters = []
+    for entry in _read_lines(directory / DEAD_LETTERS_FILE):
+        resent = entry["id"] in resent_ids
+        if resent and not include_resent:
+            continue
+        letters.append(_from_json(entry, resent))
+    return letters
+
+
+def resend_dead_letters(
+    directory: Path,
+    client_config: Mapping[str, str],
+    *,
+    ids: Iterable[str] | None = None,
+    timeout: float = 60.0,
+) -> ResendSummary:
+    """Produce the selected (default: all pending) dead records again, to their partition.
+
+    Successes are marked re-sent; failures keep their entry and are reported with the
+    new reason. Undecodable frames cannot be re-sent and are reported as skipped.
+    """
+    from confluent_kafka import Producer
+
+    store = DeadLetterStore(Path(directory))
+    wanted = None if ids is None else set(ids)
+    letters = [
+        letter for letter in list_dead_letters(directory) if wanted is None or letter.id in wanted
+    ]
+    summary = ResendSummary()
+    if wanted is not None:
+        for missing in sorted(wanted - {letter.id for letter in letters}):
+            summary.skipped[missing] = "no pending dead letter with this id"
+    config: dict[str, Any] = {
+        **client_config,
+        "acks": "all",
+        "enable.idempotence": True,
+        "message.timeout.ms": int(timeout * 1000),
+    }
+    producer = Producer(config)
+
+    def report(letter_id: str) -> Callable[[Any, Any], None]:
+        def on_delivery(error: Any, _message: Any) -> None:
+            if error is None:
+                store.mark_resent(letter_id)
+                summary.resent.append(letter_id)
+            else:
+                summary.failed[letter_id] = f"{error.name()}: {error.str()}"
+
+        return on_delivery
+
+    for letter in letters:
+        if letter.is_frame:
+            summary.skipped[letter.id] = "an undecodable batch cannot be re-sent record by record"
+            continue
+        try:
+            producer.produce(
+                letter.topic,
+                value=letter.value,
+                key=letter.key,
+                partition=letter.partition,
+                headers=list(letter.headers) or None,
+                timestamp=letter.timestamp_ms or 0,
+                on_delivery=report(letter.id),
+            )
+        except Exception as error:  # BufferError, KafkaException: report, do not stop
+            summary.failed[letter.id] = str(error)
+        producer.poll(0)
+    remaining = producer.flush(timeout)
+    if remaining:
+        pending = [
+            letter.id
+            for letter in letters
+            if letter.id not in summary.resent and letter.id not in summary.skipped
+        ]
+        for letter_id in pending:
+            summary.failed.setdefault(letter_id, f"not delivered within {timeout}s")
+    return summary

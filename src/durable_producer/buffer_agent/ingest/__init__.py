@@ -1,0 +1,1 @@
+"""Ingest: the Kafka-protocol listener that validates produce requests into the WAL."""

@@ -1,0 +1,295 @@
+"""Broker-style idempotence for producers writing through the agent.
+
+Like a Kafka broker, the agent remembers, per producer id and partition, the last
+:data:`TRACKED_BATCHES` batches (their first and last sequence numbers and WAL offsets) and the
+producer's current epoch. A client retry of a batch already stored is answered as success
+without a second WAL append; a gap in sequences is OUT_OF_ORDER_SEQUENCE_NUMBER; a batch from an
+older epoch is INVALID_PRODUCER_EPOCH. All of it is per batch, from the batch header only.
+
+Durability of this state across agent restarts:
+
+- producer ids are allocated in blocks whose upper bound is persisted *before* any id of the
+  block is handed out (:class:`ProducerIdAllocator`), so ids never repeat;
+- sequence state is snapshotted to ``DATA/state/producer_state.json`` together with the WAL
+  offset it covers; on start the snapshot is loaded and the WAL frames at or above that offset
+  are replayed (the WAL keeps each client batch verbatim, header included). The agent must
+  snapshot before checkpointing the WAL past the snapshot's offset; if frames in between were
+  deleted anyway, restored partitions accept the next in-order-or-not batch once ("lenient")
+  instead of refusing a producer whose history the agent no longer has.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durable_producer.buffer_agent.kafka.record_batch import BatchHeader
+from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+
+log = logging.getLogger(__name__)
+
+TRACKED_BATCHES = 5
+PRODUCER_IDS_FILE = "producer_ids.json"
+PRODUCER_STATE_FILE = "producer_state.json"
+_SEQUENCE_MODULUS = 2**31
+_FORMAT_VERSION = 1
+
+
+class Verdict(enum.Enum):
+    ACCEPT = "accept"
+    DUPLICATE = "duplicate"
+    OUT_OF_ORDER = "out_of_order_sequence"
+    INVALID_EPOCH = "invalid_producer_epoch"
+
+
+@dataclass(slots=True, eq=False)
+class StoredBatch:
+    """One batch of a producer on a partition; ``wal_offset`` is None while its append runs."""
+
+    base_sequence: int
+    last_sequence: int
+    wal_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceCheck:
+    verdict: Verdict
+    duplicate_of: StoredBatch | None = None
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _PartitionState:
+    batches: deque[StoredBatch] = field(default_factory=lambda: deque(maxlen=TRACKED_BATCHES))
+    lenient: bool = False
+
+
+@dataclass(slots=True)
+class _ProducerState:
+    epoch: int
+    last_seen: float = 0.0
+    partitions: dict[tuple[str, int], _PartitionState] = field(default_factory=dict)
+
+
+class SequenceTracker:
+    """Sequence bookkeeping for every idempotent producer seen (pure, no I/O)."""
+
+    def __init__(self) -> None:
+        self._producers: dict[int, _ProducerState] = {}
+
+    def __len__(self) -> int:
+        return len(self._producers)
+
+    def check(self, topic: str, partition: int, header: BatchHeader) -> SequenceCheck:
+        """Decide what to do with a batch, without changing any state."""
+        if not header.is_idempotent:
+            return SequenceCheck(Verdict.ACCEPT)
+        producer = self._producers.get(header.producer_id)
+        if producer is None:
+            return SequenceCheck(Verdict.ACCEPT)
+        if header.producer_epoch < producer.epoch:
+            return SequenceCheck(
+                Verdict.INVALID_EPOCH,
+                reason=f"producer {header.producer_id} epoch {header.producer_epoch} is older"
+                f" than the current epoch {producer.epoch}",
+            )
+        if header.producer_epoch > producer.epoch:
+            if header.base_sequence == 0:
+                return SequenceCheck(Verdict.ACCEPT)
+            return SequenceCheck(
+                Verdict.OUT_OF_ORDER,
+                reason=f"producer {header.producer_id} new epoch {header.producer_epoch} must"
+                f" start at sequence 0, got {header.base_sequence}",
+            )
+        state = producer.partitions.get((topic, partition))
+        if state is None or not state.batches:
+            return SequenceCheck(Verdict.ACCEPT)
+        base_sequence, last_sequence = header.base_sequence, header.last_sequence
+        for stored in state.batches:
+            if stored.base_sequence == base_sequence and stored.last_sequence == last_sequence:
+                return SequenceCheck(Verdict.DUPLICATE, duplicate_of=stored)
+        expected = (state.batches[-1].last_sequence + 1) % _SEQUENCE_MODULUS
+        if header.base_sequence == expected or state.lenient:
+            return SequenceCheck(Verdict.ACCEPT)
+        return SequenceCheck(
+            Verdict.OUT_OF_ORDER,
+            reason=f"producer {header.producer_id} epoch {header.producer_epoch} on"
+            f" {topic}-{partition}: expected sequence {expected}, got {header.base_sequence}",
+        )
+
+    def record(
+        self, topic: str, partition: int, header: BatchHeader, wal_offset: int | None = None
+    ) -> StoredBatch | None:
+        """Remember an accepted batch (``wal_offset`` None: its append is still running)."""
+        if not header.is_idempotent:
+            return None
+        producer = self._producers.get(header.producer_id)
+        if producer is None or header.producer_epoch > producer.epoch:
+            producer = _ProducerState(header.producer_epoch)
+            self._producers[header.producer_id] = producer
+        producer.last_seen = time.time()
+        state = producer.partitions.get((topic, partition))
+        if state is None:
+            state = producer.partitions[(topic, partition)] = _PartitionState()
+        stored = StoredBatch(header.base_sequence, header.last_sequence, wal_offset)
+        state.batches.append(stored)
+        state.lenient = False
+        return stored
+
+    def forget(self, topic: str, partition: int, producer_id: int, stored: StoredBatch) -> None:
+        """Undo :meth:`record` for a batch whose WAL append failed."""
+        producer = self._producers.get(producer_id)
+        if producer is None:
+            return
+        state = producer.partitions.get((topic, partition))
+        if state is not None and stored in state.batches:
+            state.batches.remove(stored)
+
+    def replay(self, topic: str, partition: int, header: BatchHeader, wal_offset: int) -> None:
+        """Apply a batch found in the WAL on start; batches already known are skipped."""
+        if not header.is_idempotent:
+            return
+        producer = self._producers.get(header.producer_id)
+        if producer is not None:
+            if header.producer_epoch < producer.epoch:
+                return
+            state = producer.partitions.get((topic, partition))
+            if (
+                header.producer_epoch == producer.epoch
+                and state is not None
+                and any(stored.base_sequence == header.base_sequence for stored in state.batches)
+            ):
+                return
+        self.record(topic, partition, header, wal_offset)
+
+    def mark_lenient(self) -> None:
+        """History may be incomplete: accept the next non-duplicate batch of every partition."""
+        for producer in self._producers.values():
+            for state in producer.partitions.values():
+                state.lenient = True
+
+    def expire(self, idle_s: float, now: float | None = None) -> int:
+        """Forget producers not seen for ``idle_s`` seconds (Kafka: producer.id.expiration.ms).
+
+        Returns how many were forgotten.
+        """
+        cutoff = (time.time() if now is None else now) - idle_s
+        idle = [pid for pid, producer in self._producers.items() if producer.last_seen < cutoff]
+        for producer_id in idle:
+            del self._producers[producer_id]
+        return len(idle)
+
+    def max_producer_id(self) -> int:
+        return max(self._producers, default=-1)
+
+    def to_json(self) -> dict[str, object]:
+        """Confirmed batches only: a batch whose append is still running is not yet stored."""
+        producers: dict[str, object] = {}
+        for producer_id, producer in self._producers.items():
+            partitions = []
+            for (topic, partition), state in producer.partitions.items():
+                batches = [
+                    [stored.base_sequence, stored.last_sequence, stored.wal_offset]
+                    for stored in state.batches
+                    if stored.wal_offset is not None
+                ]
+                if batches:
+                    partitions.append([topic, partition, batches])
+            producers[str(producer_id)] = {
+                "epoch": producer.epoch,
+                "last_seen": producer.last_seen,
+                "partitions": partitions,
+            }
+        return {"producers": producers}
+
+    @classmethod
+    def from_json(cls, document: dict[str, object]) -> SequenceTracker:
+        tracker = cls()
+        producers = document["producers"]
+        assert isinstance(producers, dict)
+        for producer_id, entry in producers.items():
+            producer = _ProducerState(int(entry["epoch"]), float(entry.get("last_seen", 0.0)))
+            for topic, partition, batches in entry["partitions"]:
+                state = _PartitionState()
+                for base_sequence, last_sequence, wal_offset in batches:
+                    state.batches.append(StoredBatch(base_sequence, last_sequence, wal_offset))
+                producer.partitions[(str(topic), int(partition))] = state
+            tracker._producers[int(producer_id)] = producer
+        return tracker
+
+    def producers(self) -> Iterator[tuple[int, int]]:
+        """``(producer_id, epoch)`` pairs, for tests and diagnostics."""
+        for producer_id, producer in self._producers.items():
+            yield producer_id, producer.epoch
+
+
+class ProducerIdAllocator:
+    """Producer ids unique across restarts: a block's end is persisted before it is used."""
+
+    def __init__(self, state_dir: Path, block_size: int = 1000) -> None:
+        if block_size < 1:
+            raise ValueError("block_size must be at least 1")
+        self._path = Path(state_dir) / PRODUCER_IDS_FILE
+        self._block_size = block_size
+        self._next = self._load()
+        self._reserved_until = self._next
+
+    def _load(self) -> int:
+        try:
+            return int(json.loads(self._path.read_bytes())["next_unreserved"])
+        except FileNotFoundError:
+            return 0
+
+    def ensure_above(self, producer_id: int) -> None:
+        """Never hand out ``producer_id`` or below (ids found in the WAL on start)."""
+        if producer_id >= self._next:
+            self._next = producer_id + 1
+
+    def allocate(self) -> int:
+        if self._next >= self._reserved_until:
+            self._reserved_until = self._next + self._block_size
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self._path, json.dumps({"next_unreserved": self._reserved_until}).encode())
+        producer_id = self._next
+        self._next += 1
+        return producer_id
+
+
+class ProducerStateStore:
+    """The sequence-state snapshot file: ``{"wal_offset": S, "producers": ...}``.
+
+    ``S`` is the lowest WAL offset whose batch may be missing from the snapshot; replaying the
+    WAL from ``S`` on start brings the state up to date.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self._path = Path(state_dir) / PRODUCER_STATE_FILE
+
+    def load(self) -> tuple[SequenceTracker, int]:
+        try:
+            document = json.loads(self._path.read_bytes())
+            return SequenceTracker.from_json(document), int(document["wal_offset"])
+        except FileNotFoundError:
+            return SequenceTracker(), 0
+        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+            log.warning(
+                "ignoring unreadable producer state %s (%s); rebuilding from the WAL alone",
+                self._path,
+                exc,
+            )
+            return SequenceTracker(), 0
+
+    def save(self, tracker: SequenceTracker, wal_offset: int) -> None:
+        self.save_document(tracker.to_json(), wal_offset)
+
+    def save_document(self, state: dict[str, object], wal_offset: int) -> None:
+        """Write a :meth:`SequenceTracker.to_json` result (safe to call from a worker thread)."""
+        document = {"version": _FORMAT_VERSION, "wal_offset": wal_offset, **state}
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._path, json.dumps(document, separators=(",", ":")).encode())

@@ -1,0 +1,216 @@
+"""Partition counts of the real cluster, cached on the buffer volume.
+
+The agent tells its clients it leads every partition of every topic, but the partition *count*
+must be the real cluster's, or records land in partitions that do not exist. Counts come from
+a :class:`MetadataSource` (wired to the cluster, e.g. confluent-kafka's ``list_topics``) and are
+kept in ``DATA/state/metadata.json`` so the agent keeps answering during an outage and after a
+restart.
+
+A topic never seen before while the cluster is unreachable gets ``default_partitions`` if one is
+configured; otherwise it is answered ``UNAVAILABLE`` (the ingress maps that to the retriable
+LEADER_NOT_AVAILABLE, so clients keep retrying metadata until the cluster answers). A topic the
+cluster says does not exist is ``MISSING`` (UNKNOWN_TOPIC_OR_PARTITION).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+
+log = logging.getLogger(__name__)
+
+METADATA_FILE = "metadata.json"
+_FORMAT_VERSION = 1
+
+
+class MetadataSource(Protocol):
+    def __call__(self, topics: Sequence[str]) -> Mapping[str, int]:
+        """Partition counts of those ``topics`` that exist on the cluster.
+
+        Topics absent from the result do not exist. Raise any exception when the cluster
+        cannot be reached. Called from a worker thread; may block up to its own timeout.
+        """
+        ...
+
+
+class TopicStatus(enum.Enum):
+    KNOWN = "known"
+    MISSING = "missing"
+    UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    status: TopicStatus
+    partitions: int = 0
+    from_default: bool = False
+
+
+@dataclass(slots=True)
+class _Entry:
+    partitions: int
+    refreshed_at: float  # wall-clock seconds, persisted
+
+
+class MetadataCache:
+    def __init__(
+        self,
+        state_dir: Path,
+        source: MetadataSource | None,
+        *,
+        default_partitions: int | None = None,
+        refresh_after_s: float = 60.0,
+        source_timeout_s: float = 10.0,
+        retry_after_s: float = 5.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if default_partitions is not None and default_partitions < 1:
+            raise ValueError("default_partitions must be at least 1")
+        self._path = Path(state_dir) / METADATA_FILE
+        self._source = source
+        self._default_partitions = default_partitions
+        self._refresh_after_s = refresh_after_s
+        self._source_timeout_s = source_timeout_s
+        self._retry_after_s = retry_after_s
+        self._clock = clock
+        self._failed_at: float | None = None
+        self._background: asyncio.Task[None] | None = None
+        self._entries: dict[str, _Entry] = self._load()
+        self._missing: dict[str, float] = {}
+        self._refresh_lock = asyncio.Lock()
+
+    def _load(self) -> dict[str, _Entry]:
+        try:
+            document = json.loads(self._path.read_bytes())
+            return {
+                name: _Entry(int(entry["partitions"]), float(entry["refreshed_at"]))
+                for name, entry in document["topics"].items()
+            }
+        except FileNotFoundError:
+            return {}
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable metadata cache %s: %s", self._path, exc)
+            return {}
+
+    def _save(self) -> None:
+        document = {
+            "version": _FORMAT_VERSION,
+            "topics": {
+                name: {"partitions": entry.partitions, "refreshed_at": entry.refreshed_at}
+                for name, entry in sorted(self._entries.items())
+            },
+        }
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._path, json.dumps(document, indent=1).encode())
+
+    def cached_partitions(self, topic: str) -> int | None:
+        """Partition count known without asking the cluster (hot path: a dict lookup)."""
+        entry = self._entries.get(topic)
+        if entry is not None:
+            return entry.partitions
+        return self._default_partitions
+
+    def cached_topics(self) -> list[str]:
+        return sorted(self._entries)
+
+    def _is_fresh(self, topic: str, now: float) -> bool:
+        entry = self._entries.get(topic)
+        if entry is not None:
+            return now - entry.refreshed_at < self._refresh_after_s
+        missing_since = self._missing.get(topic)
+        return missing_since is not None and now - missing_since < self._refresh_after_s
+
+    def _answer(self, topic: str) -> TopicInfo:
+        entry = self._entries.get(topic)
+        if entry is not None:
+            return TopicInfo(TopicStatus.KNOWN, entry.partitions)
+        if topic in self._missing:
+            return TopicInfo(TopicStatus.MISSING)
+        if self._default_partitions is not None:
+            return TopicInfo(TopicStatus.KNOWN, self._default_partitions, from_default=True)
+        return TopicInfo(TopicStatus.UNAVAILABLE)
+
+    def apply_source_result(
+        self, requested: Iterable[str], counts: Mapping[str, int], now: float
+    ) -> None:
+        """Record what the cluster said about ``requested`` topics; persist if anything changed."""
+        changed = False
+        for topic in requested:
+            count = counts.get(topic)
+            if count is None or count < 1:
+                self._missing[topic] = now
+                changed |= self._entries.pop(topic, None) is not None
+                continue
+            self._missing.pop(topic, None)
+            previous = self._entries.get(topic)
+            if previous is None or previous.partitions != count:
+                changed = True
+                if previous is not None:
+                    log.info(
+                        "topic %s partition count changed %d -> %d",
+                        topic,
+                        previous.partitions,
+                        count,
+                    )
+            self._entries[topic] = _Entry(count, now)
+        if changed:
+            self._save()
+
+    async def lookup(self, topics: Sequence[str] | None) -> dict[str, TopicInfo]:
+        """Partition counts for ``topics`` (``None``: every cached topic).
+
+        Topics never seen are fetched from the source before answering; stale cached ones are
+        answered from the cache and refreshed in the background. A failing or slow source never
+        fails the lookup, and after a failure the source is left alone for ``retry_after_s``.
+        """
+        if topics is None:
+            return {name: self._answer(name) for name in self.cached_topics()}
+        now = self._clock()
+        stale = [topic for topic in dict.fromkeys(topics) if not self._is_fresh(topic, now)]
+        if stale and self._source is not None and not self._backing_off(now):
+            unseen = [topic for topic in stale if topic not in self._entries]
+            if unseen:
+                await self._refresh(stale)
+            elif self._background is None or self._background.done():
+                self._background = asyncio.create_task(self._refresh(stale))
+        return {topic: self._answer(topic) for topic in topics}
+
+    def _backing_off(self, now: float) -> bool:
+        return self._failed_at is not None and now - self._failed_at < self._retry_after_s
+
+    async def _refresh(self, topics: list[str]) -> None:
+        assert self._source is not None
+        async with self._refresh_lock:
+            now = self._clock()
+            topics = [topic for topic in topics if not self._is_fresh(topic, now)]
+            if not topics or self._backing_off(now):
+                return
+            try:
+                counts = await asyncio.wait_for(
+                    asyncio.to_thread(self._source, topics), self._source_timeout_s
+                )
+            except Exception as exc:
+                self._failed_at = self._clock()
+                log.warning(
+                    "cluster metadata unavailable for %s (%s: %s); serving cached partition counts",
+                    ", ".join(topics),
+                    type(exc).__name__,
+                    exc,
+                )
+                return
+            self._failed_at = None
+            self.apply_source_result(topics, counts, self._clock())
+
+    async def close(self) -> None:
+        """Wait for a background refresh, if one is running."""
+        if self._background is not None:
+            await asyncio.gather(self._background, return_exceptions=True)

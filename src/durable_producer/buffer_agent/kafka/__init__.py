@@ -1,0 +1,1 @@
+"""Kafka formats and clients: wire protocol, record batches, record decoding, client config."""

@@ -1,0 +1,371 @@
+"""The forwarder against a real broker (tansu): exact content, outages, restarts, dead letters."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.forward.dead_letter import (
+    DeadLetterStore,
+    list_dead_letters,
+    resend_dead_letters,
+)
+from durable_producer.buffer_agent.forward.forwarder import HINT_FILE, Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.kafka.record_batch import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_ZSTD,
+)
+from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
+from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.wal_helpers import forwarding_wal
+
+pytestmark = pytest.mark.integration
+
+FAST = ForwarderConfig(checkpoint_interval_s=0.2, hint_interval_s=0.1, reset_backoff_s=0.2)
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def wal(data_dir: Path) -> Iterator[WriteAheadLog]:
+    with forwarding_wal(data_dir / "wal") as log:
+        yield log
+
+
+def _forwarder(
+    wal: WriteAheadLog,
+    bootstrap: str,
+    data_dir: Path,
+    *,
+    config: ForwarderConfig = FAST,
+    extra: dict[str, object] | None = None,
+    metrics: AgentMetrics | None = None,
+) -> Forwarder:
+    return Forwarder(
+        wal,
+        {"bootstrap.servers": bootstrap, **(extra or {})},
+        dead_letters=DeadLetterStore(data_dir / "dead-letter"),
+        state_dir=data_dir / "state",
+        metrics=metrics,
+        config=config,
+    )
+
+
+def _sample(batch_index: int, size: int = 10) -> list[SampleRecord]:
+    return [
+        SampleRecord(
+            key=None if i % 4 == 0 else b"" if i % 4 == 1 else b"key-%d" % i,
+            value=None if i == 3 else b"batch %d record %d " % (batch_index, i) + b"x" * (i * 7),
+            timestamp_ms=1_732_240_000_000 + batch_index * 1_000 + i * 3,
+            headers=(("trace", b"t-%d" % i), ("nullable", None)) if i % 2 else (),
+        )
+        for i in range(size)
+    ]
+
+
+def _append_batches(
+    wal: WriteAheadLog, topic: str, batches: int, partitions: int, start: int = 0
+) -> dict[tuple[int, int], SampleRecord]:
+    """Append frames round-robin over partitions; returns the records by (partition, timestamp)."""
+    codecs = [COMPRESSION_NONE, COMPRESSION_GZIP, COMPRESSION_LZ4, COMPRESSION_ZSTD, -1]
+    expected = {}
+    for index in range(start, start + batches):
+        records = _sample(index)
+        codec = codecs[index % len(codecs)]
+        payload = (
+            with_raw_snappy(build_batch(records))
+            if codec == -1
+            else build_batch(records, compression=codec)
+        )
+        partition = index % partitions
+        wal.append(topic, partition, payload, len(records))
+        for record in records:
+            expected[(partition, record.timestamp_ms)] = record
+    return expected
+
+
+def _wait_for(condition: object, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s: {message}")
+
+
+def _assert_byte_exact(consumed: list, expected: dict) -> None:
+    assert len(consumed) == len(expected)
+    for record in consumed:
+        want = expected[(record.partition, record.timestamp_ms)]
+        assert record.key == want.key
+        assert record.value == want.value
+        assert record.timestamp_ms == want.timestamp_ms
+        assert record.headers == want.headers
+
+
+def test_forwards_every_codec_byte_exact_and_checkpoints(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(tansu_broker.bootstrap, "events", partitions=3)
+    expected = _append_batches(wal, "events", batches=30, partitions=3)
+    metrics = AgentMetrics()
+    forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, metrics=metrics).start()
+    try:
+        _wait_for(lambda: forwarder.stats().watermark == 30, 30, "all frames delivered")
+        more = _append_batches(wal, "events", batches=5, partitions=3, start=30)
+        summary = forwarder.drain(timeout_s=30)
+    finally:
+        forwarder.stop()
+
+    assert summary.complete and summary.target_offset == 35
+    assert wal.checkpoint_offset == 35
+    assert summary.forwarded_records == 350 and summary.replayed_duplicates == 0
+    consumed = consume_all(tansu_broker.bootstrap, "events", expected=350)
+    _assert_byte_exact(consumed, expected | more)
+    by_partition: dict[int, list[int]] = {}
+    for record in consumed:
+        by_partition.setdefault(record.partition, []).append(record.timestamp_ms)
+    assert all(stamps == sorted(stamps) for stamps in by_partition.values()), "per-partition order"
+    rendered = metrics.render()
+    assert b"durable_agent_forwarded_records_total 350.0" in rendered
+    assert b"durable_agent_checkpoint_offset 35.0" in rendered
+
+
+def test_broker_cut_off_mid_stream_loses_nothing(
+    proxied_broker: ProxiedBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(proxied_broker.bootstrap, "orders", partitions=2)
+    expected = _append_batches(wal, "orders", batches=10, partitions=2)
+    metrics = AgentMetrics()
+    forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir, metrics=metrics).start()
+    try:
+        _wait_for(lambda: wal.checkpoint_offset == 10, 30, "first batches checkpointed")
+        proxied_broker.proxy.cut()
+        expected |= _append_batches(wal, "orders", batches=20, partitions=2, start=10)
+        time.sleep(2.0)
+        assert wal.checkpoint_offset == 10, "checkpoint must not pass undelivered frames"
+        assert forwarder.stats().in_flight_records == 200
+        age = metrics.registry.get_sample_value("durable_agent_oldest_unsent_age_seconds")
+        assert age is not None and age >= 1.5
+        proxied_broker.proxy.restore()
+        summary = forwarder.drain(timeout_s=60)
+    finally:
+        forwarder.stop()
+
+    assert summary.complete, summary
+    assert wal.checkpoint_offset == 30
+    consumed = consume_all(proxied_broker.direct_address, "orders", expected=300)
+    _assert_byte_exact(consumed, expected)
+
+
+def test_hung_broker_then_resumed_loses_nothing(
+    proxied_broker: ProxiedBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(proxied_broker.bootstrap, "hung", partitions=1)
+    expected = _append_batches(wal, "hung", batches=3, partitions=1)
+    forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir).start()
+    broker = proxied_broker.broker
+    assert broker is not None
+    try:
+        _wait_for(lambda: wal.checkpoint_offset == 3, 30, "first batches checkpointed")
+        broker.suspend()
+        try:
+            expected |= _append_batches(wal, "hung", batches=5, partitions=1, start=3)
+            time.sleep(1.5)
+            assert wal.checkpoint_offset == 3
+        finally:
+            broker.resume()
+        summary = forwarder.drain(timeout_s=60)
+    finally:
+        forwarder.stop()
+
+    assert summary.complete, summary
+    _assert_byte_exact(consume_all(broker.direct_address, "hung", expected=80), expected)
+
+
+CRASHING_FORWARDER = """
+import sys, time
+from pathlib import Path
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+
+data, bootstrap = Path(sys.argv[1]), sys.argv[2]
+wal = WriteAheadLog.open(data / "wal", WalConfig(
+    segment_bytes=256 * 1024, max_frame_bytes=128 * 1024, max_bytes=64 * 1024 * 1024,
+    fsync=FsyncPolicy.NEVER))
+Forwarder(wal, {"bootstrap.servers": bootstrap},
+          dead_letters=DeadLetterStore(data / "dead-letter"), state_dir=data / "state",
+          config=ForwarderConfig(checkpoint_interval_s=3600, hint_interval_s=0.05)).start()
+time.sleep(600)
+"""
+
+
+def _hinted_delivered_high(data_dir: Path) -> int:
+    try:
+        return int(json.loads((data_dir / "state" / HINT_FILE).read_bytes())["delivered_high"])
+    except (OSError, ValueError):
+        return -1
+
+
+def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(tansu_broker.bootstrap, "replay", partitions=1)
+    expected = _append_batches(wal, "replay", batches=20, partitions=1)
+    wal.close()
+    crashing = subprocess.Popen(
+        [sys.executable, "-c", CRASHING_FORWARDER, str(data_dir), tansu_broker.bootstrap]
+    )
+    try:
+        _wait_for(lambda: _hinted_delivered_high(data_dir) == 20, 30, "delivered and hinted")
+    finally:
+        crashing.kill()  # SIGKILL: no final checkpoint
+        crashing.wait(timeout=10)
+
+    reopened = WriteAheadLog.open(data_dir / "wal", wal.config)
+    try:
+        assert reopened.checkpoint_offset == 0
+        summary = _forwarder(reopened, tansu_broker.bootstrap, data_dir).drain(timeout_s=30)
+        assert summary.complete
+        assert summary.replayed_duplicates == 200, "every replayed record was counted"
+        assert reopened.checkpoint_offset == 20
+    finally:
+        reopened.close()
+    consumed = consume_all(tansu_broker.bootstrap, "replay", expected=400)
+    assert len(consumed) == 400
+    assert {(r.partition, r.timestamp_ms) for r in consumed} == set(expected)
+
+
+def test_clean_restart_replays_nothing(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(tansu_broker.bootstrap, "clean", partitions=1)
+    _append_batches(wal, "clean", batches=5, partitions=1)
+    assert _forwarder(wal, tansu_broker.bootstrap, data_dir).drain(timeout_s=30).complete
+    _append_batches(wal, "clean", batches=5, partitions=1, start=5)
+
+    summary = _forwarder(wal, tansu_broker.bootstrap, data_dir).drain(timeout_s=30)
+
+    assert summary.complete and summary.replayed_duplicates == 0
+    assert summary.forwarded_records == 50
+    assert len(consume_all(tansu_broker.bootstrap, "clean", expected=100)) == 100
+
+
+def test_oversized_record_goes_to_dead_letters_and_can_be_resent(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(tansu_broker.bootstrap, "big", partitions=1)
+    small = [SampleRecord(b"a", b"small-1", 1_000, ())]
+    mixed = [
+        SampleRecord(b"b", b"small-2", 2_000, ()),
+        SampleRecord(b"huge", b"H" * 50_000, 2_001, (("why", b"too big"),)),
+        SampleRecord(b"c", b"small-3", 2_002, ()),
+    ]
+    wal.append("big", 0, build_batch(small), 1)
+    wal.append("big", 0, build_batch(mixed), 3)
+    wal.append("big", 0, b"garbage that is not a record batch", 1)
+    metrics = AgentMetrics()
+    limited = {"message.max.bytes": 20_000}
+    forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, extra=limited, metrics=metrics)
+
+    summary = forwarder.drain(timeout_s=30)
+
+    assert summary.complete and wal.checkpoint_offset == 3
+    assert summary.dead_letters == 2
+    letters = list_dead_letters(data_dir / "dead-letter")
+    assert [(letter.id, letter.error_code) for letter in letters] == [
+        ("1-1", "MSG_SIZE_TOO_LARGE"),
+        ("2-frame", "INVALID_RECORD_BATCH"),
+    ]
+    assert letters[0].value == b"H" * 50_000 and letters[0].headers == (("why", b"too big"),)
+    assert b'durable_agent_dead_letters_total{reason="MSG_SIZE_TOO_LARGE"} 1.0' in metrics.render()
+    values = [r.value for r in consume_all(tansu_broker.bootstrap, "big", expected=3)]
+    assert values == [b"small-1", b"small-2", b"small-3"]
+
+    resend = resend_dead_letters(
+        data_dir / "dead-letter", {"bootstrap.servers": tansu_broker.bootstrap}, timeout=20
+    )
+
+    assert resend.resent == ["1-1"]
+    assert "2-frame" in resend.skipped
+    assert [letter.id for letter in list_dead_letters(data_dir / "dead-letter")] == ["2-frame"]
+    consumed = consume_all(tansu_broker.bootstrap, "big", expected=4)
+    assert consumed[-1].value == b"H" * 50_000 and consumed[-1].timestamp_ms == 2_001
+
+
+def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    create_topic(tansu_broker.bootstrap, "narrow", partitions=1)
+    wal.append("narrow", 7, build_batch([SampleRecord(b"k", b"lost partition", 5, ())]), 1)
+    wal.append("narrow", 0, build_batch([SampleRecord(b"k", b"fine", 6, ())]), 1)
+    config = ForwarderConfig(
+        checkpoint_interval_s=0.2, unknown_topic_wait_s=1.5, retry_backoff_s=0.2
+    )
+    forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, config=config)
+
+    summary = forwarder.drain(timeout_s=30)
+
+    assert summary.complete and wal.checkpoint_offset == 2
+    assert summary.elapsed_s >= 1.5, "retried for the configured time before giving up"
+    assert forwarder.stats().producer_resets == 0
+    letters = list_dead_letters(data_dir / "dead-letter")
+    assert [(letter.partition, letter.value) for letter in letters] == [(7, b"lost partition")]
+    assert letters[0].error_code in {"_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART"}
+    values = [r.value for r in consume_all(tansu_broker.bootstrap, "narrow")]
+    assert values == [b"fine"]
+
+
+def test_records_failed_by_the_client_are_replayed_in_order_by_a_new_producer(
+    proxied_broker: ProxiedBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    """A delivery failure that is neither permanent nor "unknown topic" (here: the client's
+    queue purged under it, as a fatal idempotence error would) resets the producer and
+    replays from the watermark: nothing lost, order kept, the reset counted."""
+    create_topic(proxied_broker.bootstrap, "purged", partitions=1)
+    expected = _append_batches(wal, "purged", batches=4, partitions=1)
+    forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir).start()
+    try:
+        _wait_for(lambda: wal.checkpoint_offset == 4, 30, "first batches checkpointed")
+        proxied_broker.proxy.cut()
+        expected |= _append_batches(wal, "purged", batches=6, partitions=1, start=4)
+        _wait_for(lambda: forwarder.stats().in_flight_records == 60, 10, "records in flight")
+        forwarder._producer.purge(in_queue=True, in_flight=True)  # type: ignore[union-attr]
+        _wait_for(lambda: forwarder.stats().producer_resets == 1, 10, "producer reset")
+        proxied_broker.proxy.restore()
+        summary = forwarder.drain(timeout_s=60)
+    finally:
+        forwarder.stop()
+
+    assert summary.complete and wal.checkpoint_offset == 10
+    consumed = consume_all(proxied_broker.direct_address, "purged")
+    _assert_byte_exact(consumed, expected)
+    assert [r.timestamp_ms for r in consumed] == sorted(r.timestamp_ms for r in consumed)
+
+
+def test_a_failing_wal_stops_the_forwarder_visibly(wal: WriteAheadLog, data_dir: Path) -> None:
+    wal.append("any", 0, build_batch([SampleRecord(None, b"v", 1)]), 1)
+    config = ForwarderConfig(checkpoint_interval_s=0.05, hint_interval_s=0.05)
+    forwarder = _forwarder(wal, "127.0.0.1:1", data_dir, config=config).start()
+    _wait_for(lambda: forwarder.stats().in_flight_records == 1, 10, "record in flight")
+    wal.close()
+
+    _wait_for(lambda: not forwarder.running, 10, "forwarder thread ended")
+    summary = forwarder.drain(timeout_s=1)
+
+    assert forwarder.failure is not None
+    assert not summary.complete

@@ -1,0 +1,78 @@
+"""A replayed backlog is checkpointed as soon as Kafka has it, not one interval later.
+
+An agent killed again and again before its first checkpoint would otherwise send the same
+backlog at every restart (the chaos test saw five times the traffic in duplicates).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.forwarder import HINT_FILE, Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.batch_builder import SampleRecord, build_batch
+from support.broker import TansuBroker, consume_all, create_topic
+from support.wal_helpers import forwarding_wal
+
+pytestmark = pytest.mark.integration
+
+LONG_INTERVAL = ForwarderConfig(checkpoint_interval_s=120.0, hint_interval_s=0.1)
+
+
+@pytest.fixture
+def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
+    with forwarding_wal(tmp_path / "wal", max_bytes=16 * 1024 * 1024) as log:
+        yield log
+
+
+def _forwarder(wal: WriteAheadLog, bootstrap: str, tmp_path: Path) -> Forwarder:
+    return Forwarder(
+        wal,
+        {"bootstrap.servers": bootstrap},
+        dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
+        state_dir=tmp_path / "state",
+        config=LONG_INTERVAL,
+    )
+
+
+def _wait_for_checkpoint(wal: WriteAheadLog, offset: int, timeout: float) -> float:
+    started = time.monotonic()
+    while wal.checkpoint_offset < offset:
+        if time.monotonic() - started > timeout:
+            raise AssertionError(f"checkpoint still {wal.checkpoint_offset} after {timeout} s")
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_replayed_frames_are_checkpointed_once_delivered(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+) -> None:
+    create_topic(tansu_broker.bootstrap, "replayed", partitions=1)
+    for frame in range(5):
+        wal.append("replayed", 0, build_batch([SampleRecord(b"k", b"v%d" % frame, frame)]), 1)
+    # A previous run sent all five frames and died before checkpointing any of them.
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / HINT_FILE).write_text(json.dumps({"sent_high": 5, "delivered_high": 5}))
+    forwarder = _forwarder(wal, tansu_broker.bootstrap, tmp_path).start()
+    try:
+        waited = _wait_for_checkpoint(wal, 5, timeout=30)
+        wal.append("replayed", 0, build_batch([SampleRecord(b"k", b"new", 9)]), 1)
+        time.sleep(1.0)
+        checkpoint_while_running = wal.checkpoint_offset
+        stats = forwarder.stats()
+    finally:
+        forwarder.stop()
+
+    assert waited < LONG_INTERVAL.checkpoint_interval_s / 4
+    assert stats.replayed_duplicates == 5
+    assert stats.watermark == 6, "the new frame was delivered"
+    assert checkpoint_while_running == 5, "frames beyond the replay wait for the interval"
+    assert wal.checkpoint_offset == 6, "stop checkpoints everything delivered"
+    values = [record.value for record in consume_all(tansu_broker.bootstrap, "replayed")]
+    assert values == [b"v0", b"v1", b"v2", b"v3", b"v4", b"new"]

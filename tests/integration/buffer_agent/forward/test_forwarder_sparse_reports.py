@@ -1,0 +1,175 @@
+"""Sparse delivery reports (one per frame) fall back to careful mode when the broker refuses a
+record, then come back.
+
+tansu does not enforce ``max.message.bytes``; the fault proxy stands in for that broker
+check (``refuse_produce_batches_over``): a Produce request whose record batch is over the
+limit is answered with MESSAGE_TOO_LARGE, as Kafka answers it, so the refusal reaches the
+forwarder asynchronously, in a delivery report, like a real cluster's would. That is the
+path sparse mode cannot see record by record: the forwarder must notice (the gap-less
+guarantee turns it into a fatal producer error), re-send carefully, dead-letter exactly
+the bad record and lose nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.batch_builder import SampleRecord, build_batch
+from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.wal_helpers import forwarding_wal
+
+pytestmark = pytest.mark.integration
+
+TOPIC = "guarded"
+BROKER_LIMIT = 20_000  # the "broker's" max.message.bytes
+RECORDS_PER_FRAME = 20
+BAD_FRAME, BAD_INDEX = 3, 9  # a record in the middle of the fourth frame
+CONFIG = ForwarderConfig(checkpoint_interval_s=0.2, hint_interval_s=0.1, reset_backoff_s=0.2)
+
+
+@pytest.fixture
+def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
+    with forwarding_wal(
+        tmp_path / "wal", segment_bytes=1024 * 1024, max_frame_bytes=512 * 1024
+    ) as log:
+        yield log
+
+
+def _frame(frame: int) -> list[SampleRecord]:
+    return [
+        SampleRecord(
+            key=b"%d/%d" % (frame, index),
+            value=b"B" * (2 * BROKER_LIMIT)
+            if (frame, index) == (BAD_FRAME, BAD_INDEX)
+            else b"frame %d record %d" % (frame, index),
+            timestamp_ms=1_000_000 + frame * 1_000 + index,
+            headers=(("index", b"%d" % index),) if index % 4 == 0 else (),
+        )
+        for index in range(RECORDS_PER_FRAME)
+    ]
+
+
+def _append(wal: WriteAheadLog, frames: range) -> dict[bytes, SampleRecord]:
+    good = {}
+    for frame in frames:
+        records = _frame(frame)
+        wal.append(TOPIC, frame % 2, build_batch(records), len(records))
+        good |= {
+            record.key: record
+            for index, record in enumerate(records)
+            if (frame, index) != (BAD_FRAME, BAD_INDEX)
+        }
+    return good
+
+
+def _wait_for(condition: object, timeout: float, message: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s: {message}")
+
+
+def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_resumes(
+    proxied_broker: ProxiedBroker, wal: WriteAheadLog, tmp_path: Path
+) -> None:
+    create_topic(proxied_broker.bootstrap, TOPIC, partitions=2)
+    proxied_broker.proxy.refuse_produce_batches_over(BROKER_LIMIT)
+    expected = _append(wal, range(8))
+    forwarder = Forwarder(
+        wal,
+        {"bootstrap.servers": proxied_broker.bootstrap},
+        dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
+        state_dir=tmp_path / "state",
+        config=CONFIG,
+    ).start()
+    try:
+        _wait_for(lambda: forwarder.stats().watermark == 8, 60, "first frames settled")
+        _wait_for(lambda: not forwarder.stats().careful, 30, "back to sparse mode")
+        after_fallback = forwarder.stats()
+        # Frames appended now are forwarded with one report per frame again.
+        expected |= _append(wal, range(8, 12))
+        summary = forwarder.drain(timeout_s=60)
+    finally:
+        forwarder.stop()
+    stats = forwarder.stats()
+
+    assert summary.complete and wal.checkpoint_offset == 12
+    assert proxied_broker.proxy.refused_produce_requests >= 1, "the broker check did refuse"
+    letters = list_dead_letters(tmp_path / "dead-letter")
+    assert [(letter.wal_offset, letter.record_index) for letter in letters] == [
+        (BAD_FRAME, BAD_INDEX)
+    ], "exactly the bad record, not its batch-mates"
+    assert letters[0].error_code == "MSG_SIZE_TOO_LARGE" and letters[0].reason
+    assert letters[0].value == b"B" * (2 * BROKER_LIMIT)
+
+    consumed = consume_all(proxied_broker.direct_address, TOPIC, timeout=30)
+    copies = Counter(record.key for record in consumed)
+    assert set(copies) == set(expected), "every good record arrived, nothing else"
+    for record in consumed:
+        want = expected[record.key]
+        assert (record.value, record.timestamp_ms, record.headers) == (
+            want.value,
+            want.timestamp_ms,
+            want.headers,
+        )
+        assert record.partition == int(record.key.split(b"/")[0]) % 2
+    duplicates = sum(count - 1 for count in copies.values())
+    assert duplicates <= stats.replayed_duplicates, "every duplicate was counted"
+    for partition in (0, 1):
+        first_seen = list(
+            dict.fromkeys(r.timestamp_ms for r in consumed if r.partition == partition)
+        )
+        assert first_seen == sorted(first_seen), f"partition {partition} out of order"
+
+    assert stats.producer_resets >= 1
+    assert stats.dead_letters == 1
+    # Deliveries count again when a reset re-sends a frame that was already delivered.
+    assert stats.forwarded_records >= len(expected)
+    assert stats.sparse_records + stats.careful_records == stats.forwarded_records
+    assert after_fallback.careful_records > 0, "the frames in flight were re-sent carefully"
+    assert stats.careful_records == after_fallback.careful_records, "then sparse again"
+    assert stats.sparse_records - after_fallback.sparse_records == 4 * RECORDS_PER_FRAME
+    assert not stats.careful
+
+
+def test_a_frame_whose_reporting_record_is_refused_with_nothing_after_it_is_resent_carefully(
+    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+) -> None:
+    """The last record of a frame carries the frame's report; produce() refusing it leaves
+    the other records without one. With no later record on the partition to vouch for them,
+    the forwarder re-sends the frame carefully: nothing lost, the refused record
+    dead-lettered once, any duplicate counted."""
+    create_topic(tansu_broker.bootstrap, "orphan", partitions=1)
+    records = [
+        SampleRecord(b"k%d" % index, b"v" * (3_000 if index == 4 else 10), 7_000 + index)
+        for index in range(5)
+    ]
+    wal.append("orphan", 0, build_batch(records), len(records))
+    forwarder = Forwarder(
+        wal,
+        {"bootstrap.servers": tansu_broker.bootstrap, "message.max.bytes": 1_000},
+        dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
+        state_dir=tmp_path / "state",
+        config=CONFIG,
+    )
+
+    summary = forwarder.drain(timeout_s=60)
+
+    assert summary.complete and wal.checkpoint_offset == 1
+    assert forwarder.stats().producer_resets == 1
+    letters = list_dead_letters(tmp_path / "dead-letter")
+    assert [(letter.wal_offset, letter.record_index) for letter in letters] == [(0, 4)]
+    consumed = consume_all(tansu_broker.bootstrap, "orphan", timeout=20)
+    copies = Counter(record.key for record in consumed)
+    assert set(copies) == {b"k0", b"k1", b"k2", b"k3"}
+    assert sum(copies.values()) - 4 <= summary.replayed_duplicates

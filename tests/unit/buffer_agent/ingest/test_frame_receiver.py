@@ -1,0 +1,254 @@
+"""FrameReceiver over real loopback sockets: framing, limits, timeouts and flow control."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import tracemalloc
+from collections.abc import Awaitable, Callable
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durable_producer.buffer_agent.ingest.frame_receiver import (
+    PREALLOCATE_BYTES,
+    STAGING_BYTES,
+    FrameReceiver,
+)
+from durable_producer.buffer_agent.kafka.protocol import MalformedFrame
+
+Scenario = Callable[[FrameReceiver, socket.socket], Awaitable[object]]
+
+
+def frame(body: bytes) -> bytes:
+    return struct.pack(">i", len(body)) + body
+
+
+def run(scenario: Scenario, *, max_frame_bytes: int = 8 << 20, max_buffered: int = 4 << 20):
+    """Serve one connection with a FrameReceiver; ``scenario(receiver, client_socket)``."""
+
+    async def main() -> object:
+        loop = asyncio.get_running_loop()
+        connected: asyncio.Future[FrameReceiver] = loop.create_future()
+        server = await loop.create_server(
+            lambda: FrameReceiver(
+                max_frame_bytes, max_buffered, on_connection_made=connected.set_result
+            ),
+            "127.0.0.1",
+            0,
+        )
+        port = server.sockets[0].getsockname()[1]
+        client = socket.create_connection(("127.0.0.1", port))
+        client.setblocking(False)
+        try:
+            receiver = await asyncio.wait_for(connected, 5)
+            return await asyncio.wait_for(scenario(receiver, client), 30)
+        finally:
+            client.close()
+            server.close()
+            await server.wait_closed()
+
+    return asyncio.run(main())
+
+
+async def send(client: socket.socket, data: bytes) -> None:
+    await asyncio.get_running_loop().sock_sendall(client, data)
+
+
+async def collect(receiver: FrameReceiver) -> list[bytes]:
+    frames = []
+    while (received := await receiver.next_frame(idle_timeout=5, read_timeout=5)) is not None:
+        frames.append(bytes(received))
+    return frames
+
+
+SIZES = [8, 100, STAGING_BYTES - 4, STAGING_BYTES - 3, STAGING_BYTES, 300_000, 1 << 20, 9]
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    sizes=st.lists(st.sampled_from(SIZES), min_size=1, max_size=8),
+    cuts=st.lists(st.integers(min_value=1, max_value=200_000), min_size=1, max_size=20),
+)
+def test_frames_arrive_whole_and_in_order_however_the_stream_is_cut(
+    sizes: list[int], cuts: list[int]
+) -> None:
+    bodies = [os.urandom(size) for size in sizes]
+    stream = b"".join(frame(body) for body in bodies)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> list[bytes]:
+        async def writer() -> None:
+            position = 0
+            for cut in cuts:
+                await send(client, stream[position : position + cut])
+                position += cut
+                await asyncio.sleep(0)
+            await send(client, stream[position:])
+            client.shutdown(socket.SHUT_WR)
+
+        write_task = asyncio.create_task(writer())
+        frames = await collect(receiver)
+        await write_task
+        return frames
+
+    assert run(scenario) == bodies
+
+
+def test_large_frames_own_their_buffers_and_are_read_only() -> None:
+    first, second = os.urandom(500_000), os.urandom(500_000)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(first) + frame(second) + frame(b"small-frame"))
+        one = await receiver.next_frame()
+        two = await receiver.next_frame()
+        three = await receiver.next_frame()
+        assert isinstance(one, memoryview) and one.readonly
+        assert bytes(one) == first and bytes(two) == second  # not overwritten by later reads
+        assert three == b"small-frame"
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        (struct.pack(">i", 1 << 30), "exceeds the limit of 1048576 bytes"),
+        (struct.pack(">i", -5), "smaller than a request header"),
+        (struct.pack(">i", 3) + b"abc", "smaller than a request header"),
+        (struct.pack(">i", 100) + b"abc", r"closed inside a frame \(7 bytes received\)"),
+        (struct.pack(">i", 200_000) + b"abc", r"closed inside a frame \(3 of 200000 bytes\)"),
+        (b"\x00\x00", "closed inside a frame"),
+    ],
+)
+def test_bad_prefixes_and_truncated_frames_are_malformed(data: bytes, match: str) -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, data)
+        client.shutdown(socket.SHUT_WR)
+        with pytest.raises(MalformedFrame, match=match):
+            await receiver.next_frame(idle_timeout=5, read_timeout=5)
+
+    run(scenario, max_frame_bytes=1 << 20)
+
+
+def test_frames_before_a_malformed_prefix_are_still_delivered() -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(b"good request") + struct.pack(">i", -1))
+        assert await receiver.next_frame(idle_timeout=5) == b"good request"
+        with pytest.raises(MalformedFrame):
+            await receiver.next_frame(idle_timeout=5)
+
+    run(scenario)
+
+
+def test_idle_timeout_when_no_frame_starts() -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> float:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        with pytest.raises(TimeoutError):
+            await receiver.next_frame(idle_timeout=0.2, read_timeout=0.05)
+        return loop.time() - began
+
+    assert 0.2 <= run(scenario) < 2  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("declared", [50, 500_000], ids=["staged", "large"])
+def test_read_timeout_for_a_stalled_frame_even_while_waiting_on_the_idle_timeout(
+    declared: int,
+) -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> float:
+        loop = asyncio.get_running_loop()
+
+        async def stall_later() -> None:
+            await asyncio.sleep(0.1)
+            await send(client, struct.pack(">i", declared) + b"x")
+
+        stalling = asyncio.create_task(stall_later())
+        began = loop.time()
+        with pytest.raises(TimeoutError):
+            await receiver.next_frame(idle_timeout=20, read_timeout=0.3)
+        await stalling
+        return loop.time() - began
+
+    assert 0.4 <= run(scenario) < 5  # type: ignore[operator]
+
+
+def test_a_steady_stream_never_trips_the_read_timeout() -> None:
+    """Frames that keep arriving split across reads must not age a 'started' timestamp."""
+    body = os.urandom(40_000)
+    stream = frame(body) * 40
+    chunk = 30_001  # reads end inside frames, and a frame completes in most of them
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
+        async def writer() -> None:
+            for position in range(0, len(stream), chunk):  # ~1.3 s in all
+                await send(client, stream[position : position + chunk])
+                await asyncio.sleep(0.025)
+            client.shutdown(socket.SHUT_WR)
+
+        write_task = asyncio.create_task(writer())
+        count = 0
+        while (received := await receiver.next_frame(idle_timeout=5, read_timeout=0.3)) is not None:
+            assert received == body
+            count += 1
+        await write_task
+        return count
+
+    assert run(scenario) == 40
+
+
+def test_reading_pauses_while_frames_wait_and_nothing_is_lost() -> None:
+    body = os.urandom(100_000)
+    count = 120  # 12 MB against a 1 MB buffering limit
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
+        writer = asyncio.create_task(send(client, frame(body) * count))
+        await asyncio.sleep(0.5)  # the peer is blocked: the receiver stopped reading
+        assert not writer.done()
+        assert receiver.buffered_bytes <= (1 << 20) + len(body) + 4
+        received = 0
+        while received < count:
+            assert await receiver.next_frame(idle_timeout=5) == body
+            received += 1
+        await writer
+        return received
+
+    assert run(scenario, max_buffered=1 << 20) == count
+
+
+def test_send_times_out_when_the_peer_stops_reading() -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        with pytest.raises(TimeoutError):
+            for _ in range(1000):
+                await receiver.send(os.urandom(1 << 20), timeout=0.3)
+
+    run(scenario)
+
+
+def test_frames_beyond_the_preallocation_grow_as_their_bytes_arrive() -> None:
+    body = os.urandom(PREALLOCATE_BYTES * 2 + 12345)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(body) + frame(b"next one"))
+        assert await receiver.next_frame(idle_timeout=5) == body
+        assert await receiver.next_frame(idle_timeout=5) == b"next one"
+
+    run(scenario, max_frame_bytes=64 << 20)
+
+
+def test_a_size_prefix_alone_allocates_at_most_the_preallocation() -> None:
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
+        tracemalloc.start()
+        try:
+            await send(client, struct.pack(">i", 90 << 20) + b"only the start")
+            await asyncio.sleep(0.3)
+            assert receiver.partial_frame
+            return tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    peak = run(scenario, max_frame_bytes=100 << 20)
+    assert peak < PREALLOCATE_BYTES + (1 << 20)  # type: ignore[operator]

@@ -1,0 +1,133 @@
+"""metadata_cache: partition counts from the cluster, cached on the volume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.ingest.metadata import (
+    METADATA_FILE,
+    MetadataCache,
+    TopicInfo,
+    TopicStatus,
+)
+
+
+class Cluster:
+    def __init__(self, partitions: dict[str, int]) -> None:
+        self.partitions = partitions
+        self.reachable = True
+        self.delay = 0.0
+        self.calls: list[list[str]] = []
+
+    def __call__(self, topics: Sequence[str]) -> Mapping[str, int]:
+        self.calls.append(list(topics))
+        if self.delay:
+            threading.Event().wait(self.delay)
+        if not self.reachable:
+            raise ConnectionError("no route to cluster")
+        return {topic: self.partitions[topic] for topic in topics if topic in self.partitions}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lookup(cache: MetadataCache, topics: list[str] | None) -> dict[str, TopicInfo]:
+    async def scenario() -> dict[str, TopicInfo]:
+        result = await cache.lookup(topics)
+        await cache.close()
+        return result
+
+    return asyncio.run(scenario())
+
+
+def test_counts_come_from_the_cluster_and_are_persisted(tmp_path: Path) -> None:
+    cluster = Cluster({"orders": 6})
+    cache = MetadataCache(tmp_path, cluster)
+    assert lookup(cache, ["orders"]) == {"orders": TopicInfo(TopicStatus.KNOWN, 6)}
+    stored = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert stored["topics"]["orders"]["partitions"] == 6
+    assert cache.cached_partitions("orders") == 6
+
+
+def test_cache_survives_restart_during_an_outage(tmp_path: Path) -> None:
+    cluster = Cluster({"orders": 6})
+    lookup(MetadataCache(tmp_path, cluster), ["orders"])
+    cluster.reachable = False
+    clock = Clock()
+    clock.now += 10_000  # stale
+    restarted = MetadataCache(tmp_path, cluster, clock=clock)
+    assert restarted.cached_partitions("orders") == 6
+    assert lookup(restarted, ["orders"]) == {"orders": TopicInfo(TopicStatus.KNOWN, 6)}
+    assert lookup(restarted, None) == {"orders": TopicInfo(TopicStatus.KNOWN, 6)}
+
+
+def test_unknown_topic_during_outage_is_unavailable_or_default(tmp_path: Path) -> None:
+    cluster = Cluster({})
+    cluster.reachable = False
+    assert lookup(MetadataCache(tmp_path, cluster), ["new"])["new"].status is (
+        TopicStatus.UNAVAILABLE
+    )
+    with_default = MetadataCache(tmp_path, cluster, default_partitions=3)
+    info = lookup(with_default, ["new"])["new"]
+    assert info == TopicInfo(TopicStatus.KNOWN, 3, from_default=True)
+    assert not (tmp_path / METADATA_FILE).exists()  # a guess is never cached as truth
+
+
+def test_topic_missing_on_the_cluster(tmp_path: Path) -> None:
+    cache = MetadataCache(tmp_path, Cluster({"a": 1}))
+    assert lookup(cache, ["nope"])["nope"].status is TopicStatus.MISSING
+
+
+def test_fresh_entries_do_not_hit_the_cluster(tmp_path: Path) -> None:
+    cluster = Cluster({"a": 2})
+    clock = Clock()
+    cache = MetadataCache(tmp_path, cluster, refresh_after_s=60, clock=clock)
+    lookup(cache, ["a"])
+    lookup(cache, ["a"])
+    assert len(cluster.calls) == 1
+    clock.now += 61
+    cluster.partitions["a"] = 4
+    assert lookup(cache, ["a"])["a"].partitions == 2  # stale answer now, refreshed behind
+    assert cache.cached_partitions("a") == 4
+    assert len(cluster.calls) == 2
+
+
+def test_failures_back_off(tmp_path: Path) -> None:
+    cluster = Cluster({})
+    cluster.reachable = False
+    clock = Clock()
+    cache = MetadataCache(tmp_path, cluster, retry_after_s=5, clock=clock)
+    lookup(cache, ["x"])
+    lookup(cache, ["x"])
+    assert len(cluster.calls) == 1
+    clock.now += 6
+    lookup(cache, ["x"])
+    assert len(cluster.calls) == 2
+
+
+def test_slow_cluster_is_bounded_by_timeout(tmp_path: Path) -> None:
+    cluster = Cluster({"a": 1})
+    cluster.delay = 1.0
+    cache = MetadataCache(tmp_path, cluster, source_timeout_s=0.1)
+    assert lookup(cache, ["a"])["a"].status is TopicStatus.UNAVAILABLE
+
+
+def test_corrupt_cache_file_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / METADATA_FILE).write_text("[1, 2")
+    assert MetadataCache(tmp_path, None).cached_topics() == []
+
+
+def test_default_partitions_must_be_positive(tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        MetadataCache(tmp_path, None, default_partitions=0)

@@ -1,0 +1,175 @@
+"""Kafka connection settings are validated with messages that say what to fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.kafka.client_config import (
+    KafkaConfigError,
+    KafkaConnectionSettings,
+    build_client_config,
+    check_with_librdkafka,
+    parse_extra_settings,
+)
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_plaintext_minimal() -> None:
+    config = build_client_config(KafkaConnectionSettings(" kafka-0:9092 , kafka-1:9092"), {})
+    assert config == {
+        "bootstrap.servers": "kafka-0:9092,kafka-1:9092",
+        "security.protocol": "PLAINTEXT",
+    }
+
+
+def test_sasl_ssl_from_mounted_secret_files(tmp_path: Path) -> None:
+    ca = _write(tmp_path / "ca.crt", "CA")
+    cert = _write(tmp_path / "tls.crt", "CERT")
+    key = _write(tmp_path / "tls.key", "KEY")
+    password = _write(tmp_path / "password", "s3cret\n")
+    settings = KafkaConnectionSettings(
+        "kafka:9093",
+        security_protocol="sasl_ssl",
+        ssl_ca_file=ca,
+        ssl_cert_file=cert,
+        ssl_key_file=key,
+        sasl_mechanism="scram-sha-512",
+        sasl_username_env="KAFKA_USER",
+        sasl_password_file=password,
+        extra={"linger.ms": "20"},
+    )
+
+    config = build_client_config(settings, {"KAFKA_USER": "app"})
+
+    assert config == {
+        "bootstrap.servers": "kafka:9093",
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(ca),
+        "ssl.certificate.location": str(cert),
+        "ssl.key.location": str(key),
+        "sasl.mechanism": "SCRAM-SHA-512",
+        "sasl.username": "app",
+        "sasl.password": "s3cret",
+        "linger.ms": "20",
+    }
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    settings = KafkaConnectionSettings(
+        "no-port",
+        security_protocol="SASL_SSL",
+        ssl_ca_file=tmp_path / "missing-ca.crt",
+        ssl_cert_file=_write(tmp_path / "tls.crt", "CERT"),
+        sasl_mechanism="GSSAPI",
+        sasl_password_env="UNSET_VAR",
+    )
+
+    with pytest.raises(KafkaConfigError) as raised:
+        build_client_config(settings, {})
+
+    problems = "\n".join(raised.value.problems)
+    assert "'no-port' is not host:port" in problems
+    assert "missing-ca.crt' does not exist" in problems
+    assert "ssl_cert_file and ssl_key_file must be given together" in problems
+    assert "sasl_mechanism 'GSSAPI' is not one of" in problems
+    assert "SASL needs a username" in problems
+    assert "'UNSET_VAR', which is not set" in problems
+    assert len(raised.value.problems) == 6
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (KafkaConnectionSettings(""), "bootstrap_servers is empty"),
+        (KafkaConnectionSettings("k:9092", security_protocol="TLS"), "is not one of"),
+        (
+            KafkaConnectionSettings("k:9092", sasl_mechanism="PLAIN"),
+            "sasl_mechanism given but security_protocol is PLAINTEXT",
+        ),
+        (
+            KafkaConnectionSettings("k:9092", ssl_ca_file=Path("/ca")),
+            "ssl_ca_file given but security_protocol is PLAINTEXT",
+        ),
+        (
+            KafkaConnectionSettings("k:9092", security_protocol="SASL_PLAINTEXT"),
+            "sasl_mechanism is required",
+        ),
+        (
+            KafkaConnectionSettings(
+                "k:9092",
+                security_protocol="SASL_PLAINTEXT",
+                sasl_mechanism="PLAIN",
+                sasl_username="u",
+                sasl_username_env="USER_VAR",
+                sasl_password_env="PW",
+            ),
+            "conflicting SASL username sources: sasl_username, sasl_username_env",
+        ),
+        (
+            KafkaConnectionSettings("k:9092", extra={"enable.idempotence": "false"}),
+            "'enable.idempotence' is not allowed",
+        ),
+        (
+            KafkaConnectionSettings("k:9092", extra={"message.timeout.ms": "30000"}),
+            "records never expire",
+        ),
+        (
+            KafkaConnectionSettings("k:9092", extra={"sasl.password": "x"}),
+            "use sasl_password_file / sasl_password_env instead",
+        ),
+    ],
+)
+def test_invalid_settings(settings: KafkaConnectionSettings, message: str) -> None:
+    with pytest.raises(KafkaConfigError, match=message):
+        build_client_config(settings, {"USER_VAR": "u", "PW": "p"})
+
+
+def test_empty_secret_file_is_rejected(tmp_path: Path) -> None:
+    settings = KafkaConnectionSettings(
+        "k:9092",
+        security_protocol="SASL_PLAINTEXT",
+        sasl_mechanism="PLAIN",
+        sasl_username="u",
+        sasl_password_file=_write(tmp_path / "pw", "\n"),
+    )
+    with pytest.raises(KafkaConfigError, match="is empty"):
+        build_client_config(settings, {})
+
+
+def test_parse_extra_settings() -> None:
+    assert parse_extra_settings(["linger.ms=5", "client.id = a=b"]) == {
+        "linger.ms": "5",
+        "client.id": "a=b",
+    }
+    with pytest.raises(KafkaConfigError, match="not of the form key=value"):
+        parse_extra_settings(["linger.ms"])
+    with pytest.raises(KafkaConfigError, match="more than once"):
+        parse_extra_settings(["a=1", "a=2"])
+
+
+def test_librdkafka_rejects_a_misspelt_extra() -> None:
+    config = build_client_config(KafkaConnectionSettings("127.0.0.1:9", extra={"lingr.ms": "5"}))
+    with pytest.raises(KafkaConfigError, match=r"lingr\.ms"):
+        check_with_librdkafka(config)
+    check_with_librdkafka(build_client_config(KafkaConnectionSettings("127.0.0.1:9")))
+
+
+def test_forwarder_settings_cannot_be_weakened_by_the_connection_config() -> None:
+    from durable_producer.buffer_agent.forward.forwarder import ForwarderConfig, producer_config
+
+    config = producer_config(
+        {"bootstrap.servers": "k:9092", "acks": "1", "linger.ms": "50", "message.max.bytes": "9"},
+        ForwarderConfig(max_in_flight_records=1234),
+    )
+
+    assert config["acks"] == "all"
+    assert config["enable.idempotence"] is True
+    assert config["message.timeout.ms"] == 0, "records never expire"
+    assert config["queue.buffering.max.messages"] == 1234
+    assert config["linger.ms"] == "50" and config["message.max.bytes"] == "9", "tunable"

@@ -1,0 +1,164 @@
+"""record_batch: v2 batch headers parsed and validated without decoding records."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from durable_producer.buffer_agent.kafka.record_batch import (
+    COMPRESSION_GZIP,
+    COMPRESSION_NONE,
+    CRC_OFFSET,
+    HEADER_SIZE,
+    MAGIC_OFFSET,
+    CorruptRecordBatch,
+    InvalidRecordBatch,
+    UnsupportedMagic,
+    iter_batches,
+    parse_batch_header,
+)
+
+
+def build_batch(
+    values: list[bytes],
+    *,
+    compression: int = COMPRESSION_NONE,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    transactional: bool = False,
+    first_timestamp_ms: int = 1_700_000_000_123,
+) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=compression,
+        is_transactional=transactional,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        batch_size=1 << 20,
+    )
+    for index, value in enumerate(values):
+        builder.append(index, first_timestamp_ms + index, b"k%d" % index, value, [])
+    return bytes(builder.build())
+
+
+def test_header_fields_match_what_the_builder_wrote() -> None:
+    batch = build_batch([b"a", b"bb", b"ccc"], producer_id=42, producer_epoch=3, base_sequence=17)
+    header = parse_batch_header(batch)
+    reference = DefaultRecordBatch(batch)
+    assert header.magic == 2
+    assert header.size == len(batch)
+    assert header.record_count == 3
+    assert header.last_offset_delta == 2
+    assert header.base_timestamp == 1_700_000_000_123
+    assert header.max_timestamp == 1_700_000_000_125
+    assert header.producer_id == 42
+    assert header.producer_epoch == 3
+    assert header.base_sequence == 17
+    assert header.last_sequence == 19
+    assert header.crc == reference.crc
+    assert header.compression == COMPRESSION_NONE
+    assert header.is_idempotent
+    assert not header.is_transactional
+    assert not header.is_control
+    assert header.timestamp_type == 0
+
+
+def test_attribute_properties() -> None:
+    batch = build_batch(
+        [b"x" * 500],
+        compression=COMPRESSION_GZIP,
+        producer_id=1,
+        producer_epoch=0,
+        base_sequence=0,
+        transactional=True,
+    )
+    header = parse_batch_header(batch)
+    assert header.compression == COMPRESSION_GZIP
+    assert header.is_transactional
+
+
+def test_last_sequence_wraps_like_kafka() -> None:
+    batch = build_batch([b"a", b"b"], producer_id=1, producer_epoch=0, base_sequence=2**31 - 1)
+    assert parse_batch_header(batch).last_sequence == 0
+
+
+def test_non_idempotent_batch_has_no_sequence() -> None:
+    header = parse_batch_header(build_batch([b"a"]))
+    assert not header.is_idempotent
+    assert header.last_sequence == -1
+
+
+def test_iter_batches_splits_concatenated_batches_without_copying() -> None:
+    first = build_batch([b"one"])
+    second = build_batch([b"two" * 100, b"three"], compression=COMPRESSION_GZIP)
+    records = bytearray(first + second)
+    found = list(iter_batches(records))
+    assert [h.record_count for h, _ in found] == [1, 2]
+    assert bytes(found[0][1]) == first
+    assert bytes(found[1][1]) == second
+    records[0] = 0x7F  # the views share memory with the input
+    assert found[0][1][0] == 0x7F
+
+
+def test_parse_at_position() -> None:
+    first = build_batch([b"one"])
+    second = build_batch([b"two", b"three"])
+    assert parse_batch_header(first + second, len(first)).record_count == 2
+
+
+def test_empty_records_yield_nothing() -> None:
+    assert list(iter_batches(b"")) == []
+
+
+def test_corrupt_crc_is_detected() -> None:
+    batch = bytearray(build_batch([b"payload"]))
+    batch[-1] ^= 0xFF
+    with pytest.raises(CorruptRecordBatch, match="CRC32C mismatch"):
+        list(iter_batches(batch))
+    assert len(list(iter_batches(batch, check_crc=False))) == 1
+
+
+def test_flipped_stored_crc_is_detected() -> None:
+    batch = bytearray(build_batch([b"payload"]))
+    batch[CRC_OFFSET] ^= 0x01
+    with pytest.raises(CorruptRecordBatch):
+        list(iter_batches(batch))
+
+
+@pytest.mark.parametrize("magic", [0, 1, 3])
+def test_other_magic_is_refused(magic: int) -> None:
+    batch = bytearray(build_batch([b"payload"]))
+    batch[MAGIC_OFFSET] = magic
+    with pytest.raises(UnsupportedMagic, match=f"magic {magic}"):
+        parse_batch_header(batch)
+
+
+@pytest.mark.parametrize("cut", [1, 10, MAGIC_OFFSET + 1, HEADER_SIZE - 1, HEADER_SIZE + 1])
+def test_truncated_batch_is_refused(cut: int) -> None:
+    batch = build_batch([b"payload-that-is-long-enough"])
+    with pytest.raises(InvalidRecordBatch, match=r"truncated|remain"):
+        list(iter_batches(batch[:cut]))
+
+
+def test_trailing_garbage_is_refused() -> None:
+    batch = build_batch([b"payload"])
+    with pytest.raises(InvalidRecordBatch):
+        list(iter_batches(batch + b"\x00\x01\x02"))
+
+
+def test_batch_length_below_header_is_refused() -> None:
+    batch = bytearray(build_batch([b"payload"]))
+    struct.pack_into(">i", batch, 8, 10)
+    with pytest.raises(InvalidRecordBatch, match="below the minimum"):
+        parse_batch_header(batch)
+
+
+def test_negative_record_count_is_refused() -> None:
+    batch = bytearray(build_batch([b"payload"]))
+    struct.pack_into(">i", batch, 57, -5)
+    with pytest.raises(InvalidRecordBatch, match="negative record count"):
+        parse_batch_header(batch)
