@@ -18,7 +18,7 @@ from support.wal_writer import CRASH_CONFIG, id_of, payload_for_id
 
 pytestmark = pytest.mark.integration
 
-TESTS_DIR = Path(__file__).resolve().parents[2]
+TESTS_DIR = Path(__file__).resolve().parents[3]
 KILLS = 50
 
 
