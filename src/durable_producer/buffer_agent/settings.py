@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_producer.buffer_agent.forward.forwarder import ForwarderConfig
-from durable_producer.buffer_agent.ingest.server import IngressConfig
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
+from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.kafka.client_config import (
     KafkaConnectionSettings,
     parse_extra_settings,

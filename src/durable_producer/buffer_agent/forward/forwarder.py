@@ -88,6 +88,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch
 from durable_producer.buffer_agent.kafka.record_decode import (
@@ -132,21 +133,6 @@ UNKNOWN_TOPIC_ERRORS = frozenset(
 )
 
 
-@dataclass(frozen=True, slots=True)
-class ForwarderConfig:
-    checkpoint_interval_s: float = 5.0
-    hint_interval_s: float = 1.0
-    max_in_flight_records: int = 100_000
-    max_in_flight_kbytes: int = 64 * 1024
-    linger_ms: int = 5
-    # librdkafka's own default (1 MB) would dead-letter records the cluster accepts; let the
-    # broker judge (a WAL frame is at most 16 MiB by default). Override with an extra setting.
-    max_message_bytes: int = 17 * 1024 * 1024
-    unknown_topic_wait_s: float = 60.0
-    reset_backoff_s: float = 1.0
-    retry_backoff_s: float = 0.5
-    read_batch_frames: int = 256
-    stop_flush_timeout_s: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,8 +378,7 @@ class Forwarder:
         if flush_timeout_s is not None:
             self._config = replace(self._config, stop_flush_timeout_s=flush_timeout_s)
         self._stop.set()
-        with self._wal.data_available:  # wake the thread if it waits for appends
-            self._wal.data_available.notify_all()
+        self._wal.wake_waiters()  # the thread may be waiting for appends
         if self._thread is not None:
             self._thread.join()
 
@@ -498,10 +483,8 @@ class Forwarder:
 
     def _wait_for_appends(self, appended_before: int, timeout: float) -> None:
         """Sleep until the WAL grows past ``appended_before`` or ``stop()`` is called."""
-        data_available = self._wal.data_available
-        with data_available:
-            if self._wal.next_offset == appended_before and not self._stop.is_set():
-                data_available.wait(timeout)
+        if not self._stop.is_set():
+            self._wal.wait_for_append(appended_before, timeout)
 
     def _housekeeping(self, now: float) -> None:
         """Publish figures; write the checkpoint and the delivered hint when they are due.

@@ -54,6 +54,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.ingest.frame_receiver import FrameReceiver
 from durable_producer.buffer_agent.ingest.idempotence import (
     ProducerIdAllocator,
@@ -70,7 +71,6 @@ from durable_producer.buffer_agent.kafka.protocol import (
     API_INIT_PRODUCER_ID,
     API_METADATA,
     API_PRODUCE,
-    DEFAULT_MAX_FRAME_BYTES,
     SUPPORTED_API_VERSIONS,
     MalformedFrame,
     PartitionResult,
@@ -107,25 +107,6 @@ _ZERO = datetime.timedelta(0)
 _MIN_INT32 = -(2**31)
 
 
-@dataclass(frozen=True, slots=True)
-class IngressConfig:
-    host: str = "127.0.0.1"
-    port: int = 9092
-    advertised_host: str | None = None
-    """Host clients are told to connect to; defaults to ``host``."""
-    advertised_port: int | None = None
-    """Port clients are told to connect to; defaults to the bound port."""
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_batch_bytes: int = 1_048_588
-    """Largest record batch accepted (Kafka's default ``message.max.bytes``)."""
-    idle_timeout_s: float = 600.0
-    read_timeout_s: float = 30.0
-    write_timeout_s: float = 30.0
-    node_id: int = 0
-    cluster_id: str = "durable-producer-agent"
-    snapshot_interval_s: float = 5.0
-    producer_expiration_s: float = 86_400.0
-    """Sequence state of a producer idle this long is dropped (Kafka's default: one day)."""
 
 
 @dataclass(slots=True)

@@ -487,6 +487,18 @@ class WriteAheadLog:
             for index, s in enumerate(self._segments)
         ]
 
+    def wait_for_append(self, appended_before: int, timeout: float) -> None:
+        """Block until a frame at or above ``appended_before`` is appended, the log closes,
+        :meth:`wake_waiters` is called, or ``timeout`` seconds pass (whichever comes first)."""
+        with self.data_available:
+            if self._next_offset == appended_before and not self._closed:
+                self.data_available.wait(timeout)
+
+    def wake_waiters(self) -> None:
+        """Wake every thread blocked in :meth:`wait_for_append` or a reader's ``poll``."""
+        with self.data_available:
+            self.data_available.notify_all()
+
     @property
     def closed(self) -> bool:
         return self._closed

@@ -1,0 +1,22 @@
+"""Settings of the forwarder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class ForwarderConfig:
+    checkpoint_interval_s: float = 5.0
+    hint_interval_s: float = 1.0
+    max_in_flight_records: int = 100_000
+    max_in_flight_kbytes: int = 64 * 1024
+    linger_ms: int = 5
+    # librdkafka's own default (1 MB) would dead-letter records the cluster accepts; let the
+    # broker judge (a WAL frame is at most 16 MiB by default). Override with an extra setting.
+    max_message_bytes: int = 17 * 1024 * 1024
+    unknown_topic_wait_s: float = 60.0
+    reset_backoff_s: float = 1.0
+    retry_backoff_s: float = 0.5
+    read_batch_frames: int = 256
+    stop_flush_timeout_s: float = 5.0

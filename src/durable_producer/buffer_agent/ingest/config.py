@@ -1,0 +1,28 @@
+"""Settings of the Kafka-protocol listener."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_FRAME_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class IngressConfig:
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    """Host clients are told to connect to; defaults to ``host``."""
+    advertised_port: int | None = None
+    """Port clients are told to connect to; defaults to the bound port."""
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_batch_bytes: int = 1_048_588
+    """Largest record batch accepted (Kafka's default ``message.max.bytes``)."""
+    idle_timeout_s: float = 600.0
+    read_timeout_s: float = 30.0
+    write_timeout_s: float = 30.0
+    node_id: int = 0
+    cluster_id: str = "durable-producer-agent"
+    snapshot_interval_s: float = 5.0
+    producer_expiration_s: float = 86_400.0
+    """Sequence state of a producer idle this long is dropped (Kafka's default: one day)."""

@@ -1,0 +1,60 @@
+"""Names shared by the operator, the buffer agent and the Spark helpers: defined once, here.
+
+Everything a Kubernetes object, a pod template, an environment variable or a command line
+spells the same way on both sides of the project lives in this module, so there is nothing
+to keep equal: the operator renders what the agent and Spark read by importing the same
+constant. Nothing here imports from the rest of the package (import-linter checks that).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --------------------------------------------------------------------- the API group
+GROUP: Final = "durable.dev"
+VERSION: Final = "v1alpha1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "DurableProducer"
+PLURAL: Final = "durableproducers"
+SINGULAR: Final = "durableproducer"
+SHORT_NAMES: Final = ("dp",)
+
+# --------------------------------------------------------------------- labels and annotations
+PRODUCER_LABEL: Final = f"{GROUP}/producer"
+"""Pods opt in with ``durable.dev/producer: <DurableProducer name>``."""
+INJECTED_ANNOTATION: Final = f"{GROUP}/injected"
+"""Set by the webhook on every pod it attached an agent to."""
+BUFFER_VOLUME_ANNOTATION: Final = f"{GROUP}/buffer-volume"
+"""The PVC the webhook gave a pod."""
+
+# --------------------------------------------------------------------- the agent in a pod
+AGENT_CONTAINER_NAME: Final = "durable-agent"
+BUFFER_VOLUME_NAME: Final = "durable-buffer"
+DATA_DIR: Final = "/var/lib/durable-producer"
+"""Where the buffer volume is mounted in the agent; the WAL is ``DATA_DIR/wal``."""
+AGENT_HOST: Final = "127.0.0.1"
+KAFKA_PORT: Final = 9092
+"""The agent's Kafka-protocol listener (applications produce to ``127.0.0.1:9092``)."""
+METRICS_PORT: Final = 9644
+"""The agent's /metrics, /healthz and /readyz."""
+AGENT_BOOTSTRAP: Final = f"{AGENT_HOST}:{KAFKA_PORT}"
+
+BOOTSTRAP_ENV: Final = "KAFKA_BOOTSTRAP_SERVERS"
+"""Set in application containers to the agent's address."""
+BOOTSTRAP_TWIN_ENV: Final = "DURABLE_PRODUCER_BOOTSTRAP"
+"""The same address under our own name (for apps that use KAFKA_BOOTSTRAP_SERVERS otherwise)."""
+AGENT_ENV_PREFIX: Final = "DURABLE_AGENT_"
+"""Every agent setting is also an environment variable ``DURABLE_AGENT_<SETTING>``."""
+
+# --------------------------------------------------------------------- defaults both sides use
+FSYNC_POLICIES: Final = ("always", "interval", "never")
+DEFAULT_FSYNC_POLICY: Final = "interval"
+FULL_DISK_POLICIES: Final = ("reject", "block")
+DEFAULT_FULL_DISK_POLICY: Final = "reject"
+DEFAULT_CHECKPOINT_INTERVAL_SECONDS: Final = 5.0
+
+# --------------------------------------------------------------------- Spark pod templates
+EXECUTOR_TEMPLATE_KEY: Final = "executor-pod-template.yaml"
+DRIVER_TEMPLATE_KEY: Final = "driver-pod-template.yaml"
+DEFAULT_EXECUTOR_CONTAINER: Final = "spark-kubernetes-executor"
+DEFAULT_DRIVER_CONTAINER: Final = "spark-kubernetes-driver"
