@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
 
 
-
 @dataclass(slots=True)
 class StatsPublisher:
     """Copies WAL and ingress figures into the metrics once a second (the forwarder and the
@@ -59,7 +58,7 @@ class StatsPublisher:
 class BufferAgent:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
-        self.client_config = build_client_config(settings.kafka_connection())
+        self.client_config = build_client_config(settings.kafka)
         self.metrics = AgentMetrics()
         self.wal: WriteAheadLog | None = None
         self.forwarder: Forwarder | None = None
@@ -78,17 +77,17 @@ class BufferAgent:
 
     def _open_wal_and_forwarder(self) -> tuple[WriteAheadLog, Forwarder]:
         self.wal = WriteAheadLog.open(
-            self.settings.wal_dir,
-            self.settings.wal_config(),
+            self.settings.agent.wal_dir,
+            self.settings.wal,
             fsync_observer=self.metrics.fsync_seconds.observe,
         )
         self.forwarder = Forwarder(
             self.wal,
             self.client_config,
-            dead_letters=DeadLetterStore(self.settings.dead_letter_dir),
-            state_dir=self.settings.state_dir,
+            dead_letters=DeadLetterStore(self.settings.agent.dead_letter_dir),
+            state_dir=self.settings.agent.state_dir,
             metrics=self.metrics,
-            config=self.settings.forwarder_config(),
+            config=self.settings.forwarder,
             before_checkpoint=self._snapshot_producer_state,
         )
         return self.wal, self.forwarder
@@ -100,19 +99,16 @@ class BufferAgent:
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         wal, forwarder = self._open_wal_and_forwarder()
-        values = self.settings.values
-        metrics_host, metrics_port = values["metrics_listen"]
+        agent = self.settings.agent
         metrics_server = MetricsServer(
-            self.metrics, host=metrics_host, port=metrics_port, ready=self.ready
+            self.metrics, host=agent.metrics_host, port=agent.metrics_port, ready=self.ready
         ).start()
         metadata = MetadataCache(
-            self.settings.state_dir,
+            agent.state_dir,
             cluster_metadata_source(self.client_config),
-            default_partitions=values["default_partitions"],
+            default_partitions=agent.default_partitions,
         )
-        self.ingress = IngressServer(
-            wal, metadata, self.settings.state_dir, self.settings.ingress_config()
-        )
+        self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
         publisher = StatsPublisher(wal, self.metrics, self.ingress)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -126,7 +122,7 @@ class BufferAgent:
             log.info(
                 "agent ready: Kafka protocol on %s, metrics on %s:%d, forwarding to %s",
                 self.ingress.bootstrap,
-                metrics_host,
+                agent.metrics_host,
                 metrics_server.port,
                 self.client_config.get("bootstrap.servers"),
             )
@@ -139,11 +135,11 @@ class BufferAgent:
                     await asyncio.wait_for(stop.wait(), PUBLISH_INTERVAL_S)
             log.info(
                 "shutdown requested: no longer accepting, draining for up to %.0f s",
-                values["drain_timeout"],
+                agent.drain_timeout_s,
             )
             self._accepting = False
             await self.ingress.stop()
-            summary = await asyncio.to_thread(forwarder.drain, values["drain_timeout"])
+            summary = await asyncio.to_thread(forwarder.drain, agent.drain_timeout_s)
             publisher.publish()
             self._log_drain(summary)
             return 0
