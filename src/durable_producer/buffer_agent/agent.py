@@ -9,10 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
-import gc
 import logging
-import platform
 import signal
 import time
 from dataclasses import dataclass
@@ -24,59 +21,12 @@ from durable_producer.buffer_agent.ingest.server import IngressServer
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
 from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
 from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
+from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
 from durable_producer.buffer_agent.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
-
-
-RETAINED_FREE_HEAP_BYTES = 64 << 20
-"""Free heap glibc keeps for reuse before it returns pages to the kernel."""
-HEAP_ALLOCATION_LIMIT_BYTES = 16 << 20
-"""Blocks up to this size (every produce request the default limits allow) come from the heap."""
-_M_TRIM_THRESHOLD = -1
-_M_MMAP_THRESHOLD = -3
-
-
-def prepare_to_serve() -> None:
-    """Process-wide settings applied once the agent serves (benchmarks apply them too)."""
-    if not keep_freed_memory():
-        log.info("not a glibc process: freed request buffers go back to the allocator's default")
-    freeze_startup_heap()
-
-
-def keep_freed_memory() -> bool:
-    """Make glibc reuse freed request buffers instead of handing their pages back.
-
-    Every produce request is received into a buffer of its own (about 1 MB under load, see
-    ``frame_receiver``). With glibc's defaults most of those buffers were fresh pages: it
-    trims a heap whose top is 2 MB free and maps larger blocks separately. A page fault for
-    each 4 KiB made a 1 MB buffer cost ~0.4 ms on the benchmark VMs, a third of the event
-    loop's busy time at 200 B records. The cost: up to RETAINED_FREE_HEAP_BYTES of freed heap
-    stays in the process (it is reused, and it counts in the container's memory). False where
-    the C library is not glibc (musl has no such knobs).
-    """
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    mallopt = ctypes.CDLL(None).mallopt
-    mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
-    return bool(
-        mallopt(_M_MMAP_THRESHOLD, HEAP_ALLOCATION_LIMIT_BYTES)
-        and mallopt(_M_TRIM_THRESHOLD, RETAINED_FREE_HEAP_BYTES)
-    )
-
-
-def freeze_startup_heap() -> None:
-    """Exempt everything allocated so far from the cyclic garbage collector.
-
-    Called once the agent serves: modules, kio schemas and the restored producer state live
-    as long as the process, and a full collection scanning them stalled the event loop for
-    ~20 ms (it was the p99 of produce latency in benchmarks/ingress_bench.py). Afterwards a
-    collection scans only what serving allocated.
-    """
-    gc.collect()
-    gc.freeze()
 
 
 @dataclass(slots=True)
@@ -108,7 +58,7 @@ class StatsPublisher:
 class BufferAgent:
     def __init__(self, settings: AgentSettings) -> None:
         self.settings = settings
-        self.client_config = build_client_config(settings.kafka_connection())
+        self.client_config = build_client_config(settings.kafka)
         self.metrics = AgentMetrics()
         self.wal: WriteAheadLog | None = None
         self.forwarder: Forwarder | None = None
@@ -127,17 +77,17 @@ class BufferAgent:
 
     def _open_wal_and_forwarder(self) -> tuple[WriteAheadLog, Forwarder]:
         self.wal = WriteAheadLog.open(
-            self.settings.wal_dir,
-            self.settings.wal_config(),
+            self.settings.agent.wal_dir,
+            self.settings.wal,
             fsync_observer=self.metrics.fsync_seconds.observe,
         )
         self.forwarder = Forwarder(
             self.wal,
             self.client_config,
-            dead_letters=DeadLetterStore(self.settings.dead_letter_dir),
-            state_dir=self.settings.state_dir,
+            dead_letters=DeadLetterStore(self.settings.agent.dead_letter_dir),
+            state_dir=self.settings.agent.state_dir,
             metrics=self.metrics,
-            config=self.settings.forwarder_config(),
+            config=self.settings.forwarder,
             before_checkpoint=self._snapshot_producer_state,
         )
         return self.wal, self.forwarder
@@ -149,19 +99,16 @@ class BufferAgent:
     async def run(self) -> int:
         self._loop = asyncio.get_running_loop()
         wal, forwarder = self._open_wal_and_forwarder()
-        values = self.settings.values
-        metrics_host, metrics_port = values["metrics_listen"]
+        agent = self.settings.agent
         metrics_server = MetricsServer(
-            self.metrics, host=metrics_host, port=metrics_port, ready=self.ready
+            self.metrics, host=agent.metrics_host, port=agent.metrics_port, ready=self.ready
         ).start()
         metadata = MetadataCache(
-            self.settings.state_dir,
+            agent.state_dir,
             cluster_metadata_source(self.client_config),
-            default_partitions=values["default_partitions"],
+            default_partitions=agent.default_partitions,
         )
-        self.ingress = IngressServer(
-            wal, metadata, self.settings.state_dir, self.settings.ingress_config()
-        )
+        self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
         publisher = StatsPublisher(wal, self.metrics, self.ingress)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -175,7 +122,7 @@ class BufferAgent:
             log.info(
                 "agent ready: Kafka protocol on %s, metrics on %s:%d, forwarding to %s",
                 self.ingress.bootstrap,
-                metrics_host,
+                agent.metrics_host,
                 metrics_server.port,
                 self.client_config.get("bootstrap.servers"),
             )
@@ -188,11 +135,11 @@ class BufferAgent:
                     await asyncio.wait_for(stop.wait(), PUBLISH_INTERVAL_S)
             log.info(
                 "shutdown requested: no longer accepting, draining for up to %.0f s",
-                values["drain_timeout"],
+                agent.drain_timeout_s,
             )
             self._accepting = False
             await self.ingress.stop()
-            summary = await asyncio.to_thread(forwarder.drain, values["drain_timeout"])
+            summary = await asyncio.to_thread(forwarder.drain, agent.drain_timeout_s)
             publisher.publish()
             self._log_drain(summary)
             return 0

@@ -18,11 +18,12 @@ from pathlib import Path
 from durable_producer.buffer_agent.forward.dead_letter import list_dead_letters, resend_dead_letters
 from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
 from durable_producer.buffer_agent.logging_setup import configure_logging
+from durable_producer.buffer_agent.options import add_options, options_of
 from durable_producer.buffer_agent.settings import (
     COMMON_OPTIONS,
     DRAIN_OPTIONS,
     RUN_OPTIONS,
-    add_options,
+    AgentConfig,
     settings_from,
 )
 from durable_producer.buffer_agent.wal import WalLockedError
@@ -42,7 +43,7 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     from durable_producer.buffer_agent.agent import BufferAgent
 
     settings = settings_from(args)
-    return BufferAgent(settings).drain(settings.values["timeout"])
+    return BufferAgent(settings).drain(settings.agent.drain_mode_timeout_s)
 
 
 def _cmd_wal_inspect(args: argparse.Namespace) -> int:
@@ -56,7 +57,8 @@ def _cmd_wal_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
-    letters = list_dead_letters(Path(args.data_dir) / "dead-letter", include_resent=args.all)
+    volume = AgentConfig(data_dir=Path(args.data_dir))
+    letters = list_dead_letters(volume.dead_letter_dir, include_resent=args.all)
     if not letters:
         print("no dead letters")
         return 0
@@ -73,8 +75,8 @@ def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
 def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     summary = resend_dead_letters(
-        settings.dead_letter_dir,
-        build_client_config(settings.kafka_connection()),
+        settings.agent.dead_letter_dir,
+        build_client_config(settings.kafka),
         ids=args.ids or None,
     )
     print(
@@ -119,7 +121,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
         help="print segments, offsets, checkpoint, size and quarantined files (read-only)",
         description="Read-only report of a WAL directory; exit code 1 if a segment has problems.",
     )
-    inspect.add_argument("directory", help="the WAL directory (e.g. /var/lib/durable-producer/wal)")
+    inspect.add_argument("directory", help=f"the WAL directory (e.g. {AgentConfig().wal_dir})")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     inspect.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     inspect.add_argument("--log-format", default="text", help=argparse.SUPPRESS)
@@ -128,9 +130,10 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     letters = commands.add_parser("dead-letters", help="records Kafka refused for good")
     letter_commands = letters.add_subparsers(dest="letters_command", required=True)
     listing = letter_commands.add_parser("list", help="list pending dead letters")
+    (data_dir,) = options_of(AgentConfig, "data_dir")
     listing.add_argument(
-        "--data-dir",
-        default=environ.get("DURABLE_AGENT_DATA_DIR", "/var/lib/durable-producer"),
+        data_dir.flag,
+        default=environ.get(data_dir.env, data_dir.shown_default),
         help="the buffer volume",
     )
     listing.add_argument("--all", action="store_true", help="include re-sent ones")

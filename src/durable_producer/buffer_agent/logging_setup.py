@@ -6,6 +6,10 @@ import json
 import logging
 import time
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
+"""``text``: readable lines; ``json``: one JSON object per line."""
+
 
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:

@@ -163,13 +163,15 @@ class RateEstimator:
 
 
 class MetricsServer:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on a background thread; port 0 picks one."""
+    """``/metrics``, ``/healthz`` and ``/readyz`` on a background thread; port 0 picks one.
+
+    The agent's address comes from its settings (``--metrics-listen``)."""
 
     def __init__(
         self,
         metrics: AgentMetrics,
         *,
-        host: str = "0.0.0.0",
+        host: str,
         port: int = 0,
         ready: Callable[[], bool] = lambda: True,
         alive: Callable[[], bool] = lambda: True,

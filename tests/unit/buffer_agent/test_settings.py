@@ -1,21 +1,29 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from durable_producer import contract
 from durable_producer.buffer_agent.cli import build_parser
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
+from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
+from durable_producer.buffer_agent.options import options_of, reference_table
 from durable_producer.buffer_agent.settings import (
     COMMON_OPTIONS,
     DRAIN_OPTIONS,
     RUN_OPTIONS,
-    reference_table,
+    AgentConfig,
     settings_from,
+    wal_frame_limit,
 )
-from durable_producer.buffer_agent.wal import FsyncPolicy
+from durable_producer.buffer_agent.wal import FsyncPolicy, FullDiskPolicy, WalConfig
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "agent.md"
+MIB = 1024 * 1024
 
 
 def test_docs_reference_matches_the_code() -> None:
@@ -38,9 +46,9 @@ def test_every_flag_has_an_environment_variable() -> None:
     }
     args = build_parser(environ).parse_args(["run"])
     settings = settings_from(args)
-    assert settings.wal_config().fsync is FsyncPolicy.ALWAYS
-    assert settings.ingress_config().port == 19092
-    connection = settings.kafka_connection()
+    assert settings.wal.fsync is FsyncPolicy.ALWAYS
+    assert settings.ingress.port == 19092
+    connection = settings.kafka
     assert connection.bootstrap_servers == "kafka:9092"
     assert dict(connection.extra) == {"linger.ms": "7", "compression.type": "lz4"}
 
@@ -50,10 +58,101 @@ def test_flags_override_the_environment_and_bad_values_are_explained(
 ) -> None:
     parser = build_parser({"DURABLE_AGENT_FSYNC": "never"})
     args = parser.parse_args(["run", "--kafka-bootstrap", "k:9092", "--fsync", "interval"])
-    assert settings_from(args).wal_config().fsync is FsyncPolicy.INTERVAL
+    assert settings_from(args).wal.fsync is FsyncPolicy.INTERVAL
     with pytest.raises(SystemExit):
         parser.parse_args(["run", "--kafka-bootstrap", "k:9092", "--listen", "nonsense"])
     assert "is not HOST:PORT" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         parser.parse_args(["run"])
     assert "--kafka-bootstrap" in capsys.readouterr().err
+
+
+def test_without_flags_every_part_gets_its_own_defaults() -> None:
+    settings = settings_from(build_parser({}).parse_args(["run", "--kafka-bootstrap", "k:9092"]))
+    assert settings.agent == AgentConfig()
+    assert settings.ingress == IngressConfig()
+    assert settings.forwarder == ForwarderConfig()
+    assert settings.kafka == KafkaConnectionSettings("k:9092")
+    assert settings.wal == WalConfig()  # the derived frame limit is the WAL's default too
+
+
+def test_the_defaults_the_operator_also_renders_are_the_contracts() -> None:
+    settings = settings_from(build_parser({}).parse_args(["run", "--kafka-bootstrap", "k:9092"]))
+    assert settings.wal.fsync == contract.DEFAULT_FSYNC_POLICY
+    assert settings.wal.full_disk_policy == contract.DEFAULT_FULL_DISK_POLICY
+    assert settings.forwarder.checkpoint_interval_s == contract.DEFAULT_CHECKPOINT_INTERVAL_SECONDS
+    assert (settings.ingress.host, settings.ingress.port) == (
+        contract.AGENT_HOST,
+        contract.KAFKA_PORT,
+    )
+    assert settings.agent.metrics_port == contract.METRICS_PORT
+    assert settings.agent.wal_dir == Path(contract.DATA_DIR) / "wal"
+
+
+def test_flags_that_set_derived_values() -> None:
+    args = build_parser({}).parse_args(
+        [
+            "run",
+            "--kafka-bootstrap=k:9092",
+            "--listen=0.0.0.0:19092",
+            "--metrics-listen=127.0.0.1:19644",
+            "--page-cache-window-bytes=0",
+            "--max-batch-bytes=20000000",
+            "--segment-bytes=100000000",
+            "--full-disk-policy=block",
+            "--data-dir=/volume",
+        ]
+    )
+    settings = settings_from(args)
+    assert (settings.ingress.host, settings.ingress.port) == ("0.0.0.0", 19092)
+    assert (settings.agent.metrics_host, settings.agent.metrics_port) == ("127.0.0.1", 19644)
+    assert settings.wal.page_cache_window_bytes is None
+    assert settings.ingress.max_batch_bytes == 20_000_000
+    assert settings.wal.max_frame_bytes == 20_000_000 + 64 * 1024
+    assert settings.wal.full_disk_policy is FullDiskPolicy.BLOCK
+    assert settings.agent.dead_letter_dir == Path("/volume/dead-letter")
+
+
+def test_the_wal_frame_limit_follows_the_batch_limit_within_bounds() -> None:
+    assert wal_frame_limit(1_048_588, 64 * MIB) == WalConfig().max_frame_bytes
+    assert wal_frame_limit(20 * MIB, 64 * MIB) == 20 * MIB + 64 * 1024
+    assert wal_frame_limit(20 * MIB, 8 * MIB) == 8 * MIB
+
+
+def test_drain_and_resend_keep_the_defaults_of_run_only_settings() -> None:
+    environ = {"DURABLE_AGENT_FSYNC": "never", "DURABLE_AGENT_TIMEOUT": "7"}
+    drain = settings_from(build_parser(environ).parse_args(["drain", "--kafka-bootstrap=k:1"]))
+    assert drain.agent.drain_mode_timeout_s == 7.0
+    assert drain.wal == WalConfig()
+    resend = build_parser(environ).parse_args(
+        ["dead-letters", "resend", "--kafka-bootstrap=k:1", "--kafka-setting=a=b", "id-1"]
+    )
+    assert dict(settings_from(resend).kafka.extra) == {"a": "b"}
+    assert resend.ids == ["id-1"]
+
+
+def test_every_user_facing_field_is_offered_by_a_command() -> None:
+    offered = {(o.config, o.fields) for o in (*COMMON_OPTIONS, *RUN_OPTIONS, *DRAIN_OPTIONS)}
+    for config in (AgentConfig, KafkaConnectionSettings, WalConfig, IngressConfig, ForwarderConfig):
+        for declared in options_of(config):
+            assert (declared.config, declared.fields) in offered, declared.flag
+    flags = [o.flag for o in (*COMMON_OPTIONS, *RUN_OPTIONS, *DRAIN_OPTIONS)]
+    assert len(flags) == len(set(flags))
+
+
+def test_help_shows_each_default_and_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser({}).parse_args(["run", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: interval) [env: DURABLE_AGENT_FSYNC]" in text
+    assert "(default: 127.0.0.1:9092) [env: DURABLE_AGENT_LISTEN]" in text
+    assert f"(default: {contract.DATA_DIR}) [env: DURABLE_AGENT_DATA_DIR]" in text
+    assert "list) [env: DURABLE_AGENT_KAFKA_SETTING]" in text  # no default shown
+    assert "{always,interval,never}" in text
+
+
+def test_a_changed_default_changes_the_generated_reference() -> None:
+    (fsync,) = options_of(WalConfig, "fsync")
+    assert "| `--fsync` | `DURABLE_AGENT_FSYNC` | `interval` |" in reference_table((fsync,))
+    changed = replace(fsync, default=FsyncPolicy.ALWAYS)
+    assert "| `--fsync` | `DURABLE_AGENT_FSYNC` | `always` |" in reference_table((changed,))

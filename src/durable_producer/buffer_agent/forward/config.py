@@ -1,13 +1,23 @@
-"""Settings of the forwarder."""
+"""Settings of the forwarder; the fields marked ``option`` are the agent's flags."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from durable_producer.buffer_agent.options import option, positive_float
+from durable_producer.contract import DEFAULT_CHECKPOINT_INTERVAL_SECONDS
 
 
 @dataclass(frozen=True, slots=True)
 class ForwarderConfig:
-    checkpoint_interval_s: float = 5.0
+    checkpoint_interval_s: float = field(
+        default=DEFAULT_CHECKPOINT_INTERVAL_SECONDS,
+        metadata=option(
+            "seconds between checkpoints; bounds replayed duplicates after a crash",
+            flag="--checkpoint-interval",
+            parse=positive_float,
+        ),
+    )
     hint_interval_s: float = 1.0
     max_in_flight_records: int = 100_000
     max_in_flight_kbytes: int = 64 * 1024

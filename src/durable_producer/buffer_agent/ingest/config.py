@@ -1,22 +1,38 @@
-"""Settings of the Kafka-protocol listener."""
+"""Settings of the Kafka-protocol listener; the fields marked ``option`` are the agent's flags."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_FRAME_BYTES
+from durable_producer.buffer_agent.options import host_port, option, positive_int
+from durable_producer.contract import AGENT_HOST, KAFKA_PORT
 
 
 @dataclass(frozen=True, slots=True)
 class IngressConfig:
-    host: str = "127.0.0.1"
-    port: int = 9092
+    host: str = field(
+        default=AGENT_HOST,
+        metadata=option(
+            "HOST:PORT of the Kafka-protocol listener applications produce to",
+            flag="--listen",
+            parse=host_port,
+            spans=("port",),
+        ),
+    )
+    port: int = KAFKA_PORT
     advertised_host: str | None = None
     """Host clients are told to connect to; defaults to ``host``."""
     advertised_port: int | None = None
     """Port clients are told to connect to; defaults to the bound port."""
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
-    max_batch_bytes: int = 1_048_588
+    max_batch_bytes: int = field(
+        default=1_048_588,
+        metadata=option(
+            "largest record batch accepted from a client (Kafka's message.max.bytes)",
+            parse=positive_int,
+        ),
+    )
     """Largest record batch accepted (Kafka's default ``message.max.bytes``)."""
     idle_timeout_s: float = 600.0
     read_timeout_s: float = 30.0

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from durable_producer.buffer_agent.options import one_of, option
+
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
@@ -51,23 +53,6 @@ class KafkaConfigError(ValueError):
         super().__init__("invalid Kafka connection settings:\n  - " + "\n  - ".join(problems))
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaConnectionSettings:
-    bootstrap_servers: str
-    security_protocol: str = "PLAINTEXT"
-    ssl_ca_file: Path | None = None
-    ssl_cert_file: Path | None = None
-    ssl_key_file: Path | None = None
-    ssl_key_password_file: Path | None = None
-    sasl_mechanism: str | None = None
-    sasl_username: str | None = None
-    sasl_username_file: Path | None = None
-    sasl_username_env: str | None = None
-    sasl_password_file: Path | None = None
-    sasl_password_env: str | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
-
-
 def parse_extra_settings(items: Iterable[str]) -> dict[str, str]:
     """``["linger.ms=5", "compression.type=lz4"]`` -> a dict; raises on malformed items."""
     settings: dict[str, str] = {}
@@ -84,6 +69,57 @@ def parse_extra_settings(items: Iterable[str]) -> dict[str, str]:
     if problems:
         raise KafkaConfigError(problems)
     return settings
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaConnectionSettings:
+    """How the forwarder reaches the real cluster; the ``option`` fields are agent flags."""
+
+    bootstrap_servers: str = field(
+        metadata=option(
+            "bootstrap servers of the real Kafka cluster (HOST:PORT,...)",
+            flag="--kafka-bootstrap",
+        )
+    )
+    security_protocol: str = field(default="PLAINTEXT", metadata=option(one_of(SECURITY_PROTOCOLS)))
+    ssl_ca_file: Path | None = field(
+        default=None,
+        metadata=option("CA bundle to verify the brokers (a mounted Secret)", parse=Path),
+    )
+    ssl_cert_file: Path | None = field(
+        default=None, metadata=option("client certificate for mutual TLS", parse=Path)
+    )
+    ssl_key_file: Path | None = field(
+        default=None, metadata=option("client private key for mutual TLS", parse=Path)
+    )
+    ssl_key_password_file: Path | None = field(
+        default=None, metadata=option("file holding the client key's password", parse=Path)
+    )
+    sasl_mechanism: str | None = field(
+        default=None,
+        metadata=option("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+    )
+    sasl_username: str | None = None
+    sasl_username_file: Path | None = field(
+        default=None,
+        metadata=option("file holding the SASL username (a mounted Secret)", parse=Path),
+    )
+    sasl_username_env: str | None = None
+    sasl_password_file: Path | None = field(
+        default=None,
+        metadata=option("file holding the SASL password (a mounted Secret)", parse=Path),
+    )
+    sasl_password_env: str | None = None
+    extra: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=option(
+            "extra librdkafka setting KEY=VALUE for the forwarding producer "
+            "(repeatable; the env var takes a comma-separated list)",
+            flag="--kafka-setting",
+            repeatable=True,
+            collect=parse_extra_settings,
+        ),
+    )
 
 
 def build_client_config(

@@ -1,11 +1,21 @@
-"""Settings of the write-ahead log."""
+"""Settings of the write-ahead log; the fields marked ``option`` are the agent's flags."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
+from durable_producer.buffer_agent.options import (
+    non_negative_int,
+    option,
+    positive_float,
+    positive_int,
+    values_of,
+)
+from durable_producer.contract import DEFAULT_FSYNC_POLICY, DEFAULT_FULL_DISK_POLICY
+
 MIB = 1024 * 1024
+DEFAULT_MAX_FRAME_BYTES = 16 * MIB
 
 
 class FsyncPolicy(StrEnum):
@@ -28,18 +38,69 @@ class FullDiskPolicy(StrEnum):
     BLOCK = "block"
 
 
+def _window_bytes(text: str) -> int | None:
+    """``--page-cache-window-bytes``: 0 means no window (caching left to the kernel)."""
+    return non_negative_int(text) or None
+
+
 @dataclass(frozen=True, slots=True)
 class WalConfig:
     """Tuning of one WAL directory. ``validate()`` explains any inconsistent combination."""
 
-    segment_bytes: int = 64 * MIB
-    max_bytes: int = 1024 * MIB
-    max_frame_bytes: int = 16 * MIB
-    fsync: FsyncPolicy = FsyncPolicy.INTERVAL
-    fsync_interval_ms: int = 100
-    full_disk_policy: FullDiskPolicy = FullDiskPolicy.REJECT
-    block_timeout_s: float = 5.0
-    page_cache_window_bytes: int | None = 64 * MIB
+    segment_bytes: int = field(
+        default=64 * MIB,
+        metadata=option(
+            "size of one WAL segment (space is freed a segment at a time)", parse=positive_int
+        ),
+    )
+    max_bytes: int = field(
+        default=1024 * MIB,
+        metadata=option(
+            "size limit of the WAL; keep it below the volume size",
+            flag="--max-buffer-bytes",
+            parse=positive_int,
+        ),
+    )
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    """The agent derives it from ``--max-batch-bytes`` (see ``settings.py``)."""
+    fsync: FsyncPolicy = field(
+        default=FsyncPolicy(DEFAULT_FSYNC_POLICY),
+        metadata=option(
+            "always: answer after fsync (group commit); interval: fsync every "
+            "--fsync-interval-ms; never: page cache only",
+            parse=FsyncPolicy,
+            choices=values_of(FsyncPolicy),
+        ),
+    )
+    fsync_interval_ms: int = field(
+        default=100, metadata=option("fsync period of the interval policy", parse=positive_int)
+    )
+    full_disk_policy: FullDiskPolicy = field(
+        default=FullDiskPolicy(DEFAULT_FULL_DISK_POLICY),
+        metadata=option(
+            "reject: answer a full buffer with a retriable error at once; "
+            "block: wait up to --block-timeout first",
+            parse=FullDiskPolicy,
+            choices=values_of(FullDiskPolicy),
+        ),
+    )
+    block_timeout_s: float = field(
+        default=5.0,
+        metadata=option(
+            "seconds a produce request waits for space under --full-disk-policy=block",
+            flag="--block-timeout",
+            parse=positive_float,
+        ),
+    )
+    page_cache_window_bytes: int | None = field(
+        default=64 * MIB,
+        metadata=option(
+            "WAL bytes behind the write head kept in the page cache after fsync (the "
+            "forwarder's normal read window); older synced data is dropped so a busy agent "
+            "reuses memory instead of growing the cache. 0 leaves caching to the kernel",
+            parse=_window_bytes,
+        ),
+    )
     """Synced data further than this behind the write head leaves the page cache.
 
     After each fsync (and at segment rotation) older bytes are dropped with

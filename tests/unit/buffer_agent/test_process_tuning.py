@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(
 REFAULTS_AFTER_FREE = textwrap.dedent(
     """
     import resource, sys
-    from durable_producer.buffer_agent.agent import keep_freed_memory
+    from durable_producer.buffer_agent.process_tuning import keep_freed_memory
 
     if sys.argv[1] == "keep":
         assert keep_freed_memory()

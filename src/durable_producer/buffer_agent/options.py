@@ -1,0 +1,212 @@
+"""How a field of a component's config becomes a command-line flag and an environment variable.
+
+A config dataclass marks a field user-facing with ``field(..., metadata=option("help"))``;
+fields without it are internal tuning. ``settings.py`` picks the marked fields into the
+commands, and this module turns them into argparse options (flag, ``DURABLE_AGENT_*``
+variable, ``--help`` text) and into the markdown table of docs/agent.md, so the default a
+user reads is the field's own default. The value parsers the fields name live here too.
+
+A leaf module: it imports nothing from the agent, so every component's config may use it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from durable_producer.contract import AGENT_BOOTSTRAP, AGENT_ENV_PREFIX
+
+_METADATA_KEY = "durable_producer.option"
+
+
+@dataclass(frozen=True, slots=True)
+class OptionSpec:
+    """What a field declares about its flag (see ``option``)."""
+
+    help: str
+    flag: str | None
+    parse: Callable[[str], Any]
+    choices: tuple[str, ...] | None
+    repeatable: bool
+    collect: Callable[[list[str]], Any] | None
+    spans: tuple[str, ...]
+
+
+def option(
+    help: str,
+    *,
+    flag: str | None = None,
+    parse: Callable[[str], Any] = str,
+    choices: tuple[str, ...] | None = None,
+    repeatable: bool = False,
+    collect: Callable[[list[str]], Any] | None = None,
+    spans: tuple[str, ...] = (),
+) -> Mapping[str, OptionSpec]:
+    """Field metadata making the field a flag.
+
+    ``flag``: the flag when it is not ``--<field-name>``; the environment variable is
+    ``DURABLE_AGENT_`` + the flag's name. ``parse``: text -> the field's value (with
+    ``choices``, the text is checked against them first). ``repeatable``: the flag may be
+    given several times (the variable holds a comma-separated list) and ``collect`` turns
+    the list into the field's value. ``spans``: further fields of the same config that one
+    ``A:B`` value sets: ``parse`` returns a tuple for this field and those, in order (as
+    ``--listen HOST:PORT`` sets ``host`` and ``port``).
+    """
+    return {_METADATA_KEY: OptionSpec(help, flag, parse, choices, repeatable, collect, spans)}
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One flag of the command line, bound to the config field(s) it sets."""
+
+    config: type[Any]
+    fields: tuple[str, ...]
+    spec: OptionSpec
+    default: Any
+    """The field's default (a tuple for a spanning option); MISSING when it has none."""
+
+    @property
+    def flag(self) -> str:
+        return self.spec.flag or "--" + self.fields[0].replace("_", "-")
+
+    @property
+    def dest(self) -> str:
+        return self.flag.removeprefix("--").replace("-", "_")
+
+    @property
+    def env(self) -> str:
+        return AGENT_ENV_PREFIX + self.dest.upper()
+
+    @property
+    def required(self) -> bool:
+        return self.default is dataclasses.MISSING
+
+    @property
+    def shown_default(self) -> str:
+        """The default as a user writes it; empty when there is none to show."""
+        if self.required or self.default is None:
+            return ""
+        if isinstance(self.default, tuple):
+            return ":".join(str(part) for part in self.default)
+        return str(self.default)
+
+    def field_values(self, given: Any) -> dict[str, Any]:
+        """The config fields this option sets, from its parsed command-line value."""
+        if self.spec.repeatable:
+            items = list(given or [])
+            return {self.fields[0]: self.spec.collect(items) if self.spec.collect else items}
+        if self.spec.choices is not None and given is not None:
+            given = self.spec.parse(given)
+        if self.spec.spans:
+            return dict(zip(self.fields, given, strict=True))
+        return {self.fields[0]: given}
+
+
+def options_of(config: type[Any], *names: str) -> tuple[Option, ...]:
+    """The options of ``config``'s user-facing fields: all of them in field order, or
+    those of ``names`` in the order given (a name not user-facing is a mistake)."""
+    found = {option.fields[0]: option for option in _declared(config)}
+    if not names:
+        return tuple(found.values())
+    unknown = [name for name in names if name not in found]
+    if unknown:
+        raise ValueError(f"{config.__name__} has no user-facing field {', '.join(unknown)}")
+    return tuple(found[name] for name in names)
+
+
+def _declared(config: type[Any]) -> Iterator[Option]:
+    fields = {field.name: field for field in dataclasses.fields(config)}
+    for field in fields.values():
+        spec = field.metadata.get(_METADATA_KEY)
+        if spec is None:
+            continue
+        names = (field.name, *spec.spans)
+        defaults = tuple(fields[name].default for name in names)
+        default: Any = defaults if spec.spans else defaults[0]
+        if field.default_factory is not dataclasses.MISSING:
+            default = None  # made per instance (an empty mapping, say): nothing to show
+        yield Option(config, names, spec, default)
+
+
+def add_options(
+    parser: argparse.ArgumentParser, options: Sequence[Option], environ: Mapping[str, str]
+) -> None:
+    """Add ``options`` to ``parser``; a set environment variable replaces the default."""
+    for option in options:
+        spec = option.spec
+        convert = str if spec.choices is not None else spec.parse
+        raw = environ.get(option.env)
+        default: Any = [] if spec.repeatable else (None if option.required else option.default)
+        if raw is not None:
+            default = [item for item in raw.split(",") if item] if spec.repeatable else convert(raw)
+        shown = f" (default: {option.shown_default})" if option.shown_default else ""
+        parser.add_argument(
+            option.flag,
+            dest=option.dest,
+            type=convert,
+            default=default,
+            choices=spec.choices,
+            action="append" if spec.repeatable else "store",
+            required=option.required and raw is None,
+            help=f"{spec.help}{shown} [env: {option.env}]",
+        )
+
+
+def reference_table(options: Sequence[Option]) -> str:
+    """A markdown table of ``options`` for docs/agent.md (a test keeps the doc in step)."""
+    lines = ["| flag | environment variable | default | meaning |", "|---|---|---|---|"]
+    for option in options:
+        if option.required:
+            default = "(required)"
+        else:
+            default = f"`{option.shown_default}`" if option.shown_default else ""
+        meaning = option.spec.help.replace("|", "\\|")
+        if option.spec.choices:
+            meaning += " (one of: " + ", ".join(option.spec.choices) + ")"
+        lines.append(f"| `{option.flag}` | `{option.env}` | {default} | {meaning} |")
+    return "\n".join(lines)
+
+
+def values_of(enum: type[Enum]) -> tuple[str, ...]:
+    """The choices of an option whose field is a string enum."""
+    return tuple(str(member.value) for member in enum)
+
+
+def one_of(words: Sequence[str]) -> str:
+    """``("A", "B", "C")`` -> ``"A, B or C"`` for help texts."""
+    return f"{', '.join(words[:-1])} or {words[-1]}" if len(words) > 1 else "".join(words)
+
+
+# ----------------------------------------------------------------------- value parsers
+
+
+def host_port(text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. {AGENT_BOOTSTRAP})")
+    return host, int(port)
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be zero or a positive integer")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value

@@ -1,0 +1,99 @@
+"""Config fields -> flags: the generic part, on a config made up for the test."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+import pytest
+
+from durable_producer.buffer_agent.options import (
+    add_options,
+    host_port,
+    one_of,
+    option,
+    options_of,
+    positive_int,
+    reference_table,
+    values_of,
+)
+
+
+class Colour(StrEnum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@dataclass(frozen=True, slots=True)
+class ToyConfig:
+    name: str = field(metadata=option("what to call it", flag="--toy-name"))
+    host: str = field(
+        default="127.0.0.1",
+        metadata=option("HOST:PORT", flag="--address", parse=host_port, spans=("port",)),
+    )
+    port: int = 80
+    colour: Colour = field(
+        default=Colour.RED, metadata=option("a colour", parse=Colour, choices=values_of(Colour))
+    )
+    tags: tuple[str, ...] = field(
+        default_factory=tuple, metadata=option("a tag", repeatable=True, collect=tuple)
+    )
+    count: int = field(default=3, metadata=option("how many", parse=positive_int))
+    internal: int = 7
+
+
+def parse(argv: list[str], environ: dict[str, str] | None = None) -> ToyConfig:
+    parser = argparse.ArgumentParser()
+    add_options(parser, options_of(ToyConfig), environ or {})
+    given = vars(parser.parse_args(argv))
+    values: dict[str, object] = {}
+    for declared in options_of(ToyConfig):
+        values.update(declared.field_values(given[declared.dest]))
+    return ToyConfig(**values)  # type: ignore[arg-type]
+
+
+def test_only_marked_fields_become_flags_named_after_the_field_or_their_own_flag() -> None:
+    flags = [(o.flag, o.env) for o in options_of(ToyConfig)]
+    assert flags == [
+        ("--toy-name", "DURABLE_AGENT_TOY_NAME"),
+        ("--address", "DURABLE_AGENT_ADDRESS"),
+        ("--colour", "DURABLE_AGENT_COLOUR"),
+        ("--tags", "DURABLE_AGENT_TAGS"),
+        ("--count", "DURABLE_AGENT_COUNT"),
+    ]
+    with pytest.raises(ValueError, match="no user-facing field internal"):
+        options_of(ToyConfig, "internal")
+
+
+def test_values_reach_the_fields_they_map_to() -> None:
+    assert parse(["--toy-name=a"]) == ToyConfig("a")
+    config = parse(
+        ["--toy-name=a", "--address=h:9", "--colour=blue", "--tags=x", "--tags=y", "--count=2"]
+    )
+    assert config == ToyConfig("a", "h", 9, Colour.BLUE, ("x", "y"), 2)
+    assert config.colour is Colour.BLUE
+
+
+def test_the_environment_replaces_defaults_and_flags_override_it() -> None:
+    environ = {"DURABLE_AGENT_TOY_NAME": "env", "DURABLE_AGENT_COUNT": "5"}
+    environ["DURABLE_AGENT_TAGS"] = "p,q"
+    assert parse([], environ) == ToyConfig("env", count=5, tags=("p", "q"))
+    assert parse(["--count=9"], environ).count == 9
+
+
+def test_help_and_reference_show_the_fields_defaults() -> None:
+    table = reference_table(options_of(ToyConfig))
+    assert "| `--toy-name` | `DURABLE_AGENT_TOY_NAME` | (required) | what to call it |" in table
+    assert "| `--address` | `DURABLE_AGENT_ADDRESS` | `127.0.0.1:80` | HOST:PORT |" in table
+    assert "| `--colour` | `DURABLE_AGENT_COLOUR` | `red` | a colour (one of: red, blue) |" in table
+    assert "| `--tags` | `DURABLE_AGENT_TAGS` |  | a tag |" in table
+    parser = argparse.ArgumentParser()
+    add_options(parser, options_of(ToyConfig), {})
+    text = " ".join(parser.format_help().split())
+    assert "how many (default: 3) [env: DURABLE_AGENT_COUNT]" in text
+
+
+def test_help_words() -> None:
+    assert one_of(("A", "B", "C")) == "A, B or C"
+    assert one_of(("A",)) == "A"
