@@ -130,8 +130,9 @@ def fresh_agent() -> Iterator[Endpoint]:
 
 
 def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
+    from durable_producer.buffer_agent.ingest.config import IngressConfig
     from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-    from durable_producer.buffer_agent.ingest.server import IngressConfig, IngressServer
+    from durable_producer.buffer_agent.ingest.server import IngressServer
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 

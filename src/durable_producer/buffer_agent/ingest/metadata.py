@@ -33,7 +33,9 @@ _FORMAT_VERSION = 1
 
 
 class MetadataSource(Protocol):
-    def __call__(self, topics: Sequence[str]) -> Mapping[str, int]:
+    """What the cache asks the cluster: any callable of this shape (``kafka.cluster_metadata``)."""
+
+    def __call__(self, topics: Sequence[str], /) -> Mapping[str, int]:
         """Partition counts of those ``topics`` that exist on the cluster.
 
         Topics absent from the result do not exist. Raise any exception when the cluster

@@ -1,20 +1,26 @@
-"""Partition counts from the real cluster, for the agent's Metadata answers."""
+"""Partition counts from the real cluster, for the agent's Metadata answers.
+
+The result is a plain function ``topics -> {topic: partition count}``; it fits, by its shape
+alone, the ``MetadataSource`` the listener's metadata cache asks (so this layer needs nothing
+from the listener).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
-from durable_producer.buffer_agent.ingest.metadata import MetadataSource
+PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
+"""Partition counts of those of the given topics that exist (all topics if none are given)."""
 
 
 def cluster_metadata_source(
     client_config: Mapping[str, Any], timeout_s: float = 5.0
-) -> MetadataSource:
-    """A ``MetadataSource`` asking the cluster with one long-lived AdminClient."""
+) -> PartitionCounts:
+    """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable."""
     admin = AdminClient(dict(client_config))
 
     def partition_counts(topics: Sequence[str]) -> Mapping[str, int]:

@@ -82,7 +82,7 @@ class Request:
     """The kio request entity, e.g. ``kio.schema.produce.v9.request.ProduceRequest``."""
 
 
-def peek_header(frame: bytes) -> tuple[int, int, int]:
+def peek_header(frame: bytes | memoryview) -> tuple[int, int, int]:
     """``(api_key, api_version, correlation_id)`` without decoding anything else."""
     if len(frame) < _HEADER_PREFIX.size:
         raise MalformedFrame(f"frame of {len(frame)} bytes is too short for a request header")
@@ -118,7 +118,7 @@ def parse_request(frame: bytes | memoryview) -> Request:
         raise UnsupportedRequest(api_key, api_version, correlation_id)
     if api_key == API_PRODUCE:
         return parse_produce(frame)
-    schema = request_schema(api_key, api_version)
+    schema: Any = request_schema(api_key, api_version)  # a kio entity class
     try:
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
         body, body_size = entity_reader(schema)(frame, header_size)
@@ -300,7 +300,8 @@ def _field_names(schema: type) -> frozenset[str]:
 
 def nested_schema(schema: type, name: str) -> type:
     """A nested entity class from the same generated module, e.g. ``MetadataResponseTopic``."""
-    return getattr(sys.modules[schema.__module__], name)
+    nested: type = getattr(sys.modules[schema.__module__], name)
+    return nested
 
 
 @dataclass(frozen=True, slots=True)

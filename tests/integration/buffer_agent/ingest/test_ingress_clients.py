@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from kafka import KafkaProducer
 
-from durable_producer.buffer_agent.ingest.server import IngressConfig
-from integration.buffer_agent.ingress_harness import FakeCluster, RunningAgent, StoredRecord
+from durable_producer.buffer_agent.ingest.config import IngressConfig
+from support.ingest_harness import FakeCluster, RunningAgent, StoredRecord
 
 pytestmark = pytest.mark.integration
 

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.server import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_METADATA,
@@ -20,7 +20,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
     nested_schema,
     request_schema,
 )
-from integration.buffer_agent.ingress_harness import (
+from support.ingest_harness import (
     FakeCluster,
     RawClient,
     RunningAgent,

@@ -18,7 +18,7 @@ from confluent_kafka import Producer
 from kafka import KafkaProducer
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.server import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.kafka.protocol import (
     API_INIT_PRODUCER_ID,
     SUPPORTED_API_VERSIONS,
@@ -26,7 +26,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
     request_schema,
 )
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WalFullError
-from integration.buffer_agent.ingress_harness import (
+from support.ingest_harness import (
     FakeCluster,
     RawClient,
     ResponseDroppingProxy,

@@ -15,8 +15,9 @@ from typing import Any, TypeVar
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.serial import entity_reader
 
+from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-from durable_producer.buffer_agent.ingest.server import IngressConfig, IngressServer
+from durable_producer.buffer_agent.ingest.server import IngressServer
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_PRODUCE,

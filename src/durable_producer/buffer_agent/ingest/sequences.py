@@ -1,4 +1,4 @@
-"""Broker-style idempotence for producers writing through the agent.
+"""Broker-style idempotence for producers writing through the agent: sequence checks.
 
 Like a Kafka broker, the agent remembers, per producer id and partition, the last
 :data:`TRACKED_BATCHES` batches (their first and last sequence numbers and WAL offsets) and the
@@ -6,39 +6,23 @@ producer's current epoch. A client retry of a batch already stored is answered a
 without a second WAL append; a gap in sequences is OUT_OF_ORDER_SEQUENCE_NUMBER; a batch from an
 older epoch is INVALID_PRODUCER_EPOCH. All of it is per batch, from the batch header only.
 
-Durability of this state across agent restarts:
-
-- producer ids are allocated in blocks whose upper bound is persisted *before* any id of the
-  block is handed out (:class:`ProducerIdAllocator`), so ids never repeat;
-- sequence state is snapshotted to ``DATA/state/producer_state.json`` together with the WAL
-  offset it covers; on start the snapshot is loaded and the WAL frames at or above that offset
-  are replayed (the WAL keeps each client batch verbatim, header included). The agent must
-  snapshot before checkpointing the WAL past the snapshot's offset; if frames in between were
-  deleted anyway, restored partitions accept the next in-order-or-not batch once ("lenient")
-  instead of refusing a producer whose history the agent no longer has.
+This module is pure bookkeeping (no I/O). How the state survives restarts is
+``producer_state``'s job (snapshot + WAL replay, "lenient" partitions after lost history);
+producer ids come from ``producer_ids``.
 """
 
 from __future__ import annotations
 
 import enum
-import json
-import logging
 import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from durable_producer.buffer_agent.kafka.record_batch import BatchHeader
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-
-log = logging.getLogger(__name__)
 
 TRACKED_BATCHES = 5
-PRODUCER_IDS_FILE = "producer_ids.json"
-PRODUCER_STATE_FILE = "producer_state.json"
 _SEQUENCE_MODULUS = 2**31
-_FORMAT_VERSION = 1
 
 
 class Verdict(enum.Enum):
@@ -227,69 +211,3 @@ class SequenceTracker:
         """``(producer_id, epoch)`` pairs, for tests and diagnostics."""
         for producer_id, producer in self._producers.items():
             yield producer_id, producer.epoch
-
-
-class ProducerIdAllocator:
-    """Producer ids unique across restarts: a block's end is persisted before it is used."""
-
-    def __init__(self, state_dir: Path, block_size: int = 1000) -> None:
-        if block_size < 1:
-            raise ValueError("block_size must be at least 1")
-        self._path = Path(state_dir) / PRODUCER_IDS_FILE
-        self._block_size = block_size
-        self._next = self._load()
-        self._reserved_until = self._next
-
-    def _load(self) -> int:
-        try:
-            return int(json.loads(self._path.read_bytes())["next_unreserved"])
-        except FileNotFoundError:
-            return 0
-
-    def ensure_above(self, producer_id: int) -> None:
-        """Never hand out ``producer_id`` or below (ids found in the WAL on start)."""
-        if producer_id >= self._next:
-            self._next = producer_id + 1
-
-    def allocate(self) -> int:
-        if self._next >= self._reserved_until:
-            self._reserved_until = self._next + self._block_size
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self._path, json.dumps({"next_unreserved": self._reserved_until}).encode())
-        producer_id = self._next
-        self._next += 1
-        return producer_id
-
-
-class ProducerStateStore:
-    """The sequence-state snapshot file: ``{"wal_offset": S, "producers": ...}``.
-
-    ``S`` is the lowest WAL offset whose batch may be missing from the snapshot; replaying the
-    WAL from ``S`` on start brings the state up to date.
-    """
-
-    def __init__(self, state_dir: Path) -> None:
-        self._path = Path(state_dir) / PRODUCER_STATE_FILE
-
-    def load(self) -> tuple[SequenceTracker, int]:
-        try:
-            document = json.loads(self._path.read_bytes())
-            return SequenceTracker.from_json(document), int(document["wal_offset"])
-        except FileNotFoundError:
-            return SequenceTracker(), 0
-        except (ValueError, KeyError, TypeError, AssertionError) as exc:
-            log.warning(
-                "ignoring unreadable producer state %s (%s); rebuilding from the WAL alone",
-                self._path,
-                exc,
-            )
-            return SequenceTracker(), 0
-
-    def save(self, tracker: SequenceTracker, wal_offset: int) -> None:
-        self.save_document(tracker.to_json(), wal_offset)
-
-    def save_document(self, state: dict[str, object], wal_offset: int) -> None:
-        """Write a :meth:`SequenceTracker.to_json` result (safe to call from a worker thread)."""
-        document = {"version": _FORMAT_VERSION, "wal_offset": wal_offset, **state}
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path, json.dumps(document, separators=(",", ":")).encode())

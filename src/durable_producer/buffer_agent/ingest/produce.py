@@ -1,0 +1,309 @@
+"""The produce path: a Produce request's record batches into the WAL, answered once stored.
+
+**Produce** (v3+, record batch magic 2): every batch is validated (magic, lengths, CRC32C,
+``max_batch_bytes``) and checked for idempotent sequence; all accepted batches of one request
+are appended with one ``append_many_async`` (one WAL frame per batch, the batch verbatim) and
+the response is sent only after it returns, i.e. with the durability the WAL's fsync policy
+promises. The ``base_offset`` in responses is the WAL offset of the partition's first batch.
+A retried batch already stored (or being stored by an append still running) is not appended
+again: it is answered like its original, after waiting for it if need be.
+
+``acks=0``: the request is validated and appended exactly like any other, but, as Kafka
+specifies, no response is sent at all; refusals (full WAL, corrupt batch) are only logged
+and counted, and the client never learns about them.
+
+Refusals, per partition and all or nothing for a partition's batches, as in Kafka: corrupt
+CRC or malformed batch -> CORRUPT_MESSAGE; magic 0/1 -> UNSUPPORTED_FOR_MESSAGE_FORMAT; batch
+over ``max_batch_bytes`` -> MESSAGE_TOO_LARGE; unknown partition -> UNKNOWN_TOPIC_OR_PARTITION;
+transactional produce or batches -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED; sequence gap ->
+OUT_OF_ORDER_SEQUENCE_NUMBER; older epoch -> INVALID_PRODUCER_EPOCH; WAL full ->
+NOT_ENOUGH_REPLICAS (retriable in librdkafka, the Java client and kafka-python, and unlike
+KAFKA_STORAGE_ERROR it does not make clients refresh metadata on every retry); WAL
+closed/failed -> KAFKA_STORAGE_ERROR (retriable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from kio.schema.errors import ErrorCode
+
+from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.metadata import MetadataCache
+from durable_producer.buffer_agent.ingest.producer_state import ProducerState
+from durable_producer.buffer_agent.ingest.sequences import StoredBatch, Verdict
+from durable_producer.buffer_agent.ingest.stats import IngressStats
+from durable_producer.buffer_agent.kafka.protocol import (
+    PartitionResult,
+    Request,
+    encode_produce_response,
+)
+from durable_producer.buffer_agent.kafka.record_batch import (
+    BatchHeader,
+    InvalidRecordBatch,
+    UnsupportedMagic,
+    iter_batches,
+)
+from durable_producer.buffer_agent.log_limits import RateLimitedLog
+from durable_producer.buffer_agent.wal import (
+    AppendItem,
+    FrameTooLargeError,
+    WalError,
+    WalFullError,
+    WriteAheadLog,
+)
+
+log = logging.getLogger(__name__)
+
+WAL_FULL_ERROR = ErrorCode.not_enough_replicas
+"""Answer to a produce request when the WAL is at its size limit (retriable everywhere)."""
+
+
+@dataclass(slots=True)
+class _PartitionOutcome:
+    """One partition of a request: what is appended, what is a retry, and the answer."""
+
+    topic: str
+    partition: int
+    error: ErrorCode = ErrorCode.none
+    message: str | None = None
+    base_offset: int = -1
+    accepted: list[tuple[BatchHeader, bytes | memoryview, StoredBatch | None]] = field(
+        default_factory=list
+    )
+    duplicates: list[tuple[StoredBatch, asyncio.Future[ErrorCode] | None]] = field(
+        default_factory=list
+    )
+
+
+class ProduceHandler:
+    """Answer Produce requests into ``wal``; ``config`` may be replaced while serving."""
+
+    def __init__(
+        self,
+        config: IngressConfig,
+        wal: WriteAheadLog,
+        metadata: MetadataCache,
+        producer_state: ProducerState,
+        stats: IngressStats,
+    ) -> None:
+        self.config = config
+        self._wal = wal
+        self._metadata = metadata
+        self._state = producer_state
+        self._stats = stats
+        self._pending: dict[StoredBatch, asyncio.Future[ErrorCode]] = {}
+        """Batches whose append is running, for retries of them to wait on."""
+        self._refusal_log = RateLimitedLog(log)
+
+    async def handle(self, request: Request) -> bytes | None:
+        """The encoded response, or None for ``acks=0``."""
+        body = request.body
+        outcomes: list[_PartitionOutcome] = []
+        for topic_data in body.topic_data:
+            for partition_data in topic_data.partition_data:
+                outcome = _PartitionOutcome(topic_data.name, partition_data.index)
+                outcomes.append(outcome)
+                if body.transactional_id is not None:
+                    self._refuse(
+                        outcome,
+                        ErrorCode.transactional_id_authorization_failed,
+                        "transactional produce is not supported through a durable buffer",
+                    )
+                    continue
+                self._validate_partition(outcome, partition_data.records)
+        await self._append(outcomes)
+        await self._settle_duplicates(outcomes)
+        if body.acks == 0:
+            return None
+        return self._response(request, outcomes)
+
+    # ------------------------------------------------------------------ 1. validate
+    def _validate_partition(
+        self, outcome: _PartitionOutcome, records: bytes | memoryview | None
+    ) -> None:
+        """Validate the partition's batches and check sequences; all or nothing, like Kafka."""
+        topic, partition = outcome.topic, outcome.partition
+        partitions = self._metadata.cached_partitions(topic)
+        if partitions is None or not 0 <= partition < partitions:
+            self._refuse(
+                outcome,
+                ErrorCode.unknown_topic_or_partition,
+                f"partition {partition} is not among the {partitions or 0} known partitions",
+            )
+            return
+        if not records:
+            self._refuse(outcome, ErrorCode.corrupt_message, "no record batch in the request")
+            return
+        try:
+            batches = list(iter_batches(records))
+        except UnsupportedMagic as exc:
+            self._refuse(outcome, ErrorCode.unsupported_for_message_format, str(exc))
+            return
+        except InvalidRecordBatch as exc:
+            self._refuse(outcome, ErrorCode.corrupt_message, str(exc))
+            return
+        max_batch_bytes = self.config.max_batch_bytes
+        for header, _ in batches:
+            if header.size > max_batch_bytes:
+                self._refuse(
+                    outcome,
+                    ErrorCode.message_too_large,
+                    f"record batch of {header.size} bytes exceeds max_batch_bytes"
+                    f" {max_batch_bytes}",
+                )
+                return
+            if header.is_transactional or header.is_control:
+                self._refuse(
+                    outcome,
+                    ErrorCode.transactional_id_authorization_failed,
+                    "transactional/control batches are not supported through a durable buffer",
+                )
+                return
+        sequences = self._state.sequences
+        single = len(batches) == 1
+        for header, view in batches:
+            check = sequences.check(topic, partition, header)
+            if check.verdict is Verdict.ACCEPT:
+                stored = sequences.record(topic, partition, header)
+                payload = records if single else view
+                outcome.accepted.append((header, payload, stored))
+            elif check.verdict is Verdict.DUPLICATE:
+                assert check.duplicate_of is not None
+                original = check.duplicate_of
+                outcome.duplicates.append((original, self._pending.get(original)))
+            else:
+                self._forget(outcome)
+                error = (
+                    ErrorCode.invalid_producer_epoch
+                    if check.verdict is Verdict.INVALID_EPOCH
+                    else ErrorCode.out_of_order_sequence_number
+                )
+                self._refuse(outcome, error, check.reason)
+                return
+
+    # ------------------------------------------------------------------ 2. append
+    async def _append(self, outcomes: list[_PartitionOutcome]) -> None:
+        """Append every accepted batch of the request in one WAL call; settle their retries."""
+        items = [
+            AppendItem(outcome.topic, outcome.partition, payload, header.record_count)
+            for outcome in outcomes
+            for header, payload, _ in outcome.accepted
+        ]
+        if not items:
+            return
+        pending = [
+            (stored, self._new_pending(stored))
+            for outcome in outcomes
+            for _, _, stored in outcome.accepted
+            if stored is not None
+        ]
+        start = self._state.append_started()
+        error: ErrorCode | None = None
+        reason = ""
+        try:
+            offsets = await self._wal.append_many_async(items)
+        except WalFullError as exc:
+            error, reason = WAL_FULL_ERROR, str(exc)
+        except FrameTooLargeError as exc:
+            error, reason = ErrorCode.message_too_large, str(exc)
+        except WalError as exc:
+            error, reason = ErrorCode.kafka_storage_error, str(exc)
+        except BaseException:
+            # cancelled (shutdown) or a bug: whoever waits on these batches must not hang
+            for outcome in outcomes:
+                self._forget(outcome)
+            for stored, future in pending:
+                self._pending.pop(stored, None)
+                future.set_result(ErrorCode.kafka_storage_error)
+            raise
+        finally:
+            self._state.append_finished(start)
+        if error is not None:
+            for outcome in outcomes:
+                if outcome.accepted:
+                    self._forget(outcome)
+                    self._refuse(outcome, error, reason)
+            for stored, future in pending:
+                self._pending.pop(stored, None)
+                future.set_result(error)
+            return
+        stats = self._stats
+        offset_iter = iter(offsets)
+        for outcome in outcomes:
+            for header, payload, tracked in outcome.accepted:
+                offset = next(offset_iter)
+                if outcome.base_offset < 0:
+                    outcome.base_offset = offset
+                if tracked is not None:
+                    tracked.wal_offset = offset
+                stats.batches_appended += 1
+                stats.records_appended += header.record_count
+                stats.bytes_appended += len(payload)
+        for stored, future in pending:
+            self._pending.pop(stored, None)
+            future.set_result(ErrorCode.none)
+        self._state.dirty = True
+
+    # ------------------------------------------------------------------ 3. retried batches
+    async def _settle_duplicates(self, outcomes: list[_PartitionOutcome]) -> None:
+        """Answer retried batches like the original: wait for it if its append is running."""
+        for outcome in outcomes:
+            for stored, future in outcome.duplicates:
+                self._stats.duplicate_batches += 1
+                error = await asyncio.shield(future) if future is not None else ErrorCode.none
+                if error is not ErrorCode.none and outcome.error is ErrorCode.none:
+                    self._refuse(outcome, error, "the original of this retried batch failed")
+                if outcome.base_offset < 0 and stored.wal_offset is not None:
+                    outcome.base_offset = stored.wal_offset
+            if outcome.duplicates:
+                log.debug(
+                    "%d retried batches for %s-%d already stored; not appended again",
+                    len(outcome.duplicates),
+                    outcome.topic,
+                    outcome.partition,
+                )
+
+    # ------------------------------------------------------------------ 4. respond
+    @staticmethod
+    def _response(request: Request, outcomes: list[_PartitionOutcome]) -> bytes:
+        by_topic: dict[str, list[PartitionResult]] = {}
+        for outcome in outcomes:
+            by_topic.setdefault(outcome.topic, []).append(
+                PartitionResult(
+                    outcome.partition, int(outcome.error), outcome.base_offset, outcome.message
+                )
+            )
+        return encode_produce_response(
+            request.correlation_id, request.api_version, list(by_topic.items())
+        )
+
+    # ------------------------------------------------------------------ helpers
+    def _refuse(self, outcome: _PartitionOutcome, error: ErrorCode, message: str) -> None:
+        outcome.error = error
+        outcome.message = message
+        self._stats.refusals[error.name] += 1
+        self._refusal_log.warning(
+            error.name,
+            "refusing produce to %s-%d with %s: %s",
+            outcome.topic,
+            outcome.partition,
+            error.name.upper(),
+            message,
+        )
+
+    def _forget(self, outcome: _PartitionOutcome) -> None:
+        """Undo the sequence bookkeeping of a partition's accepted batches (not stored)."""
+        sequences = self._state.sequences
+        for header, _, stored in outcome.accepted:
+            if stored is not None:
+                sequences.forget(outcome.topic, outcome.partition, header.producer_id, stored)
+        outcome.accepted.clear()
+        outcome.duplicates.clear()
+
+    def _new_pending(self, stored: StoredBatch) -> asyncio.Future[ErrorCode]:
+        future: asyncio.Future[ErrorCode] = asyncio.get_running_loop().create_future()
+        self._pending[stored] = future
+        return future

@@ -1,0 +1,145 @@
+"""Sequence state across agent restarts: a snapshot file plus a replay of the WAL after it.
+
+Sequence state (``sequences``) is snapshotted to ``DATA/state/producer_state.json`` together
+with the WAL offset it covers; on start the snapshot is loaded and the WAL frames at or above
+that offset are replayed (the WAL keeps each client batch verbatim, header included). The agent
+must snapshot before checkpointing the WAL past the snapshot's offset (the forwarder calls
+``IngressServer.snapshot_producer_state`` first); if frames in between were deleted anyway,
+restored partitions accept the next in-order-or-not batch once ("lenient") instead of refusing
+a producer whose history the agent no longer has.
+
+The offset a snapshot covers is the lowest WAL offset whose batch may be missing from it: the
+start of the oldest append still running (its batches are recorded but not yet confirmed, and
+snapshots keep confirmed batches only), else the WAL's next offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import logging
+from pathlib import Path
+
+from durable_producer.buffer_agent.ingest.sequences import SequenceTracker
+from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+
+log = logging.getLogger(__name__)
+
+PRODUCER_STATE_FILE = "producer_state.json"
+_FORMAT_VERSION = 1
+_REPLAY_FRAMES = 4096
+
+
+class ProducerStateStore:
+    """The sequence-state snapshot file: ``{"wal_offset": S, "producers": ...}``.
+
+    ``S`` is the lowest WAL offset whose batch may be missing from the snapshot; replaying the
+    WAL from ``S`` on start brings the state up to date.
+    """
+
+    def __init__(self, state_dir: Path) -> None:
+        self._path = Path(state_dir) / PRODUCER_STATE_FILE
+
+    def load(self) -> tuple[SequenceTracker, int]:
+        try:
+            document = json.loads(self._path.read_bytes())
+            return SequenceTracker.from_json(document), int(document["wal_offset"])
+        except FileNotFoundError:
+            return SequenceTracker(), 0
+        except (ValueError, KeyError, TypeError, AssertionError) as exc:
+            log.warning(
+                "ignoring unreadable producer state %s (%s); rebuilding from the WAL alone",
+                self._path,
+                exc,
+            )
+            return SequenceTracker(), 0
+
+    def save(self, tracker: SequenceTracker, wal_offset: int) -> None:
+        self.save_document(tracker.to_json(), wal_offset)
+
+    def save_document(self, state: dict[str, object], wal_offset: int) -> None:
+        """Write a :meth:`SequenceTracker.to_json` result (safe to call from a worker thread)."""
+        document = {"version": _FORMAT_VERSION, "wal_offset": wal_offset, **state}
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(self._path, json.dumps(document, separators=(",", ":")).encode())
+
+
+class ProducerState:
+    """The listener's live sequence state and its durability.
+
+    The produce path checks batches against :attr:`sequences`, brackets each WAL append with
+    :meth:`append_started`/:meth:`append_finished` and sets :attr:`dirty` after one succeeded.
+    """
+
+    def __init__(self, wal: WriteAheadLog, state_dir: Path) -> None:
+        self._wal = wal
+        self._store = ProducerStateStore(state_dir)
+        self.sequences = SequenceTracker()
+        self.dirty = False
+        """Batches were stored since the last snapshot."""
+        self._inflight_starts: collections.Counter[int] = collections.Counter()
+        self._snapshot_lock = asyncio.Lock()
+
+    def restore(self) -> None:
+        """Load the snapshot and replay the WAL after it (blocking: run in a worker thread)."""
+        tracker, snapshot_offset = self._store.load()
+        start = max(snapshot_offset, self._wal.checkpoint_offset)
+        if snapshot_offset < self._wal.checkpoint_offset and len(tracker):
+            log.warning(
+                "producer state snapshot covers WAL offsets below %d but the WAL starts at %d:"
+                " sequence checks are lenient once per partition",
+                snapshot_offset,
+                self._wal.checkpoint_offset,
+            )
+            tracker.mark_lenient()
+        replayed = 0
+        with self._wal.reader(start) as reader:
+            while frames := reader.poll(max_frames=_REPLAY_FRAMES):
+                for frame in frames:
+                    try:
+                        for header, _ in iter_batches(frame.payload, check_crc=False):
+                            tracker.replay(frame.topic, frame.partition, header, frame.offset)
+                            replayed += 1
+                    except InvalidRecordBatch as exc:
+                        log.warning("WAL frame %d is not a record batch: %s", frame.offset, exc)
+        self.sequences = tracker
+        log.info(
+            "producer state restored: %d producers, %d batches replayed from WAL offset %d",
+            len(tracker),
+            replayed,
+            start,
+        )
+
+    def append_started(self) -> int:
+        """An append is about to run: snapshots cover nothing from here on until it finishes.
+
+        Returns the token to hand to :meth:`append_finished`.
+        """
+        start = self._wal.next_offset
+        self._inflight_starts[start] += 1
+        return start
+
+    def append_finished(self, start: int) -> None:
+        self._inflight_starts[start] -= 1
+        if not self._inflight_starts[start]:
+            del self._inflight_starts[start]
+
+    async def snapshot(self, expire_idle_s: float) -> None:
+        """Persist sequence state with the WAL offset from which a restart must replay.
+
+        Producers idle for ``expire_idle_s`` are forgotten first. Snapshots run one at a time
+        (the forwarder's pre-checkpoint snapshot can meet the periodic or the shutdown one):
+        they share a temp file, and each one's document is taken after the previous one was
+        saved, so a newer snapshot is never replaced by an older one.
+        """
+        async with self._snapshot_lock:
+            covered_below = min(self._inflight_starts, default=self._wal.next_offset)
+            expired = self.sequences.expire(expire_idle_s)
+            if expired:
+                log.info("forgot the sequence state of %d idle producers", expired)
+            document = self.sequences.to_json()  # taken in the loop: a consistent view
+            self.dirty = False
+            await asyncio.to_thread(self._store.save_document, document, covered_below)

@@ -1,0 +1,97 @@
+"""producer_state: the snapshot file, restore by WAL replay, and the offset a snapshot covers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from pathlib import Path
+
+from durable_producer.buffer_agent.ingest.producer_state import (
+    PRODUCER_STATE_FILE,
+    ProducerState,
+    ProducerStateStore,
+)
+from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, Verdict
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.ingest_harness import record_batch
+from support.producer_batches import accept, header
+from support.wal_helpers import SMALL
+
+
+def test_snapshot_keeps_confirmed_batches_only(tmp_path: Path) -> None:
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 1, 0, records=4), 20)
+    tracker.record("t", 0, header(7, 1, 4))  # append still running
+    store = ProducerStateStore(tmp_path)
+    store.save(tracker, 21)
+    restored, offset = store.load()
+    assert offset == 21
+    assert restored.check("t", 0, header(7, 1, 0, records=4)).verdict is Verdict.DUPLICATE
+    assert restored.check("t", 0, header(7, 1, 4)).verdict is Verdict.ACCEPT
+    assert restored.check("t", 0, header(7, 0, 4)).verdict is Verdict.INVALID_EPOCH
+
+
+def test_corrupt_snapshot_is_ignored(tmp_path: Path) -> None:
+    (tmp_path / "producer_state.json").write_text("{not json")
+    tracker, offset = ProducerStateStore(tmp_path).load()
+    assert len(tracker) == 0 and offset == 0
+
+
+def test_idle_producers_expire_and_survive_snapshots(tmp_path: Path) -> None:
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 0, 0), 1)
+    accept(tracker, header(8, 0, 0), 2)
+    store = ProducerStateStore(tmp_path)
+    store.save(tracker, 3)
+    restored, _ = store.load()
+    assert restored.expire(idle_s=3600) == 0
+    assert restored.expire(idle_s=3600, now=time.time() + 7200) == 2
+    assert len(restored) == 0
+
+
+def idempotent_batch(sequence: int) -> bytes:
+    return record_batch([b"v"], producer_id=7, producer_epoch=0, base_sequence=sequence)
+
+
+def test_restore_replays_the_wal_after_the_snapshot(tmp_path: Path) -> None:
+    with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
+        state = ProducerState(wal, tmp_path / "state")
+        accept(state.sequences, header(7, 0, 0), wal.append("t", 0, idempotent_batch(0), 1))
+        asyncio.run(state.snapshot(expire_idle_s=3600))
+        wal.append("t", 0, idempotent_batch(1), 1)  # stored after the snapshot
+        restored = ProducerState(wal, tmp_path / "state")
+        restored.restore()
+    assert restored.sequences.check("t", 0, header(7, 0, 0)).verdict is Verdict.DUPLICATE
+    assert restored.sequences.check("t", 0, header(7, 0, 1)).verdict is Verdict.DUPLICATE
+    assert restored.sequences.check("t", 0, header(7, 0, 2)).verdict is Verdict.ACCEPT
+    assert restored.sequences.max_producer_id() == 7
+
+
+def test_snapshot_covers_nothing_from_a_running_append_on(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
+        wal.append("t", 0, idempotent_batch(0), 1)
+        state = ProducerState(wal, state_dir)
+        start = state.append_started()
+        wal.append("t", 0, idempotent_batch(1), 1)  # the running append
+        asyncio.run(state.snapshot(expire_idle_s=3600))
+        assert json.loads((state_dir / PRODUCER_STATE_FILE).read_bytes())["wal_offset"] == start
+        state.append_finished(start)
+        asyncio.run(state.snapshot(expire_idle_s=3600))
+        document = json.loads((state_dir / PRODUCER_STATE_FILE).read_bytes())
+        assert document["wal_offset"] == wal.next_offset == 2
+    assert not state.dirty
+
+
+def test_lost_history_makes_restored_partitions_lenient_once(tmp_path: Path) -> None:
+    with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
+        tracker = SequenceTracker()
+        accept(tracker, header(7, 0, 0), 0)
+        ProducerStateStore(tmp_path / "state").save(tracker, 0)
+        wal.append("t", 0, idempotent_batch(0), 1)
+        wal.append("t", 0, idempotent_batch(1), 1)
+        wal.checkpoint(2)  # frames the snapshot does not cover are gone
+        restored = ProducerState(wal, tmp_path / "state")
+        restored.restore()
+    assert restored.sequences.check("t", 0, header(7, 0, 9)).verdict is Verdict.ACCEPT
