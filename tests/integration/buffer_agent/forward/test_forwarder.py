@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.forward.dead_letter import (
-    DeadLetterStore,
-    list_dead_letters,
-    resend_dead_letters,
-)
-from durable_producer.buffer_agent.forward.forwarder import HINT_FILE, Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.forward.progress import HINT_FILE
+from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -199,8 +198,9 @@ def test_hung_broker_then_resumed_loses_nothing(
 CRASHING_FORWARDER = """
 import sys, time
 from pathlib import Path
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 
 data, bootstrap = Path(sys.argv[1]), sys.argv[2]
