@@ -26,8 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig  # noqa: E402
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore  # noqa: E402
-from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig  # noqa: E402
+from durable_producer.buffer_agent.forward.forwarder import Forwarder  # noqa: E402
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog  # noqa: E402
 from support.batch_builder import SampleRecord, build_batch  # noqa: E402
 from support.broker import ProxiedBroker, TansuBroker, create_topic  # noqa: E402

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
-from durable_producer.buffer_agent.forward.dead_letter import list_dead_letters, resend_dead_letters
+from durable_producer.buffer_agent.forward.dead_letter import list_dead_letters
+from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
 from durable_producer.buffer_agent.logging_setup import configure_logging
 from durable_producer.buffer_agent.options import add_options, options_of

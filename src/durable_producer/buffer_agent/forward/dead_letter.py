@@ -3,7 +3,7 @@
 Nothing the agent acknowledged is ever dropped silently. A record that Kafka rejects with a
 non-retriable error (too large for the cluster, topic authorization, a topic that does not
 appear) is appended here and the forwarder moves on. Operators list them and re-send them
-once the cause is fixed (``durable-agent dead-letters list|resend``).
+once the cause is fixed (``durable-agent dead-letters list|resend``; ``resend`` re-sends).
 
 Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
 bytes as base64, fsynced on every append: dead letters are rare) and ``resent.jsonl`` (ids
@@ -18,8 +18,8 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +51,6 @@ class DeadLetter:
     @property
     def is_frame(self) -> bool:
         return self.payload is not None
-
-
-@dataclass(slots=True)
-class ResendSummary:
-    resent: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -218,73 +211,3 @@ def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[
             continue
         letters.append(_from_json(entry, resent))
     return letters
-
-
-def resend_dead_letters(
-    directory: Path,
-    client_config: Mapping[str, str],
-    *,
-    ids: Iterable[str] | None = None,
-    timeout: float = 60.0,
-) -> ResendSummary:
-    """Produce the selected (default: all pending) dead records again, to their partition.
-
-    Successes are marked re-sent; failures keep their entry and are reported with the
-    new reason. Undecodable frames cannot be re-sent and are reported as skipped.
-    """
-    from confluent_kafka import Producer
-
-    store = DeadLetterStore(Path(directory))
-    wanted = None if ids is None else set(ids)
-    letters = [
-        letter for letter in list_dead_letters(directory) if wanted is None or letter.id in wanted
-    ]
-    summary = ResendSummary()
-    if wanted is not None:
-        for missing in sorted(wanted - {letter.id for letter in letters}):
-            summary.skipped[missing] = "no pending dead letter with this id"
-    config: dict[str, Any] = {
-        **client_config,
-        "acks": "all",
-        "enable.idempotence": True,
-        "message.timeout.ms": int(timeout * 1000),
-    }
-    producer = Producer(config)
-
-    def report(letter_id: str) -> Callable[[Any, Any], None]:
-        def on_delivery(error: Any, _message: Any) -> None:
-            if error is None:
-                store.mark_resent(letter_id)
-                summary.resent.append(letter_id)
-            else:
-                summary.failed[letter_id] = f"{error.name()}: {error.str()}"
-
-        return on_delivery
-
-    for letter in letters:
-        if letter.is_frame:
-            summary.skipped[letter.id] = "an undecodable batch cannot be re-sent record by record"
-            continue
-        try:
-            producer.produce(
-                letter.topic,
-                value=letter.value,
-                key=letter.key,
-                partition=letter.partition,
-                headers=list(letter.headers) or None,
-                timestamp=letter.timestamp_ms or 0,
-                on_delivery=report(letter.id),
-            )
-        except Exception as error:  # BufferError, KafkaException: report, do not stop
-            summary.failed[letter.id] = str(error)
-        producer.poll(0)
-    remaining = producer.flush(timeout)
-    if remaining:
-        pending = [
-            letter.id
-            for letter in letters
-            if letter.id not in summary.resent and letter.id not in summary.skipped
-        ]
-        for letter_id in pending:
-            summary.failed.setdefault(letter_id, f"not delivered within {timeout}s")
-    return summary

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.forward.dead_letter import (
-    DeadLetterStore,
-    list_dead_letters,
-    resend_dead_letters,
-)
-from durable_producer.buffer_agent.forward.forwarder import HINT_FILE, Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.forward.progress import HINT_FILE
+from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
     COMPRESSION_LZ4,
@@ -27,6 +26,7 @@ from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
 from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
@@ -97,15 +97,6 @@ def _append_batches(
     return expected
 
 
-def _wait_for(condition: object, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s: {message}")
-
-
 def _assert_byte_exact(consumed: list, expected: dict) -> None:
     assert len(consumed) == len(expected)
     for record in consumed:
@@ -124,7 +115,7 @@ def test_forwards_every_codec_byte_exact_and_checkpoints(
     metrics = AgentMetrics()
     forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, metrics=metrics).start()
     try:
-        _wait_for(lambda: forwarder.stats().watermark == 30, 30, "all frames delivered")
+        wait_for(lambda: forwarder.stats().watermark == 30, 30, what="all frames delivered")
         more = _append_batches(wal, "events", batches=5, partitions=3, start=30)
         summary = forwarder.drain(timeout_s=30)
     finally:
@@ -152,7 +143,7 @@ def test_broker_cut_off_mid_stream_loses_nothing(
     metrics = AgentMetrics()
     forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir, metrics=metrics).start()
     try:
-        _wait_for(lambda: wal.checkpoint_offset == 10, 30, "first batches checkpointed")
+        wait_for(lambda: wal.checkpoint_offset == 10, 30, what="first batches checkpointed")
         proxied_broker.proxy.cut()
         expected |= _append_batches(wal, "orders", batches=20, partitions=2, start=10)
         time.sleep(2.0)
@@ -180,7 +171,7 @@ def test_hung_broker_then_resumed_loses_nothing(
     broker = proxied_broker.broker
     assert broker is not None
     try:
-        _wait_for(lambda: wal.checkpoint_offset == 3, 30, "first batches checkpointed")
+        wait_for(lambda: wal.checkpoint_offset == 3, 30, what="first batches checkpointed")
         broker.suspend()
         try:
             expected |= _append_batches(wal, "hung", batches=5, partitions=1, start=3)
@@ -199,8 +190,9 @@ def test_hung_broker_then_resumed_loses_nothing(
 CRASHING_FORWARDER = """
 import sys, time
 from pathlib import Path
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 
 data, bootstrap = Path(sys.argv[1]), sys.argv[2]
@@ -231,7 +223,7 @@ def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
         [sys.executable, "-c", CRASHING_FORWARDER, str(data_dir), tansu_broker.bootstrap]
     )
     try:
-        _wait_for(lambda: _hinted_delivered_high(data_dir) == 20, 30, "delivered and hinted")
+        wait_for(lambda: _hinted_delivered_high(data_dir) == 20, 30, what="delivered and hinted")
     finally:
         crashing.kill()  # SIGKILL: no final checkpoint
         crashing.wait(timeout=10)
@@ -340,12 +332,12 @@ def test_records_failed_by_the_client_are_replayed_in_order_by_a_new_producer(
     expected = _append_batches(wal, "purged", batches=4, partitions=1)
     forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir).start()
     try:
-        _wait_for(lambda: wal.checkpoint_offset == 4, 30, "first batches checkpointed")
+        wait_for(lambda: wal.checkpoint_offset == 4, 30, what="first batches checkpointed")
         proxied_broker.proxy.cut()
         expected |= _append_batches(wal, "purged", batches=6, partitions=1, start=4)
-        _wait_for(lambda: forwarder.stats().in_flight_records == 60, 10, "records in flight")
+        wait_for(lambda: forwarder.stats().in_flight_records == 60, 10, what="records in flight")
         forwarder._producer.purge(in_queue=True, in_flight=True)  # type: ignore[union-attr]
-        _wait_for(lambda: forwarder.stats().producer_resets == 1, 10, "producer reset")
+        wait_for(lambda: forwarder.stats().producer_resets == 1, 10, what="producer reset")
         proxied_broker.proxy.restore()
         summary = forwarder.drain(timeout_s=60)
     finally:
@@ -361,10 +353,10 @@ def test_a_failing_wal_stops_the_forwarder_visibly(wal: WriteAheadLog, data_dir:
     wal.append("any", 0, build_batch([SampleRecord(None, b"v", 1)]), 1)
     config = ForwarderConfig(checkpoint_interval_s=0.05, hint_interval_s=0.05)
     forwarder = _forwarder(wal, "127.0.0.1:1", data_dir, config=config).start()
-    _wait_for(lambda: forwarder.stats().in_flight_records == 1, 10, "record in flight")
+    wait_for(lambda: forwarder.stats().in_flight_records == 1, 10, what="record in flight")
     wal.close()
 
-    _wait_for(lambda: not forwarder.running, 10, "forwarder thread ended")
+    wait_for(lambda: not forwarder.running, 10, what="forwarder thread ended")
     summary = forwarder.drain(timeout_s=1)
 
     assert forwarder.failure is not None

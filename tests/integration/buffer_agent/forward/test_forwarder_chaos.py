@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import ProxiedBroker, consume_all, create_topic

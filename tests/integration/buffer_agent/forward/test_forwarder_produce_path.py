@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
-from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import TansuBroker, consume_all, create_topic

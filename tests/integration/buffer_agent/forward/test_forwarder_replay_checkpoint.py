@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.forwarder import HINT_FILE, Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.forward.progress import HINT_FILE
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import TansuBroker, consume_all, create_topic
+from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
@@ -42,11 +45,9 @@ def _forwarder(wal: WriteAheadLog, bootstrap: str, tmp_path: Path) -> Forwarder:
 
 
 def _wait_for_checkpoint(wal: WriteAheadLog, offset: int, timeout: float) -> float:
+    """Seconds until the WAL checkpoint reaches ``offset``."""
     started = time.monotonic()
-    while wal.checkpoint_offset < offset:
-        if time.monotonic() - started > timeout:
-            raise AssertionError(f"checkpoint still {wal.checkpoint_offset} after {timeout} s")
-        time.sleep(0.02)
+    wait_for(lambda: wal.checkpoint_offset >= offset, timeout, 0.02, what=f"checkpoint at {offset}")
     return time.monotonic() - started
 
 

@@ -12,18 +12,19 @@ the bad record and lose nothing else.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
-from durable_producer.buffer_agent.forward.forwarder import Forwarder, ForwarderConfig
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
@@ -70,15 +71,6 @@ def _append(wal: WriteAheadLog, frames: range) -> dict[bytes, SampleRecord]:
     return good
 
 
-def _wait_for(condition: object, timeout: float, message: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s: {message}")
-
-
 def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_resumes(
     proxied_broker: ProxiedBroker, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
@@ -93,8 +85,8 @@ def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_
         config=CONFIG,
     ).start()
     try:
-        _wait_for(lambda: forwarder.stats().watermark == 8, 60, "first frames settled")
-        _wait_for(lambda: not forwarder.stats().careful, 30, "back to sparse mode")
+        wait_for(lambda: forwarder.stats().watermark == 8, 60, what="first frames settled")
+        wait_for(lambda: not forwarder.stats().careful, 30, what="back to sparse mode")
         after_fallback = forwarder.stats()
         # Frames appended now are forwarded with one report per frame again.
         expected |= _append(wal, range(8, 12))

@@ -161,7 +161,8 @@ def test_librdkafka_rejects_a_misspelt_extra() -> None:
 
 
 def test_forwarder_settings_cannot_be_weakened_by_the_connection_config() -> None:
-    from durable_producer.buffer_agent.forward.forwarder import ForwarderConfig, producer_config
+    from durable_producer.buffer_agent.forward.config import ForwarderConfig
+    from durable_producer.buffer_agent.forward.producer import producer_config
 
     config = producer_config(
         {"bootstrap.servers": "k:9092", "acks": "1", "linger.ms": "50", "message.max.bytes": "9"},

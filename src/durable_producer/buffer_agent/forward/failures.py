@@ -1,0 +1,173 @@
+"""Carrying out the failure policy: dead-letter a record or frame, produce a record again
+later, or ask for a producer reset. ``failure_policy`` decides which."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from functools import partial
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.delivery import DeliveryMode, FrameDelivery
+from durable_producer.buffer_agent.forward.failure_policy import (
+    RecordFailurePolicy,
+    Verdict,
+    batch_failure,
+)
+from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.wal import Frame
+
+log = logging.getLogger(__name__)
+
+
+class FailureHandler:
+    """Failed records and frames of the current run (``delivery.FailureHandling``). Runs on
+    the forwarding thread; ``dead_letter_count`` may be read from any thread."""
+
+    def __init__(
+        self,
+        dead_letters: DeadLetterStore,
+        mode: DeliveryMode,
+        metrics: AgentMetrics | None,
+        *,
+        unknown_topic_wait_s: float,
+        retry_backoff_s: float,
+    ) -> None:
+        self._dead_letters = dead_letters
+        self._mode = mode
+        self._metrics = metrics
+        self._policy = RecordFailurePolicy(unknown_topic_wait_s)
+        self._retry_backoff_s = retry_backoff_s
+        # (due time, frame, record index) of records to produce again, in failure order.
+        self.retries: deque[tuple[float, FrameDelivery, int]] = deque()
+        # Records dead-lettered by this run, by WAL offset: skipped when a reset re-forwards
+        # their frame (no second dead letter, and no endless loop on a broker that fences a
+        # producer after a permanent error); forgotten below the checkpoint.
+        self.dead_lettered: dict[int, set[int]] = {}
+        self.dead_letter_count = 0
+
+    def record_failed(
+        self, delivery: FrameDelivery, index: int, error: KafkaError, *, synchronous: bool = False
+    ) -> None:
+        """Record ``index`` of a current frame failed: raised by ``produce()``
+        (``synchronous``) or reported failed."""
+        now = time.monotonic()
+        verdict = self._policy.judge(
+            error.code(),
+            delivery.topic,
+            delivery.partition,
+            now,
+            synchronous=synchronous,
+            isolating=self._mode.isolating,
+        )
+        if verdict is Verdict.DEAD_LETTER:
+            self._dead_letter_record(delivery, index, error)
+        elif verdict is Verdict.RETRY:
+            self.retries.append((now + self._retry_backoff_s, delivery, index))
+        else:
+            self._mode.request_reset(
+                f"{error.name()}: {error.str()} ({delivery.topic}/{delivery.partition})",
+                isolate=verdict is Verdict.ISOLATE,
+            )
+
+    def group_failed(self, delivery: FrameDelivery, error: KafkaError) -> None:
+        """Sparse mode: the report speaking for a current frame failed; what happened to the
+        records produced without a callback is unknown, so they are sent again, carefully."""
+        if not delivery.unreported:  # the report was about that one record only
+            self.record_failed(delivery, delivery.reporter, error)
+            return
+        self._mode.request_reset(
+            f"{error.name()}: {error.str()} (sparse frame {delivery.offset},"
+            f" {delivery.topic}/{delivery.partition})",
+            isolate=batch_failure(error.code()) is Verdict.ISOLATE,
+        )
+
+    # ----------------------------------------------------------------- retries
+    def retry_due(self, now: float) -> bool:
+        return bool(self.retries) and self.retries[0][0] <= now
+
+    def produce_due_retries(self, producer: Producer, now: float, generation: int) -> None:
+        """Produce again records whose topic or partition was unknown, in failure order;
+        those of frames older than ``generation`` are dropped (their frame is replayed)."""
+        retries = self.retries
+        while retries and retries[0][0] <= now:
+            _, delivery, index = retries.popleft()
+            if delivery.generation != generation:
+                continue
+            record = delivery.records[index]
+            try:
+                producer.produce(
+                    delivery.topic,
+                    record.value,
+                    record.key,
+                    partition=delivery.partition,
+                    timestamp=record.timestamp_ms,
+                    headers=record.headers or None,  # type: ignore[arg-type]  # list invariance
+                    on_delivery=partial(delivery.on_retry_report, index),
+                )
+            except BufferError:
+                retries.appendleft((now, delivery, index))
+                return
+            except KafkaException as exception:
+                self.record_failed(delivery, index, exception.args[0], synchronous=True)
+
+    # ----------------------------------------------------------------- dead letters
+    def forget_below(self, checkpoint: int) -> None:
+        """Frames below the checkpoint are never forwarded again."""
+        if self.dead_lettered:
+            self.dead_lettered = {
+                offset: indexes
+                for offset, indexes in self.dead_lettered.items()
+                if offset >= checkpoint
+            }
+
+    def _dead_letter_record(self, delivery: FrameDelivery, index: int, error: KafkaError) -> None:
+        record = delivery.records[index]
+        self._dead_letters.add_record(
+            wal_offset=delivery.offset,
+            topic=delivery.topic,
+            partition=delivery.partition,
+            record_index=index,
+            timestamp_ms=record.timestamp_ms,
+            key=record.key,
+            value=record.value,
+            headers=record.headers,
+            reason=error.str(),
+            error_code=error.name(),
+        )
+        self.dead_lettered.setdefault(delivery.offset, set()).add(index)
+        self._count_dead_letter(error.name())
+        delivery.dead += 1
+        log.error(
+            "record %d of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
+            index,
+            delivery.offset,
+            delivery.topic,
+            delivery.partition,
+            error.str(),
+        )
+        delivery.settle_one()
+
+    def dead_letter_frame(self, frame: Frame, reason: str) -> None:
+        self._dead_letters.add_frame(
+            wal_offset=frame.offset,
+            topic=frame.topic,
+            partition=frame.partition,
+            payload=frame.payload,
+            reason=reason,
+            error_code="INVALID_RECORD_BATCH",
+        )
+        self._count_dead_letter("INVALID_RECORD_BATCH")
+        log.error(
+            "WAL frame %d cannot be decoded; moved to the dead-letter area: %s",
+            frame.offset,
+            reason,
+        )
+
+    def _count_dead_letter(self, reason: str) -> None:
+        self.dead_letter_count += 1
+        if self._metrics is not None:
+            self._metrics.dead_letters.labels(reason=reason).inc()
