@@ -47,6 +47,8 @@ class ProxyMode(enum.Enum):
 
 
 class FaultProxy(Managed):
+    """The proxy on a loopback port (``address``), forwarding to ``target``; modes above."""
+
     def __init__(self, target: str | None = None, *, listen_port: int = 0) -> None:
         self.target = target
         self._listen_port = listen_port
