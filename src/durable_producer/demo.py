@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .local.agent_process import AgentProcess
-from .local.broker import ConsumedRecord, ProxiedBroker, consume_all, create_topic
+from .local.broker import ProxiedBroker
+from .local.process import poll_until
+from .local.topics import ConsumedRecord, consume_all, create_topic
 
 FORWARDED = "durable_agent_forwarded_records_total"
 WAL_BYTES = "durable_agent_backlog_bytes"
@@ -270,12 +272,11 @@ def run_demo(args: argparse.Namespace, work: Path) -> int:
                 if spark is not None:
                     spark.stop()  # type: ignore[attr-defined]
                 print("load finished; waiting for the backlog to reach Kafka ...")
-                deadline = time.monotonic() + 300
-                while (
-                    time.monotonic() < deadline
-                    and agent.metrics().get(FORWARDED, 0) < stats.acknowledged
-                ):
-                    time.sleep(0.5)
+                poll_until(
+                    lambda: agent.metrics().get(FORWARDED, 0) >= stats.acknowledged,
+                    timeout=300,
+                    interval=0.5,
+                )
                 done.set()
                 watcher.join()
             if timeline.caught_up_at is None:

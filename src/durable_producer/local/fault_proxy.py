@@ -25,21 +25,16 @@ import enum
 import struct
 import threading
 from collections import deque
-from types import TracebackType
+from collections.abc import Coroutine
+from typing import Any, Self, TypeVar
 
-from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
+from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE
 
-from durable_producer.buffer_agent.kafka.protocol import (
-    API_PRODUCE,
-    build,
-    encode_response,
-    nested_schema,
-    request_schema,
-    response_schema,
-)
+from .ports import LOOPBACK
+from .process import Managed
+from .produce_refusal import produce_refusal
 
-LOOPBACK = "127.0.0.1"
+T = TypeVar("T")
 CHUNK_SIZE = 64 * 1024
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
@@ -51,7 +46,9 @@ class ProxyMode(enum.Enum):
     HANG = "hang"
 
 
-class FaultProxy:
+class FaultProxy(Managed):
+    """The proxy on a loopback port (``address``), forwarding to ``target``; modes above."""
+
     def __init__(self, target: str | None = None, *, listen_port: int = 0) -> None:
         self.target = target
         self._listen_port = listen_port
@@ -78,7 +75,7 @@ class FaultProxy:
     def mode(self) -> ProxyMode:
         return self._mode
 
-    def start(self) -> FaultProxy:
+    def start(self) -> Self:
         self._thread.start()
         self._call(self._start_server())
         return self
@@ -89,9 +86,8 @@ class FaultProxy:
         self._server = await asyncio.start_server(self._handle, LOOPBACK, self._listen_port)
         self.port = int(self._server.sockets[0].getsockname()[1])
 
-    def _call(self, coroutine: object, timeout: float = 10.0) -> object:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)  # type: ignore[arg-type]
-        return future.result(timeout)
+    def _call(self, coroutine: Coroutine[Any, Any, T], timeout: float = 10.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
 
     def cut(self) -> None:
         """Drop all connections and refuse service to new ones until ``restore()``."""
@@ -213,7 +209,9 @@ class FaultProxy:
             api_key, api_version, correlation_id = _HEADER_PREFIX.unpack_from(frame, _SIZE.size)
             expects_response = True
             if api_key == API_PRODUCE:
-                refusal, acks = self._produce_refusal(frame, api_version, correlation_id)
+                refusal, acks = produce_refusal(
+                    frame, api_version, correlation_id, self.produce_batch_limit
+                )
                 expects_response = acks != 0
                 if refusal is not None:
                     self.refused_produce_requests += 1
@@ -257,51 +255,6 @@ class FaultProxy:
             self.bytes_forwarded += len(response)
         await client.drain()
 
-    def _produce_refusal(
-        self, frame: bytes, api_version: int, correlation_id: int
-    ) -> tuple[bytes | None, int]:
-        """``(response refusing the request or None, acks)`` for a Produce request."""
-        limit = self.produce_batch_limit
-        request_type = request_schema(API_PRODUCE, api_version)
-        _header, header_size = entity_reader(request_type.__header_schema__)(frame, _SIZE.size)
-        request, _ = entity_reader(request_type)(frame, _SIZE.size + header_size)
-        if limit is None or all(
-            len(partition.records or b"") <= limit
-            for topic in request.topic_data
-            for partition in topic.partition_data
-        ):
-            return None, int(request.acks)
-        schema = response_schema(API_PRODUCE, api_version)
-        topics = []
-        for topic in request.topic_data:
-            partitions = tuple(
-                build(
-                    nested_schema(schema, "PartitionProduceResponse"),
-                    index=partition.index,
-                    error_code=ErrorCode.message_too_large
-                    if len(partition.records or b"") > limit
-                    else ErrorCode.request_timed_out,
-                    base_offset=-1,
-                    log_append_time=None,
-                    log_start_offset=-1,
-                    record_errors=(),
-                    error_message=f"record batch larger than max.message.bytes={limit}",
-                )
-                for partition in topic.partition_data
-            )
-            identity = {
-                name: getattr(topic, name) for name in ("name", "topic_id") if hasattr(topic, name)
-            }
-            topics.append(
-                build(
-                    nested_schema(schema, "TopicProduceResponse"),
-                    **identity,
-                    partition_responses=partitions,
-                )
-            )
-        response = build(schema, responses=tuple(topics))
-        return encode_response(correlation_id, response), int(request.acks)
-
     def stop(self) -> None:
         if not self._thread.is_alive():
             return
@@ -318,13 +271,5 @@ class FaultProxy:
         if self._server is not None:
             await self._server.wait_closed()
 
-    def __enter__(self) -> FaultProxy:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def close(self) -> None:
         self.stop()
