@@ -11,21 +11,15 @@ Not thread-safe: ``WriteAheadLog`` calls it under its lock.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from .format import SEGMENT_HEADER_SIZE
 from .frame import PreparedFrame, encode_frame_header
 from .segment import Buffer, Segment, SegmentPolicy, SegmentView
 
-
-@dataclass(frozen=True, slots=True)
-class WriteMark:
-    """Where the segments stood before a group was written: what a roll-back returns to."""
-
-    segment_count: int
-    active_size: int
-    size_bytes: int
+WriteMark = tuple[int, int, int]
+"""Where the segments stood before a group was written (segment count, active segment's size,
+total size): what a roll-back returns to. A plain tuple: one is made for every append."""
 
 
 class SegmentList:
@@ -84,7 +78,7 @@ class SegmentList:
         return needed
 
     def mark(self) -> WriteMark:
-        return WriteMark(len(self._segments), self._segments[-1].size, self.size_bytes)
+        return len(self._segments), self._segments[-1].size, self.size_bytes
 
     def write(self, frames: Sequence[PreparedFrame], first_offset: int, now_ms: int) -> None:
         """Write ``frames`` with consecutive offsets from ``first_offset``.
@@ -131,17 +125,18 @@ class SegmentList:
     def roll_back(self, mark: WriteMark) -> None:
         """Undo everything written since ``mark``. Raises ``OSError`` if the files could not be
         restored (the sizes are restored regardless, so readers never see the partial group)."""
-        started = self._segments[mark.segment_count :]
-        del self._segments[mark.segment_count :]
+        segment_count, active_size, size_bytes = mark
+        started = self._segments[segment_count:]
+        del self._segments[segment_count:]
         active = self._segments[-1]
         try:
             for segment in started:
                 segment.delete()
             active.activate()
-            active.truncate(mark.active_size)
+            active.truncate(active_size)
         finally:
-            active.size = mark.active_size
-            self.size_bytes = mark.size_bytes
+            active.size = active_size
+            self.size_bytes = size_bytes
 
     # ----------------------------------------------------------------- delivered segments
     def drop_delivered(self, checkpoint: int) -> list[Segment]:
