@@ -1,11 +1,17 @@
 """The buffer agent's write-ahead log: segments on the buffer volume, crash-safe.
 
-Layout of a WAL directory::
+The on-disk format (directory layout, segment and frame bytes, checkpoint, quarantine records,
+and the agent's other files on the volume) is documented in ``format.py``. One job per module:
 
-    LOCK                         flock held by the one agent using the volume
-    checkpoint                   lowest offset not yet delivered (atomic replace)
-    00000000000000000000.seg     segments named by their first offset
-    quarantine/                  damaged segments moved aside, each with a .json reason
+- ``writer.py``: ``WriteAheadLog``, the coordinator: offsets, size limit, checkpoint, readers
+- ``segment_list.py``: the segments in order: writing groups of frames, rotation, roll-back
+- ``segment.py``: ``Segment``, one segment file: create, append, truncate, seal, delete
+- ``frame.py``: encoding and decoding frames
+- ``reader.py``: ``WalReader``, tail-following reads through the log's public methods
+- ``syncer.py``: fsync policies and group commit
+- ``checkpoint.py``, ``lock.py``, ``stats.py``: the checkpoint file, the directory lock, figures
+- ``recovery.py`` (with ``scan.py``): repairing the directory on open
+- ``inspect.py``: the read-only ``durable-agent wal inspect`` report
 """
 
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig
@@ -18,8 +24,10 @@ from .errors import (
     WalLockedError,
 )
 from .frame import AppendItem, Frame
-from .log import SegmentView, WalStats, WriteAheadLog
 from .reader import WalReader
+from .segment import SegmentView
+from .stats import WalStats
+from .writer import WriteAheadLog
 
 __all__ = [
     "AppendItem",

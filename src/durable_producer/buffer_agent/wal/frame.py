@@ -1,37 +1,27 @@
-"""The on-disk frame: one produce batch as the client sent it, plus where it goes.
+"""Frames: encoding one produce batch for an append, decoding it when read back.
 
-Layout (big-endian, like the Kafka protocol)::
-
-    magic        4   b"\\xd7WF1"
-    body_length  4   bytes after the 12-byte prefix (offset .. end of payload)
-    crc32c       4   over the payload, then over offset .. topic (so the payload's CRC can be
-                     computed before the offset is assigned, outside the append lock)
-    offset       8   WAL offset (one per frame, strictly increasing)
-    partition    4
-    record_count 4   records in the payload (for backlog accounting)
-    appended_ms  8   wall-clock append time (oldest-unsent-age metric)
-    topic_length 2
-    topic            UTF-8
-    payload          the Kafka record batch bytes, untouched
-
-The magic lets recovery find the next frame after a corrupt one.
+The byte layout (magic, length, CRC32C, offset, partition, record count, append time, topic,
+payload) is documented in ``format.py``; this module only applies it.
 """
 
 from __future__ import annotations
 
-import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from crc32c import crc32c
 
-FRAME_MAGIC = b"\xd7WF1"
-_PREFIX = struct.Struct(">4sII")
-_BODY_HEAD = struct.Struct(">QiIQH")
-PREFIX_SIZE = _PREFIX.size
-HEADER_SIZE = _PREFIX.size + _BODY_HEAD.size
-MAX_TOPIC_BYTES = 249 * 4  # Kafka topic names are at most 249 characters
-MAX_BODY_BYTES = 1 << 31
+from .errors import FrameTooLargeError
+from .format import (
+    FRAME_BODY_HEAD,
+    FRAME_MAGIC,
+    FRAME_PREFIX,
+    HEADER_SIZE,
+    MAX_BODY_BYTES,
+    MAX_TOPIC_BYTES,
+    PREFIX_SIZE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +46,29 @@ class Frame:
     appended_ms: int
 
 
+PreparedFrame = tuple[AppendItem, bytes, int, int]
+"""A frame ready to write: the item, its topic as UTF-8, its payload's CRC32C, its size."""
+
+
+def prepare_frames(items: Sequence[AppendItem], max_frame_bytes: int) -> list[PreparedFrame]:
+    """Check each item's size and do the work that needs no offset yet (outside the log's lock).
+
+    Raises :class:`FrameTooLargeError` for a payload over ``max_frame_bytes``.
+    """
+    prepared: list[PreparedFrame] = []
+    for item in items:
+        payload_length = len(item.payload)
+        if payload_length > max_frame_bytes:
+            raise FrameTooLargeError(
+                f"batch of {payload_length} bytes for {item.topic}-{item.partition} exceeds "
+                f"the WAL's max frame size of {max_frame_bytes} bytes; lower the "
+                "client's batch.size/message.max.bytes or raise the agent's max frame size"
+            )
+        topic = item.topic.encode()
+        prepared.append((item, topic, crc32c(item.payload), encoded_size(topic, payload_length)))
+    return prepared
+
+
 def encode_frame_header(
     offset: int,
     topic: bytes,
@@ -66,9 +79,11 @@ def encode_frame_header(
     appended_ms: int,
 ) -> bytes:
     """Header and topic of a frame; the payload is written after it without being copied."""
-    body_head = _BODY_HEAD.pack(offset, partition, record_count, appended_ms, len(topic)) + topic
+    body_head = (
+        FRAME_BODY_HEAD.pack(offset, partition, record_count, appended_ms, len(topic)) + topic
+    )
     crc = crc32c(body_head, payload_crc)
-    return _PREFIX.pack(FRAME_MAGIC, len(body_head) + payload_length, crc) + body_head
+    return FRAME_PREFIX.pack(FRAME_MAGIC, len(body_head) + payload_length, crc) + body_head
 
 
 def encoded_size(topic: bytes, payload_length: int) -> int:
@@ -91,15 +106,15 @@ def decode_frame(buf: memoryview, pos: int) -> tuple[Frame, int] | FrameProblem:
         if bytes(buf[pos : pos + 4]) != FRAME_MAGIC[: min(4, end_of_buffer - pos)]:
             return FrameProblem.BAD_MAGIC
         return FrameProblem.INCOMPLETE
-    magic, body_length, crc = _PREFIX.unpack_from(buf, pos)
+    magic, body_length, crc = FRAME_PREFIX.unpack_from(buf, pos)
     if magic != FRAME_MAGIC:
         return FrameProblem.BAD_MAGIC
     body_start = pos + PREFIX_SIZE
-    offset, partition, record_count, appended_ms, topic_length = _BODY_HEAD.unpack_from(
+    offset, partition, record_count, appended_ms, topic_length = FRAME_BODY_HEAD.unpack_from(
         buf, body_start
     )
     if (
-        body_length < _BODY_HEAD.size + topic_length
+        body_length < FRAME_BODY_HEAD.size + topic_length
         or body_length > MAX_BODY_BYTES
         or topic_length > MAX_TOPIC_BYTES
     ):
@@ -107,7 +122,7 @@ def decode_frame(buf: memoryview, pos: int) -> tuple[Frame, int] | FrameProblem:
     end = body_start + body_length
     if end > end_of_buffer:
         return FrameProblem.INCOMPLETE
-    topic_start = body_start + _BODY_HEAD.size
+    topic_start = body_start + FRAME_BODY_HEAD.size
     payload_start = topic_start + topic_length
     if crc32c(buf[body_start:payload_start], crc32c(buf[payload_start:end])) != crc:
         return FrameProblem.BAD_CRC

@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .checkpoint import CHECKPOINT_FILE, read_checkpoint
+from .checkpoint import read_checkpoint
+from .format import CHECKPOINT_FILE, QUARANTINE_DIR, QUARANTINE_REASON_SUFFIX
 from .lock import current_holder
-from .recovery import QUARANTINE_DIR
-from .segment import list_segments, scan_segment
+from .scan import scan_segment
+from .segment import list_segments
 
 
 @dataclass(slots=True)
@@ -36,7 +38,7 @@ class WalReport:
     lock_holder: str | None
     total_bytes: int
     segments: list[SegmentReport]
-    quarantined: list[dict]
+    quarantined: list[dict[str, Any]]
 
     @property
     def backlog_frames(self) -> int:
@@ -88,7 +90,7 @@ def inspect_wal(directory: Path) -> WalReport:
     quarantined = []
     quarantine = directory / QUARANTINE_DIR
     if quarantine.is_dir():
-        for reason in sorted(quarantine.glob("*.json")):
+        for reason in sorted(quarantine.glob(f"*{QUARANTINE_REASON_SUFFIX}")):
             try:
                 quarantined.append(json.loads(reason.read_text()))
             except (OSError, ValueError) as error:

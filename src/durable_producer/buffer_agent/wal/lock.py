@@ -8,8 +8,7 @@ import socket
 from pathlib import Path
 
 from .errors import WalLockedError
-
-LOCK_FILE = "LOCK"
+from .format import LOCK_FILE
 
 
 class DirectoryLock:

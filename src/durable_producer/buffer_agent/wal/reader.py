@@ -4,14 +4,24 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from .errors import WalError
-from .frame import HEADER_SIZE, PREFIX_SIZE, Frame, FrameProblem, decode_frame
-from .segment import SEGMENT_HEADER_SIZE
+from .format import HEADER_SIZE, PREFIX_SIZE, SEGMENT_HEADER_SIZE
+from .frame import Frame, FrameProblem, decode_frame
+from .segment import SegmentView
 
-if TYPE_CHECKING:
-    from .log import SegmentView, WriteAheadLog
+
+class ReadableLog(Protocol):
+    """What a reader needs of the log (``WriteAheadLog`` provides it)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def segment_views(self) -> list[SegmentView]: ...
+
+    def wait_for_data(self, segment_base: int | None, position: int, timeout: float) -> None: ...
+
 
 _READ_CHUNK = 4 * 1024 * 1024
 
@@ -23,7 +33,7 @@ class WalReader:
     checkpoint while open stay readable through the open descriptor.
     """
 
-    def __init__(self, wal: WriteAheadLog, from_offset: int) -> None:
+    def __init__(self, wal: ReadableLog, from_offset: int) -> None:
         self._wal = wal
         self._wanted = from_offset
         self._base: int | None = None
@@ -54,17 +64,7 @@ class WalReader:
             remaining = deadline - time.monotonic()
             if frames or remaining <= 0 or self._wal.closed:
                 return frames
-            with self._wal.data_available:
-                if not self._has_unread(self._wal._segment_views_locked()):
-                    self._wal.data_available.wait(remaining)
-
-    def _has_unread(self, views: list[SegmentView]) -> bool:
-        if self._base is None:
-            return any(view.visible_end > SEGMENT_HEADER_SIZE for view in views)
-        for view in views:
-            if view.base_offset == self._base:
-                return view.visible_end > self._position or view.sealed
-        return True
+            self._wal.wait_for_data(self._base, self._position, remaining)
 
     def _read_available(self, max_frames: int) -> list[Frame]:
         frames: list[Frame] = []
@@ -89,11 +89,11 @@ class WalReader:
             if self._fd >= 0:
                 return None
         candidates = [view for view in views if view.base_offset <= self._wanted]
-        view = candidates[-1] if candidates else (views[0] if views else None)
-        if view is None:
+        chosen = candidates[-1] if candidates else (views[0] if views else None)
+        if chosen is None:
             return None
-        self._open(view)
-        return view
+        self._open(chosen)
+        return chosen
 
     def _open(self, view: SegmentView) -> None:
         self.close()

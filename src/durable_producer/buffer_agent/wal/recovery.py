@@ -4,8 +4,8 @@
   acknowledged under ``always``; under ``interval``/``never`` they were inside the promised
   loss window);
 - a segment with corrupt bytes followed by valid frames, or any damage in an older segment, is
-  quarantined: the original moves to ``quarantine/`` with a JSON reason file (offset ranges lost,
-  what was wrong), and the valid frames are salvaged into a rebuilt segment;
+  quarantined: the original moves to ``quarantine/`` with a JSON reason file, and the valid
+  frames are salvaged into a rebuilt segment (both described in ``format.py``);
 - segments wholly below the checkpoint are deleted, leftover temp files removed.
 
 It never raises on bad data: the agent must not crash-loop on a damaged volume.
@@ -21,15 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .atomic_file import fsync_directory
-from .segment import (
+from .checkpoint import read_checkpoint
+from .format import (
+    LEFTOVER_PATTERNS,
+    QUARANTINE_DIR,
+    QUARANTINE_REASON_SUFFIX,
+    REBUILD_SUFFIX,
     SEGMENT_HEADER_SIZE,
-    SegmentScan,
     encode_segment_header,
-    list_segments,
-    scan_segment,
 )
+from .scan import SegmentScan, scan_segment
+from .segment import list_segments
 
-QUARANTINE_DIR = "quarantine"
 log = logging.getLogger(__name__)
 
 
@@ -48,18 +51,46 @@ class RecoveryResult:
     next_offset: int
     truncated_bytes: int = 0
     quarantined: list[Path] = field(default_factory=list)
+    """Segments quarantined by this recovery."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveredLog:
+    """The state a log opens with."""
+
+    result: RecoveryResult
+    checkpoint: int
+    """The stored checkpoint, or the oldest segment's base when none is readable."""
+    quarantined_segments: int
+    """Quarantine records in the directory, from this recovery and earlier ones."""
+
+
+def recover_log(directory: Path) -> RecoveredLog:
+    """Read the checkpoint and recover ``directory``: everything a log needs to open."""
+    checkpoint = read_checkpoint(directory)
+    result = recover(directory, checkpoint)
+    if checkpoint is None:
+        checkpoint = result.segments[0].base_offset if result.segments else result.next_offset
+        if result.segments:
+            log.info(
+                "no usable checkpoint in %s: replaying from offset %d (oldest segment)",
+                directory,
+                checkpoint,
+            )
+    return RecoveredLog(result, checkpoint, quarantine_count(directory))
 
 
 def quarantine_count(directory: Path) -> int:
     quarantine = directory / QUARANTINE_DIR
     if not quarantine.is_dir():
         return 0
-    return sum(1 for entry in quarantine.iterdir() if entry.suffix == ".json")
+    return sum(1 for entry in quarantine.iterdir() if entry.suffix == QUARANTINE_REASON_SUFFIX)
 
 
 def recover(directory: Path, checkpoint: int | None) -> RecoveryResult:
-    for leftover in list(directory.glob(".*.tmp")) + list(directory.glob("*.rebuild")):
-        leftover.unlink(missing_ok=True)
+    for pattern in LEFTOVER_PATTERNS:
+        for leftover in list(directory.glob(pattern)):
+            leftover.unlink(missing_ok=True)
     segments = list_segments(directory)
     segments = _drop_checkpointed(segments, checkpoint)
     result = RecoveryResult(segments=[], next_offset=checkpoint or 0)
@@ -102,7 +133,8 @@ def recover(directory: Path, checkpoint: int | None) -> RecoveryResult:
             size = scan.file_size
         counts = [(span.offset, span.record_count) for span in scan.spans]
         result.segments.append(RecoveredSegment(base, path, size, counts))
-        highest_seen = max(highest_seen, base - 1, scan.last_offset if scan.spans else -1)
+        last_offset = scan.last_offset
+        highest_seen = max(highest_seen, base - 1, -1 if last_offset is None else last_offset)
     result.next_offset = max(highest_seen + 1, checkpoint or 0)
     return result
 
@@ -170,7 +202,7 @@ def _quarantine(
     target = quarantine / f"{scan.path.name}.{stamp}"
     lost = _lost_ranges(scan, next_base)
     if salvage:
-        rebuilt = scan.path.with_name(scan.path.name + ".rebuild")
+        rebuilt = scan.path.with_name(scan.path.name + REBUILD_SUFFIX)
         with open(scan.path, "rb") as source, open(rebuilt, "wb") as out:
             out.write(encode_segment_header(scan.base_offset))
             for span in scan.spans:
@@ -196,7 +228,7 @@ def _quarantine(
         ),
         "time": stamp,
     }
-    Path(f"{target}.json").write_text(json.dumps(reason, indent=2) + "\n")
+    Path(f"{target}{QUARANTINE_REASON_SUFFIX}").write_text(json.dumps(reason, indent=2) + "\n")
     log.error(
         "quarantined WAL segment %s -> %s: lost offsets %s; salvaged %d valid frames",
         scan.path.name,

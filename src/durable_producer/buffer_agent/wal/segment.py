@@ -1,38 +1,187 @@
-"""Segment files: naming, header, and scanning a segment for valid frames.
+"""One segment file of the log and everything done to it while the log is open.
 
-A segment is ``<base offset, 20 digits>.seg``: a 16-byte header (magic + base offset) followed by
-frames whose offsets are strictly increasing and not below the base.
+A :class:`Segment` knows its base offset, path and size (the end of its last complete frame).
+While it is the log's newest segment it is *active*: it holds the descriptor appends are
+written through. Sealing it (when the log rotates to a new segment) makes it durable under the
+fsync policy and closes that descriptor. The file format is in ``format.py``; reading whole
+segment files back (recovery, inspection) is in ``scan.py``.
+
+A segment is not thread-safe: the log calls it under its own lock. The one exception is
+:meth:`Segment.release_synced_pages`, which the syncer calls with a descriptor of its own and
+which is only a hint to the kernel.
 """
 
 from __future__ import annotations
 
-import mmap
+import errno
+import logging
 import os
-import struct
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from .frame import FRAME_MAGIC, Frame, FrameProblem, decode_frame
+from .atomic_file import fsync_directory
+from .format import SEGMENT_HEADER_SIZE, encode_segment_header, parse_segment_name, segment_name
 
-SEGMENT_MAGIC = b"DPWALSG1"
-_SEGMENT_HEADER = struct.Struct(">8sQ")
-SEGMENT_HEADER_SIZE = _SEGMENT_HEADER.size
-SEGMENT_SUFFIX = ".seg"
+log = logging.getLogger(__name__)
 
-
-def segment_name(base_offset: int) -> str:
-    return f"{base_offset:020d}{SEGMENT_SUFFIX}"
+_IOV_MAX = 1024
+Buffer = bytes | bytearray | memoryview
 
 
-def parse_segment_name(name: str) -> int | None:
-    stem, dot, suffix = name.partition(".")
-    if dot and "." + suffix == SEGMENT_SUFFIX and len(stem) == 20 and stem.isdigit():
-        return int(stem)
-    return None
+@dataclass(frozen=True, slots=True)
+class SegmentPolicy:
+    """How the segments of one log treat the disk."""
+
+    sync: bool
+    """fsync new segment headers (and the directory) and sealed segments: the fsync policy is
+    not ``never``."""
+    page_cache_window: int | None
+    """Synced bytes further than this behind a segment's end leave the page cache (None: the
+    kernel decides)."""
 
 
-def encode_segment_header(base_offset: int) -> bytes:
-    return _SEGMENT_HEADER.pack(SEGMENT_MAGIC, base_offset)
+@dataclass(frozen=True, slots=True)
+class SegmentView:
+    """What a reader may read of one segment: bytes up to ``visible_end`` are complete frames."""
+
+    base_offset: int
+    path: Path
+    visible_end: int
+    sealed: bool
+    """No frame will be added: a newer segment exists."""
+
+
+class Segment:
+    """One segment file. Create the newest with :meth:`create`; wrap recovered ones directly."""
+
+    __slots__ = ("_fd", "_policy", "_released", "base_offset", "path", "size")
+
+    def __init__(self, base_offset: int, path: Path, size: int, policy: SegmentPolicy) -> None:
+        self.base_offset = base_offset
+        self.path = path
+        self.size = size
+        """Bytes of complete frames (and the header): where the next append goes."""
+        self._policy = policy
+        self._fd = -1
+        self._released = 0
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, policy: SegmentPolicy) -> Segment:
+        """A new, active segment holding only its header (durable unless the policy says not)."""
+        path = directory / segment_name(base_offset)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            header = encode_segment_header(base_offset)
+            if os.write(fd, header) != len(header):
+                raise OSError(errno.ENOSPC, "short write of a segment header")
+            if policy.sync:
+                os.fdatasync(fd)
+                fsync_directory(directory)
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        segment = cls(base_offset, path, SEGMENT_HEADER_SIZE, policy)
+        segment._fd = fd
+        return segment
+
+    # ----------------------------------------------------------------- state
+    @property
+    def active(self) -> bool:
+        """True while the segment holds a descriptor for appends."""
+        return self._fd >= 0
+
+    def view(self, *, sealed: bool) -> SegmentView:
+        return SegmentView(self.base_offset, self.path, self.size, sealed)
+
+    def activate(self) -> None:
+        """Open the descriptor appends go through (the newest segment after opening the log)."""
+        if self._fd < 0:
+            self._fd = os.open(self.path, os.O_WRONLY)
+
+    def duplicate_fd(self) -> int:
+        """A descriptor of the active segment that stays valid after sealing; caller closes it."""
+        return os.dup(self._fd)
+
+    # ----------------------------------------------------------------- writing
+    def write(self, buffers: Sequence[Buffer]) -> int:
+        """Append ``buffers`` at the end (``pwritev``, payloads not copied); bytes written.
+
+        ``size`` grows with every chunk written, so after an error it covers what reached the
+        file; the caller rolls back with :meth:`truncate`.
+        """
+        written_total = 0
+        for start in range(0, len(buffers), _IOV_MAX):
+            chunk = buffers[start : start + _IOV_MAX]
+            total = sum(len(b) for b in chunk)
+            written = os.pwritev(self._fd, chunk, self.size)
+            if written != total:
+                self._finish_short_write(chunk, written)
+            self.size += total
+            written_total += total
+        return written_total
+
+    def _finish_short_write(self, chunk: Sequence[Buffer], written: int) -> None:
+        remainder = memoryview(b"".join(bytes(b) for b in chunk))[written:]
+        position = self.size + written
+        while remainder:
+            count = os.pwrite(self._fd, remainder, position)
+            if count == 0:
+                raise OSError(errno.ENOSPC, "no progress writing to the WAL")
+            remainder = remainder[count:]
+            position += count
+
+    def truncate(self, size: int) -> None:
+        """Cut the file back to ``size`` (undoing a failed write); ``size`` follows even if the
+        truncation itself fails, so nothing past it is ever shown to readers."""
+        try:
+            os.ftruncate(self._fd, size)
+        finally:
+            self.size = size
+
+    def seal(self) -> None:
+        """No more appends: sync under the policy, drop old pages, close the descriptor."""
+        if self._fd < 0:
+            return
+        if self._policy.sync:
+            os.fdatasync(self._fd)
+            self._released = 0
+            self.release_synced_pages(self._fd, self.size)
+        os.close(self._fd)
+        self._fd = -1
+
+    # ----------------------------------------------------------------- page cache and removal
+    def release_synced_pages(self, fd: int, synced_bytes: int) -> None:
+        """After an fsync covering ``synced_bytes``: drop pages further behind than the window.
+
+        ``fd`` is any descriptor of this file (the syncer passes its own duplicate). The
+        segment remembers how far it has released, so each range is released once. Only a
+        hint: the data is already on disk.
+        """
+        window = self._policy.page_cache_window
+        if window is None:
+            return
+        already = self._released
+        release_to = synced_bytes - window
+        if release_to <= already:
+            return
+        try:
+            os.posix_fadvise(fd, already, release_to - already, os.POSIX_FADV_DONTNEED)
+        except OSError as error:
+            log.debug("posix_fadvise on the WAL failed: %s", error)
+        self._released = release_to
+
+    def close(self) -> None:
+        """Close the append descriptor without syncing (the log is closing or failed)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Remove the file (delivered, or a rolled-back new segment). Open readers keep it."""
+        self.close()
+        self.path.unlink(missing_ok=True)
 
 
 def list_segments(directory: Path) -> list[tuple[int, Path]]:
@@ -44,134 +193,3 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
             found.append((base, Path(entry.path)))
     found.sort()
     return found
-
-
-@dataclass(frozen=True, slots=True)
-class FrameSpan:
-    """Where a valid frame lies in a segment file."""
-
-    offset: int
-    start: int
-    end: int
-    record_count: int = 0
-
-
-@dataclass(slots=True)
-class Damage:
-    """A run of unreadable bytes between two valid frames (or up to the end of the file)."""
-
-    start: int
-    end: int
-    problem: str
-    resynced: bool
-
-
-@dataclass(slots=True)
-class SegmentScan:
-    """What a full scan of one segment file found."""
-
-    path: Path
-    base_offset: int
-    file_size: int
-    header_problem: str | None = None
-    spans: list[FrameSpan] = field(default_factory=list)
-    damage: list[Damage] = field(default_factory=list)
-
-    @property
-    def valid_end(self) -> int:
-        """End of the last valid frame (or of the header): where appends may continue."""
-        return self.spans[-1].end if self.spans else SEGMENT_HEADER_SIZE
-
-    @property
-    def last_offset(self) -> int | None:
-        return self.spans[-1].offset if self.spans else None
-
-    @property
-    def damaged_in_middle(self) -> bool:
-        """True when valid frames follow damaged bytes: not a torn tail but real corruption."""
-        return any(d.resynced for d in self.damage)
-
-
-def _find_next_frame(view: memoryview, start: int, after_offset: int) -> int | None:
-    """Position of the next decodable frame with an offset above ``after_offset``, if any."""
-    data = view.obj
-    assert isinstance(data, (bytes, mmap.mmap))
-    pos = data.find(FRAME_MAGIC, start)
-    while pos != -1:
-        decoded = decode_frame(view, pos)
-        if not isinstance(decoded, FrameProblem) and decoded[0].offset > after_offset:
-            return pos
-        pos = data.find(FRAME_MAGIC, pos + 1)
-    return None
-
-
-def scan_segment(path: Path, expected_base: int) -> SegmentScan:
-    """Read a whole segment and classify every byte as a valid frame or damage.
-
-    Damage followed by a valid frame is marked ``resynced`` (corruption in the middle); damage
-    that runs to the end of the file is a torn (or zero-filled) tail.
-    """
-    size = path.stat().st_size
-    scan = SegmentScan(path=path, base_offset=expected_base, file_size=size)
-    if size < SEGMENT_HEADER_SIZE:
-        scan.header_problem = f"file is {size} bytes, shorter than the segment header"
-        return scan
-    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        view = memoryview(mapped)
-        try:
-            magic, base = _SEGMENT_HEADER.unpack_from(view, 0)
-            if magic != SEGMENT_MAGIC:
-                scan.header_problem = "segment header magic is wrong (not a WAL segment)"
-                return scan
-            if base != expected_base:
-                scan.header_problem = (
-                    f"header says base offset {base}, file name says {expected_base}"
-                )
-                return scan
-            _scan_frames(view, scan)
-        finally:
-            view.release()
-    return scan
-
-
-def _scan_frames(view: memoryview, scan: SegmentScan) -> None:
-    pos = SEGMENT_HEADER_SIZE
-    last_offset = scan.base_offset - 1
-    end = len(view)
-    while pos < end:
-        decoded = decode_frame(view, pos)
-        if isinstance(decoded, FrameProblem):
-            problem = decoded.value
-        else:
-            frame, frame_end = decoded
-            if frame.offset > last_offset:
-                scan.spans.append(FrameSpan(frame.offset, pos, frame_end, frame.record_count))
-                last_offset = frame.offset
-                pos = frame_end
-                continue
-            problem = f"offset {frame.offset} does not follow {last_offset}"
-        resume = _find_next_frame(view, pos + 1, last_offset)
-        scan.damage.append(
-            Damage(
-                start=pos,
-                end=resume if resume is not None else end,
-                problem=problem,
-                resynced=resume is not None,
-            )
-        )
-        if resume is None:
-            return
-        pos = resume
-
-
-def read_frames(path: Path, spans: list[FrameSpan]) -> list[Frame]:
-    """Decode the frames at ``spans`` (used by tools, not by the hot path)."""
-    frames = []
-    with open(path, "rb") as file:
-        data = file.read()
-    view = memoryview(data)
-    for span in spans:
-        decoded = decode_frame(view, span.start)
-        assert not isinstance(decoded, FrameProblem)
-        frames.append(decoded[0])
-    return frames

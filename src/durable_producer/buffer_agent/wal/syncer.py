@@ -1,7 +1,9 @@
 """Background fsync: group commit for ``always``, a timer for ``interval``, nothing for ``never``.
 
 Appends register "tell me when offset X is durable"; one fsync of the active segment covers
-every frame written before it started, so all writers waiting meanwhile share it.
+every frame written before it started, so all writers waiting meanwhile share it. The syncer
+knows the log only through two callbacks: one saying what an fsync started now would cover
+(:class:`SyncTarget`), one reporting that an fsync failed.
 """
 
 from __future__ import annotations
@@ -12,26 +14,45 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 from .config import FsyncPolicy, WalConfig
 from .errors import WalFailedError
-
-if TYPE_CHECKING:
-    from .log import SyncTarget, WriteAheadLog
+from .segment import Segment
 
 DurabilityCallback = Callable[[BaseException | None], None]
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class SyncTarget:
+    """The active segment as an fsync started now would cover it."""
+
+    fd: int
+    """A duplicate descriptor of the segment (valid even if it is sealed meanwhile); the
+    syncer closes it."""
+    last_offset: int
+    """The newest frame written; durable once the fsync completes."""
+    segment: Segment
+    size: int
+    """The segment's size when the target was taken: what the fsync covers."""
+
+
 class Syncer:
     def __init__(
         self,
-        wal: WriteAheadLog,
         config: WalConfig,
+        *,
+        durable_offset: int,
+        target: Callable[[], SyncTarget],
+        on_failure: Callable[[WalFailedError], None],
         observer: Callable[[float], None] | None,
     ) -> None:
-        self._wal = wal
+        """``target`` is called (from the syncer thread) before every fsync; ``on_failure``
+        when an fsync failed (the log must stop accepting); ``observer`` gets each fsync's
+        duration in seconds."""
+        self._target = target
+        self._on_failure = on_failure
         self._policy = config.fsync
         self._interval_s = config.fsync_interval_ms / 1000
         self._observer = observer
@@ -39,8 +60,7 @@ class Syncer:
         self._waiters: deque[tuple[int, DurabilityCallback]] = deque()
         self._stopping = False
         self._error: BaseException | None = None
-        self.durable_offset = wal.next_offset - 1
-        self._released: tuple[int, int] = (-1, 0)  # (segment base offset, bytes released)
+        self.durable_offset = durable_offset
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -96,42 +116,37 @@ class Syncer:
                 return
 
     def _sync_once(self) -> bool:
-        snapshot = self._wal.snapshot_for_sync()
-        fd, target = snapshot.fd, snapshot.last_offset
         try:
-            if target > self.durable_offset:
+            target = self._target()
+        except OSError as error:
+            return self._failed(error)
+        try:
+            if target.last_offset > self.durable_offset:
                 started = time.perf_counter()
-                os.fdatasync(fd)
+                os.fdatasync(target.fd)
                 if self._observer is not None:
                     self._observer(time.perf_counter() - started)
-                self._release_pages(snapshot)
+                target.segment.release_synced_pages(target.fd, target.size)
         except OSError as error:
-            failure = WalFailedError(f"fsync of the WAL failed: {error}")
-            self._wal.mark_failed(failure)
-            self._fail_all(failure)
-            return False
+            return self._failed(error)
         finally:
-            os.close(fd)
+            os.close(target.fd)
         ready = []
         with self._cond:
-            self.durable_offset = max(self.durable_offset, target)
-            while self._waiters and self._waiters[0][0] <= target:
+            self.durable_offset = max(self.durable_offset, target.last_offset)
+            while self._waiters and self._waiters[0][0] <= target.last_offset:
                 ready.append(self._waiters.popleft()[1])
         for callback in ready:
             callback(None)
         return True
 
-    def _release_pages(self, snapshot: SyncTarget) -> None:
-        segment, released = self._released
-        if segment != snapshot.segment_base_offset:
-            released = 0
-        released = self._wal.release_synced_pages(snapshot.fd, snapshot.segment_size, released)
-        self._released = (snapshot.segment_base_offset, released)
-
-    def _fail_all(self, error: BaseException) -> None:
+    def _failed(self, error: OSError) -> bool:
+        failure = WalFailedError(f"fsync of the WAL failed: {error}")
+        self._on_failure(failure)
         with self._cond:
-            self._error = error
+            self._error = failure
             failed = [callback for _, callback in self._waiters]
             self._waiters.clear()
         for callback in failed:
-            callback(error)
+            callback(failure)
+        return False

@@ -4,8 +4,8 @@ from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
+from durable_producer.buffer_agent.wal.format import HEADER_SIZE
 from durable_producer.buffer_agent.wal.frame import (
-    HEADER_SIZE,
     FrameProblem,
     decode_frame,
     encode_frame_header,

@@ -10,7 +10,8 @@ import pytest
 
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
-from durable_producer.buffer_agent.wal.segment import list_segments, scan_segment
+from durable_producer.buffer_agent.wal.scan import scan_segment
+from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
 
 ONE_SEGMENT = replace(SMALL, segment_bytes=1 << 20, max_frame_bytes=4096, max_bytes=1 << 22)

@@ -23,8 +23,8 @@ from durable_producer.buffer_agent.wal import (
     WalLockedError,
     WriteAheadLog,
 )
-from durable_producer.buffer_agent.wal.log import OFFLOAD_WRITE_BYTES
 from durable_producer.buffer_agent.wal.segment import list_segments
+from durable_producer.buffer_agent.wal.writer import OFFLOAD_WRITE_BYTES
 from support.wal_helpers import SMALL, payload_for
 
 

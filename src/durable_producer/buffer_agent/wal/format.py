@@ -1,0 +1,219 @@
+"""THE on-disk format of the buffer volume: what every file is, byte for byte.
+
+This is the one place the format is written down; the modules that read and write the files
+import their names, magics and structs from here. Changing anything below changes the format:
+volumes written by an older agent must keep opening, so add a new magic rather than reinterpret
+an old one.
+
+Volume layout
+=============
+
+The buffer volume is mounted at ``DATA`` (``--data-dir``; ``/var/lib/durable-producer`` in a
+pod, see ``durable_producer.contract.DATA_DIR``). The agent keeps three directories in it::
+
+    DATA/
+      wal/                                the write-ahead log (this package)
+        LOCK                              flock(2) of the one agent using the volume
+        checkpoint                        two checkpoint slots, 1024 bytes
+        00000000000000000000.seg          segments, named by their base offset, oldest first
+        00000000000000001742.seg
+        quarantine/                       damaged segments moved aside
+          00000000000000000000.seg.20250102T030405Z-123456        the original file
+          00000000000000000000.seg.20250102T030405Z-123456.json   why, and what was lost
+      state/                              small JSON files of the ingest and forward parts
+        producer_ids.json
+        producer_state.json
+        metadata.json
+        forwarder.json
+      dead-letter/                        records Kafka refused for good
+        dead-letters.jsonl
+        resent.jsonl
+
+Transient names, removed or replaced whenever they are met: ``<segment>.rebuild`` (a salvaged
+segment being written, removed on open), ``.<name>.tmp`` (the temporary file of an atomic
+replace: write, fsync, rename over ``<name>``, fsync the directory; in ``wal/`` removed on open),
+``.forwarder.json.fast`` (the forwarder's un-fsynced hint before its rename).
+
+All integers below are unsigned big-endian unless marked signed (the Kafka protocol's byte
+order). CRCs are CRC32C (Castagnoli), as Kafka record batches use.
+
+``wal/LOCK``
+------------
+Held with ``flock(LOCK_EX | LOCK_NB)`` for as long as an agent has the log open (the kernel
+releases it when the process dies). Its content is informational only: the text
+``pid=<pid> host=<hostname>\\n`` of the holder, shown to a second agent that is refused and by
+``durable-agent wal inspect``.
+
+Segments: ``wal/<base offset>.seg``
+-----------------------------------
+Named by their base offset (the offset of the first frame written to them) in 20 zero-padded
+decimal digits plus ``.seg`` (``00000000000000001742.seg``), so names sort in offset order. A
+segment is::
+
+    segment header   16 bytes
+      magic          8   b"DPWALSG1"
+      base_offset    8   the offset in the file name
+    frame, frame, ...    offsets strictly increasing, none below base_offset
+
+Appends go to the newest segment only. Before a frame would take the newest segment past
+``segment_bytes`` (``WalConfig``) a new segment is started with the next offset as its base,
+unless the newest one holds no frame yet (so a segment can exceed ``segment_bytes`` by less than
+one frame). Frames are never split across segments. Offsets are consecutive across the log;
+a gap means frames were lost to damage and are listed in a quarantine record. A segment is
+deleted once the next segment's base offset is at or below the checkpoint (all its frames are
+delivered). Only the newest segment may end in an incomplete frame (a crash mid-write) or hold
+nothing but a short or damaged header (a crash while it was created); opening the log truncates
+the former and rewrites the latter's header.
+
+Frames
+------
+One frame is one produce batch exactly as the client sent it::
+
+    prefix           12 bytes
+      magic           4   b"\\xd7WF1" (d7 57 46 31): lets recovery find the next frame after damage
+      body_length     4   bytes after the prefix: 26 + topic_length + payload length (<= 2**31)
+      crc32c          4   CRC32C of payload, continued over offset .. topic (see below)
+    body
+      offset          8   the frame's WAL offset
+      partition       4   signed: the Kafka partition the client chose
+      record_count    4   records in the payload (backlog figures)
+      appended_ms     8   wall-clock time of the append, ms since the epoch (oldest-unsent age)
+      topic_length    2   at most 996 (249 characters of up to 4 UTF-8 bytes)
+      topic               topic_length bytes of UTF-8
+      payload             the Kafka record batch (v2) bytes, untouched
+
+The CRC is ``crc32c(offset .. topic, initial=crc32c(payload))``: the CRC of the payload
+followed by the 26 + topic_length bytes from ``offset`` to the end of ``topic``. The payload's
+part is computed before the offset is assigned, outside the append lock. A frame is valid when
+its magic, length limits and CRC hold and its topic decodes as UTF-8. A frame header is 38 bytes
+plus the topic.
+
+``wal/checkpoint``
+------------------
+"Every frame below this offset was delivered to Kafka": the offset where the forwarder resumes.
+A 1024-byte file, preallocated, holding two slots at bytes 0 and 512 (one disk sector each)::
+
+    slot             28 bytes
+      magic           8   b"DPWALCK2"
+      sequence        8   1 for the first write, +1 for each
+      offset          8   the checkpoint
+      crc32c          4   CRC32C of the 24 bytes before it
+
+Write number ``sequence`` goes in place to the slot at ``(sequence % 2) * 512`` followed by
+fdatasync, so a torn write can only damage the slot being written. On reading, the valid slot
+(magic and CRC hold) with the highest sequence wins. No file, or no valid slot, means no
+checkpoint: the forwarder replays from the oldest segment (duplicates, never loss).
+
+``wal/quarantine/``
+-------------------
+A segment with damage that is not a torn tail (bad bytes followed by valid frames, any damage
+in an older segment, or a bad header) is kept here under ``<segment name>.<stamp>``, where the
+stamp is the UTC time ``YYYYmmddTHHMMSSZ`` and ``-`` plus six digits to keep names unique. The
+valid frames are salvaged into a rebuilt segment of the same name in ``wal/``. A segment with a
+bad header is moved whole and all its frames are lost (if it was the newest, an empty segment
+of the same name takes its place). Beside the original,
+``<segment name>.<stamp>.json`` says what happened; the number of ``.json`` files is the
+``quarantined_segments`` figure. Each ``lost_offsets`` entry is one damaged run of bytes,
+``"<first>..<last> (<problem> at byte <position>)"``, where ``<last>`` is ``end of log`` when
+nothing valid followed it; a bad header gives ``"<base>..<last> (<problem>)"``::
+
+    {
+      "segment": "00000000000000000000.seg",          the name in wal/
+      "base_offset": 0,
+      "quarantined_file": "00000000000000000000.seg.20250102T030405Z-123456",
+      "lost_offsets": ["4..4 (CRC32C mismatch at byte 1234)"],
+      "salvaged_frames": 8,                              valid frames copied back into wal/
+      "salvaged_offsets": "0..8",                        first..last salvaged, or null
+      "time": "20250102T030405Z-123456"                  the stamp
+    }
+
+``state/`` (written by the ingest and forward parts with the atomic replace above)
+----------------------------------------------------------------------------------
+Each name below is a constant of the package that owns the file (grep for it).
+
+- ``producer_ids.json`` (``PRODUCER_IDS_FILE``, ``ingest/``): ``{"next_unreserved": N}``.
+  Producer ids are handed out below N; a block's end is stored before any id of it is used.
+- ``producer_state.json`` (``PRODUCER_STATE_FILE``, ``ingest/``): the idempotence snapshot,
+  ``{"version": 1, "wal_offset": S, "producers": {"<producer id>": {"epoch": E, "last_seen":
+  <unix seconds>, "partitions": [[topic, partition, [[base_sequence, last_sequence,
+  wal_offset], ...]], ...]}}}``. WAL frames at or above S are replayed on start to bring it
+  up to date.
+- ``metadata.json`` (``METADATA_FILE``, ``ingest/``): the cluster's partition counts,
+  ``{"version": 1, "topics": {"<topic>": {"partitions": N, "refreshed_at": <unix seconds>}}}``.
+- ``forwarder.json`` (``HINT_FILE``, ``forward/``): the forwarder's hint, ``{"sent_high": N,
+  "delivered_high": M}``: one past the last frame handed to the Kafka client, and one past the
+  last delivered. Rewritten every ``hint_interval_s`` without fsync (through
+  ``.forwarder.json.fast``) and at every checkpoint and stop with fsync. Frames between the
+  checkpoint and ``sent_high`` are counted as possible duplicates when replayed.
+
+``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``forward/dead_letter.py``)
+----------------------------------------------------------------------------------
+Append-only JSON lines, fsynced after every line; a torn last line (a crash mid-append) is
+skipped on reading and closed with a newline by the next append.
+
+- ``dead-letters.jsonl``: one refused record, or one undecodable frame, a line:
+  ``{"id": "<wal_offset>-<record_index>" or "<wal_offset>-frame", "recorded_ms", "wal_offset",
+  "topic", "partition", "record_index" (null for a frame), "reason", "error_code",
+  "timestamp_ms", "key", "value", "headers": [[name, value], ...], "payload" (the whole record
+  batch of an undecodable frame, else null)}``; bytes are base64 strings or null.
+- ``resent.jsonl``: ``{"id": ..., "resent_ms": ...}`` for every dead letter re-sent successfully.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Final
+
+# ----------------------------------------------------------------- wal/ directory names
+LOCK_FILE: Final = "LOCK"
+CHECKPOINT_FILE: Final = "checkpoint"
+SEGMENT_SUFFIX: Final = ".seg"
+QUARANTINE_DIR: Final = "quarantine"
+QUARANTINE_REASON_SUFFIX: Final = ".json"
+REBUILD_SUFFIX: Final = ".rebuild"
+LEFTOVER_PATTERNS: Final = (".*.tmp", f"*{REBUILD_SUFFIX}")
+"""Names of interrupted writes in ``wal/``, removed when the log is opened."""
+
+# ----------------------------------------------------------------- segment header
+SEGMENT_MAGIC: Final = b"DPWALSG1"
+SEGMENT_HEADER: Final = struct.Struct(">8sQ")  # magic, base offset
+SEGMENT_HEADER_SIZE: Final = SEGMENT_HEADER.size
+_SEGMENT_NAME_DIGITS = 20
+
+# ----------------------------------------------------------------- frame
+FRAME_MAGIC: Final = b"\xd7WF1"
+FRAME_PREFIX: Final = struct.Struct(">4sII")  # magic, body length, crc32c
+FRAME_BODY_HEAD: Final = struct.Struct(">QiIQH")  # offset, partition, records, ms, topic length
+PREFIX_SIZE: Final = FRAME_PREFIX.size
+HEADER_SIZE: Final = FRAME_PREFIX.size + FRAME_BODY_HEAD.size
+"""Bytes of a frame before its topic."""
+MAX_TOPIC_BYTES: Final = 249 * 4  # Kafka topic names are at most 249 characters
+MAX_BODY_BYTES: Final = 1 << 31
+
+# ----------------------------------------------------------------- checkpoint
+CHECKPOINT_MAGIC: Final = b"DPWALCK2"
+CHECKPOINT_SLOT_HEAD: Final = struct.Struct(">8sQQ")  # magic, sequence, offset
+CHECKPOINT_SLOT: Final = struct.Struct(">8sQQI")  # ... and crc32c of the head
+CHECKPOINT_SLOT_SPACING: Final = 512  # one slot per disk sector
+CHECKPOINT_FILE_SIZE: Final = 2 * CHECKPOINT_SLOT_SPACING
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:0{_SEGMENT_NAME_DIGITS}d}{SEGMENT_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The base offset a segment file name stands for; None for any other name."""
+    stem, dot, suffix = name.partition(".")
+    if (
+        dot
+        and "." + suffix == SEGMENT_SUFFIX
+        and len(stem) == _SEGMENT_NAME_DIGITS
+        and stem.isdigit()
+    ):
+        return int(stem)
+    return None
+
+
+def encode_segment_header(base_offset: int) -> bytes:
+    return SEGMENT_HEADER.pack(SEGMENT_MAGIC, base_offset)

@@ -1,0 +1,399 @@
+"""The write-ahead log: segmented, append-only, one write per appended group of frames.
+
+``WriteAheadLog`` coordinates: it assigns offsets, keeps the size limit, has groups of frames
+written to its segments (``segment_list.py``, ``segment.py``), moves the checkpoint and drops
+delivered segments, runs the syncer, and lets readers see and wait for new frames. The files it
+writes are described in ``format.py``.
+
+Thread-safe. Writers append under one lock (offsets are assigned there); durability waits and
+fsyncs happen outside it (see ``syncer.py``), so concurrent appends share fsyncs (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import errno
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .checkpoint import CheckpointFile
+from .config import FsyncPolicy, FullDiskPolicy, WalConfig
+from .errors import (
+    WalClosedError,
+    WalError,
+    WalFailedError,
+    WalFullError,
+)
+from .frame import AppendItem, PreparedFrame, encoded_size, prepare_frames
+from .lock import DirectoryLock
+from .reader import WalReader
+from .recovery import recover_log
+from .segment import Segment, SegmentPolicy, SegmentView
+from .segment_list import SegmentList
+from .stats import RecordBacklog, WalStats
+from .syncer import DurabilityCallback, Syncer, SyncTarget
+
+log = logging.getLogger(__name__)
+
+OFFLOAD_WRITE_BYTES = 64 * 1024
+"""``append_many_async`` writes groups at least this large on the WAL's writer thread.
+
+Copying a large group into the page cache is the biggest single cost of ingest; done on the
+writer thread (``pwritev`` releases the GIL) it overlaps with the event loop receiving the
+next requests, so ingest uses a second core. Smaller groups are written inline: for them the
+thread hand-over would cost more latency than the copy."""
+_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
+
+
+class WriteAheadLog:
+    """Open with ``WriteAheadLog.open(directory, config)``; close with ``close()`` (or ``with``)."""
+
+    # ----------------------------------------------------------------- opening and closing
+    def __init__(
+        self,
+        directory: Path,
+        config: WalConfig,
+        lock: DirectoryLock,
+        fsync_observer: Callable[[float], None] | None = None,
+    ) -> None:
+        """Use :meth:`open`: recovers ``directory`` (held by ``lock``) and starts the syncer."""
+        self.directory = directory
+        self.config = config
+        self._dir_lock = lock
+        self._lock = threading.Lock()
+        self._data_available = threading.Condition(self._lock)
+        self._space_available = threading.Condition(self._lock)
+        self._checkpoint_lock = threading.Lock()
+        self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal-writer")
+        self._closed = False
+        self._failure: BaseException | None = None
+        opened = recover_log(directory)
+        result = opened.result
+        policy = SegmentPolicy(
+            sync=config.fsync is not FsyncPolicy.NEVER,
+            page_cache_window=config.page_cache_window_bytes,
+        )
+        recovered = [Segment(s.base_offset, s.path, s.size, policy) for s in result.segments]
+        self._next_offset = result.next_offset
+        self._truncated_on_open = result.truncated_bytes
+        self._quarantined = opened.quarantined_segments
+        self._checkpoint_offset = opened.checkpoint
+        self._backlog = RecordBacklog(
+            (count for segment in result.segments for count in segment.record_counts),
+            opened.checkpoint,
+        )
+        self._checkpoint_file = CheckpointFile(directory)
+        self._segments = SegmentList.resume(
+            directory, config.segment_bytes, policy, recovered, self._next_offset
+        )
+        self._syncer = Syncer(
+            config,
+            durable_offset=self._next_offset - 1,
+            target=self._sync_target,
+            on_failure=self._fail,
+            observer=fsync_observer,
+        )
+        self._syncer.start()
+        log.info(
+            "opened WAL %s: %d segments, %d bytes, checkpoint %d, next offset %d, policy %s",
+            directory,
+            len(self._segments),
+            self._segments.size_bytes,
+            self._checkpoint_offset,
+            self._next_offset,
+            config.fsync,
+        )
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        config: WalConfig | None = None,
+        *,
+        fsync_observer: Callable[[float], None] | None = None,
+    ) -> WriteAheadLog:
+        """Lock ``directory``, recover it (truncate torn tails, quarantine corruption), and open.
+
+        ``fsync_observer`` receives the duration of every fsync in seconds (for a histogram).
+        """
+        config = config or WalConfig()
+        config.validate()
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        lock = DirectoryLock(directory)
+        lock.acquire()
+        try:
+            return cls(directory, config, lock, fsync_observer)
+        except BaseException:
+            lock.release()
+            raise
+
+    def close(self) -> None:
+        """Flush everything written to disk, stop background work, release the directory lock."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._data_available.notify_all()
+            self._space_available.notify_all()
+        self._writer.shutdown(wait=True)  # queued writes fail fast: the log is closed
+        self._syncer.stop()
+        self._segments.close()
+        self._checkpoint_file.close()
+        self._dir_lock.release()
+
+    def __enter__(self) -> WriteAheadLog:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- appending
+    def append(self, topic: str, partition: int, payload: bytes, record_count: int = 0) -> int:
+        return self.append_many([AppendItem(topic, partition, payload, record_count)])[0]
+
+    def append_many(self, items: Sequence[AppendItem]) -> list[int]:
+        """Append frames with one write; return their offsets once the fsync policy is met."""
+        done = threading.Event()
+        failure: list[BaseException] = []
+
+        def on_durable(error: BaseException | None) -> None:
+            if error is not None:
+                failure.append(error)
+            done.set()
+
+        offsets = self._append(items, on_durable, blocking=True)
+        if self.config.fsync is FsyncPolicy.ALWAYS:
+            done.wait()
+            if failure:
+                raise failure[0]
+        return offsets
+
+    async def append_many_async(self, items: Sequence[AppendItem]) -> list[int]:
+        """As ``append_many``, for asyncio: fsync and ``block`` waits leave the loop free.
+
+        Groups of :data:`OFFLOAD_WRITE_BYTES` or more are written on the writer thread; the
+        payloads must not change until this returns (ingress hands in views of receive
+        buffers that nothing else writes to).
+        """
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+
+        def resolve(error: BaseException | None) -> None:
+            if not future.done():
+                if error is None:
+                    future.set_result(None)
+                else:
+                    future.set_exception(error)
+
+        def on_durable(error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(resolve, error)
+
+        def append() -> list[int]:
+            return self._append(items, on_durable, blocking=False)
+
+        offload = sum(len(item.payload) for item in items) >= OFFLOAD_WRITE_BYTES
+
+        async def write() -> list[int]:
+            return await loop.run_in_executor(self._writer, append) if offload else append()
+
+        try:
+            offsets = await write()
+        except WalFullError:
+            if self.config.full_disk_policy is not FullDiskPolicy.BLOCK:
+                raise
+            needed = self._frames_size(items)
+            await asyncio.to_thread(self._wait_for_space, needed, self.config.block_timeout_s)
+            offsets = await write()
+        if self.config.fsync is FsyncPolicy.ALWAYS:
+            await future
+        return offsets
+
+    def _frames_size(self, items: Sequence[AppendItem]) -> int:
+        return sum(encoded_size(item.topic.encode(), len(item.payload)) for item in items)
+
+    def _append(
+        self, items: Sequence[AppendItem], on_durable: DurabilityCallback, *, blocking: bool
+    ) -> list[int]:
+        if not items:
+            return []
+        now_ms = time.time_ns() // 1_000_000
+        prepared = prepare_frames(items, self.config.max_frame_bytes)
+        with self._lock:
+            self._check_open()
+            needed = self._segments.needed_bytes(size for *_, size in prepared)
+            if self._segments.size_bytes + needed > self.config.max_bytes:
+                if not blocking or self.config.full_disk_policy is FullDiskPolicy.REJECT:
+                    raise self._full_error(needed)
+                self._wait_for_space_locked(needed, self.config.block_timeout_s)
+                self._check_open()
+            offsets = self._write_locked(prepared, now_ms)
+            self._syncer.register(offsets[-1], on_durable)
+            self._data_available.notify_all()
+        return offsets
+
+    def _full_error(self, needed: int) -> WalFullError:
+        return WalFullError(
+            f"WAL {self.directory} is full: {self._segments.size_bytes} of "
+            f"{self.config.max_bytes} bytes used, {needed} more needed. Records are retained "
+            "until Kafka acknowledges them; retry later (the client's retries back off) or give "
+            "the buffer a larger volume"
+        )
+
+    def _wait_for_space(self, needed: int, timeout: float) -> None:
+        with self._lock:
+            self._wait_for_space_locked(needed, timeout)
+
+    def _wait_for_space_locked(self, needed: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self._segments.size_bytes + needed > self.config.max_bytes:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closed:
+                raise self._full_error(needed)
+            self._space_available.wait(remaining)
+
+    def _check_open(self) -> None:
+        if self._failure is not None:
+            raise WalFailedError(
+                f"WAL {self.directory} stopped after an I/O failure ({self._failure}); restart "
+                "the agent so it recovers the log from disk"
+            )
+        if self._closed:
+            raise WalClosedError(f"WAL {self.directory} is closed (agent shutting down)")
+
+    def _write_locked(self, prepared: list[PreparedFrame], now_ms: int) -> list[int]:
+        """Write the group (one pwritev per segment touched); roll it all back on failure."""
+        segments = self._segments
+        first_offset = self._next_offset
+        mark = segments.mark()
+        try:
+            segments.write(prepared, first_offset, now_ms)
+        except OSError as error:
+            try:
+                segments.roll_back(mark)
+            except OSError as rollback_error:
+                self._failure = rollback_error
+                log.error(
+                    "could not roll back a failed WAL write in %s: %s",
+                    self.directory,
+                    rollback_error,
+                )
+            if error.errno in _DISK_FULL_ERRNOS:
+                raise WalFullError(
+                    f"the disk under {self.directory} is full ({os.strerror(error.errno)}); the "
+                    "partial write was rolled back, nothing earlier is affected. Retry later or "
+                    "free space on the volume"
+                ) from error
+            raise WalError(f"write to {segments.active.path} failed: {error}") from error
+        self._next_offset = first_offset + len(prepared)
+        self._backlog.add(first_offset, prepared)
+        return list(range(first_offset, self._next_offset))
+
+    # ----------------------------------------------------------------- reading
+    def reader(self, from_offset: int | None = None) -> WalReader:
+        """A tail-following reader of frames at or above ``from_offset`` (default: checkpoint)."""
+        start = self._checkpoint_offset if from_offset is None else from_offset
+        return WalReader(self, start)
+
+    def segment_views(self) -> list[SegmentView]:
+        """The segments as a reader may read them now, oldest first (the last one not sealed)."""
+        with self._lock:
+            return self._segments.views()
+
+    def wait_for_data(self, segment_base: int | None, position: int, timeout: float) -> None:
+        """Block until a reader that has read segment ``segment_base`` up to byte ``position``
+        has more to read, the log closes, :meth:`wake_waiters` is called, or ``timeout``
+        seconds pass (whichever comes first).
+
+        More to read: that segment grew past ``position`` or a newer segment exists (or it is
+        gone, deleted by a checkpoint). ``segment_base`` None (nothing read yet) waits for the
+        first frame of any segment.
+        """
+        with self._data_available:
+            if not self._closed and not self._segments.has_data_past(segment_base, position):
+                self._data_available.wait(timeout)
+
+    def wait_for_append(self, appended_before: int, timeout: float) -> None:
+        """Block until a frame at or above ``appended_before`` is appended, the log closes,
+        :meth:`wake_waiters` is called, or ``timeout`` seconds pass (whichever comes first)."""
+        with self._data_available:
+            if self._next_offset == appended_before and not self._closed:
+                self._data_available.wait(timeout)
+
+    def wake_waiters(self) -> None:
+        """Wake every thread blocked in :meth:`wait_for_append` or :meth:`wait_for_data`."""
+        with self._data_available:
+            self._data_available.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # ----------------------------------------------------------------- checkpointing
+    def checkpoint(self, offset: int) -> None:
+        """Record that every frame below ``offset`` is delivered; delete segments wholly below it.
+
+        Monotonic: a lower offset than the current checkpoint is ignored.
+        """
+        with self._checkpoint_lock:
+            with self._lock:
+                self._check_open()
+                if offset > self._next_offset:
+                    raise ValueError(
+                        f"checkpoint {offset} is beyond the next WAL offset {self._next_offset}"
+                    )
+                if offset <= self._checkpoint_offset:
+                    return
+            self._checkpoint_file.write(offset)
+            with self._lock:
+                self._checkpoint_offset = offset
+                self._backlog.forget_below(offset)
+                doomed = self._segments.drop_delivered(offset)
+                if doomed:
+                    self._space_available.notify_all()
+            for segment in doomed:
+                segment.delete()
+
+    @property
+    def checkpoint_offset(self) -> int:
+        return self._checkpoint_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self._next_offset
+
+    # ----------------------------------------------------------------- health and figures
+    def _sync_target(self) -> SyncTarget:
+        """For the syncer: what an fsync started now would cover."""
+        with self._lock:
+            active = self._segments.active
+            return SyncTarget(active.duplicate_fd(), self._next_offset - 1, active, active.size)
+
+    def _fail(self, error: BaseException) -> None:
+        with self._lock:
+            self._failure = error
+        log.critical("WAL %s failed: %s", self.directory, error)
+
+    @property
+    def healthy(self) -> bool:
+        """True while appends can succeed (open, no I/O failure): the agent's readiness."""
+        return not self._closed and self._failure is None
+
+    def stats(self) -> WalStats:
+        with self._lock:
+            return WalStats(
+                size_bytes=self._segments.size_bytes,
+                max_bytes=self.config.max_bytes,
+                segment_count=len(self._segments),
+                checkpoint_offset=self._checkpoint_offset,
+                next_offset=self._next_offset,
+                durable_offset=self._syncer.durable_offset,
+                quarantined_segments=self._quarantined,
+                truncated_bytes_on_open=self._truncated_on_open,
+                backlog_records=self._backlog.records,
+            )

@@ -1,0 +1,125 @@
+"""The public API readers use: segment views and ``wait_for_data``."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal.format import SEGMENT_HEADER_SIZE
+from support.wal_helpers import SMALL, payload_for
+
+
+def timed_wait(wait: Callable[[], None], then: Callable[[], None], after: float = 0.2) -> float:
+    """Seconds ``wait`` blocked when ``then`` runs ``after`` seconds into it."""
+    timer = threading.Timer(after, then)
+    started = time.monotonic()
+    timer.start()
+    try:
+        wait()
+    finally:
+        timer.join()
+    return time.monotonic() - started
+
+
+def test_segment_views_show_complete_frames_and_which_segments_are_sealed(
+    small_wal: WriteAheadLog,
+) -> None:
+    views = small_wal.segment_views()
+    assert [(v.visible_end, v.sealed) for v in views] == [(SEGMENT_HEADER_SIZE, False)]
+    for i in range(20):
+        small_wal.append("t", 0, payload_for(i, 700))
+    views = small_wal.segment_views()
+    assert len(views) == small_wal.stats().segment_count > 1
+    assert [v.sealed for v in views] == [True] * (len(views) - 1) + [False]
+    assert [v.base_offset for v in views] == sorted(v.base_offset for v in views)
+    assert all(v.visible_end == v.path.stat().st_size for v in views)
+    assert sum(v.visible_end for v in views) == small_wal.stats().size_bytes
+
+
+def test_wait_for_data_returns_at_once_when_there_is_more_to_read(
+    small_wal: WriteAheadLog,
+) -> None:
+    small_wal.append("t", 0, b"x")
+    (view,) = small_wal.segment_views()
+    started = time.monotonic()
+    small_wal.wait_for_data(None, 0, timeout=5)  # nothing read yet, a frame exists
+    small_wal.wait_for_data(view.base_offset, SEGMENT_HEADER_SIZE, timeout=5)  # grew past it
+    small_wal.wait_for_data(view.base_offset + 1000, 0, timeout=5)  # segment gone: no waiting
+    assert time.monotonic() - started < 1
+
+
+def test_wait_for_data_times_out_when_nothing_is_appended(small_wal: WriteAheadLog) -> None:
+    small_wal.append("t", 0, b"x")
+    (view,) = small_wal.segment_views()
+    started = time.monotonic()
+    small_wal.wait_for_data(view.base_offset, view.visible_end, timeout=0.2)
+    assert 0.15 < time.monotonic() - started < 3
+
+
+def test_wait_for_data_wakes_on_an_append(small_wal: WriteAheadLog) -> None:
+    (view,) = small_wal.segment_views()
+    waited = timed_wait(
+        lambda: small_wal.wait_for_data(view.base_offset, view.visible_end, timeout=10),
+        lambda: small_wal.append("t", 0, b"late"),
+    )
+    assert 0.15 < waited < 5, "woken by the append, not by the timeout"
+
+
+def test_wait_for_data_wakes_when_the_segment_is_sealed(small_wal: WriteAheadLog) -> None:
+    small_wal.append("t", 0, payload_for(0, 3000))
+    (view,) = small_wal.segment_views()
+
+    def fill_the_segment() -> None:
+        while len(small_wal.segment_views()) == 1:
+            small_wal.append("t", 0, payload_for(1, 3000))
+
+    waited = timed_wait(
+        lambda: small_wal.wait_for_data(view.base_offset, 10**9, timeout=10), fill_the_segment
+    )
+    assert waited < 5, "a newer segment means the reader must move on"
+
+
+def test_wait_for_data_wakes_on_close(wal_dir: Path) -> None:
+    wal = WriteAheadLog.open(wal_dir, SMALL)
+    (view,) = wal.segment_views()
+    waited = timed_wait(
+        lambda: wal.wait_for_data(view.base_offset, view.visible_end, timeout=10), wal.close
+    )
+    assert waited < 5
+    started = time.monotonic()
+    wal.wait_for_data(view.base_offset, view.visible_end, timeout=10)
+    assert time.monotonic() - started < 1, "a closed log never blocks a reader"
+
+
+def test_wait_for_data_wakes_on_wake_waiters(small_wal: WriteAheadLog) -> None:
+    (view,) = small_wal.segment_views()
+    waited = timed_wait(
+        lambda: small_wal.wait_for_data(view.base_offset, view.visible_end, timeout=10),
+        small_wal.wake_waiters,
+    )
+    assert waited < 5
+
+
+def test_wait_for_append_wakes_on_an_append_and_on_close(wal_dir: Path) -> None:
+    wal = WriteAheadLog.open(wal_dir, SMALL)
+    waited = timed_wait(
+        lambda: wal.wait_for_append(wal.next_offset, timeout=10),
+        lambda: wal.append("t", 0, b"x"),
+    )
+    assert waited < 5
+    waited = timed_wait(lambda: wal.wait_for_append(wal.next_offset, timeout=10), wal.close)
+    assert waited < 5
+
+
+def test_a_polling_reader_wakes_on_close(wal_dir: Path) -> None:
+    wal = WriteAheadLog.open(wal_dir, SMALL)
+    wal.append("t", 0, b"x")
+    with wal.reader(0) as reader:
+        assert [f.offset for f in reader.poll(10)] == [0]
+        frames: list[object] = []
+        waited = timed_wait(lambda: frames.extend(reader.poll(10, timeout=10)), wal.close)
+    assert frames == []
+    assert waited < 5
