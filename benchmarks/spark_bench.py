@@ -36,9 +36,9 @@ from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from durable_producer.contract import BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration import register
 from durable_producer.spark_integration.data_source import SHORT_NAME
-from durable_producer.spark_integration.options import BOOTSTRAP_ENV
 from integration.spark_integration.spark_harness import AgentProcess
 from support.broker import ProxiedBroker, create_topic
 from support.fault_proxy import FaultProxy
@@ -163,7 +163,7 @@ def stop_spark(spark: SparkSession) -> None:
 
 
 def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
-    os.environ[BOOTSTRAP_ENV] = endpoints.durable
+    os.environ[BOOTSTRAP_TWIN_ENV] = endpoints.durable
     os.environ["PYSPARK_PYTHON"] = sys.executable
     spark = (
         SparkSession.builder.master(f"local[{args.cores}]")

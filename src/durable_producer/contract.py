@@ -38,6 +38,8 @@ KAFKA_PORT: Final = 9092
 METRICS_PORT: Final = 9644
 """The agent's /metrics, /healthz and /readyz."""
 AGENT_BOOTSTRAP: Final = f"{AGENT_HOST}:{KAFKA_PORT}"
+BACKLOG_METRIC: Final = "durable_agent_backlog_bytes"
+"""The agent's Prometheus gauge of bytes not yet acknowledged by Kafka (the operator scrapes it)."""
 
 BOOTSTRAP_ENV: Final = "KAFKA_BOOTSTRAP_SERVERS"
 """Set in application containers to the agent's address."""
@@ -54,6 +56,8 @@ DEFAULT_FULL_DISK_POLICY: Final = "reject"
 DEFAULT_CHECKPOINT_INTERVAL_SECONDS: Final = 5.0
 
 # --------------------------------------------------------------------- Spark pod templates
+SPARK_TEMPLATES_CONFIGMAP_SUFFIX: Final = "-spark-templates"
+"""The operator renders a DurableProducer's templates into ConfigMap ``<name><suffix>``."""
 EXECUTOR_TEMPLATE_KEY: Final = "executor-pod-template.yaml"
 DRIVER_TEMPLATE_KEY: Final = "driver-pod-template.yaml"
 DEFAULT_EXECUTOR_CONTAINER: Final = "spark-kubernetes-executor"

@@ -1,11 +1,10 @@
 {{/*
 RBAC rules, kept in one place so that ClusterRole (all namespaces) and Role (watched
 namespaces) grant exactly the same verbs. The base rules are the operator's
-KUBERNETES_API_ACCESS (src/durable_producer/operator/handlers.py), verb for verb; a test keeps
-them equal. rbac.features.* add the permissions of optional features; podAudit, volumePool and drainJobs
-grant exactly webhook_handlers.POOL_API_ACCESS (src/durable_producer/operator/webhook_handlers.py).
-sparkPodTemplates grants exactly spark_handlers.SPARK_TEMPLATES_API_ACCESS
-(src/durable_producer/operator/spark_handlers.py).
+KUBERNETES_API_ACCESS (src/durable_producer/operator/api_access.py), verb for verb; a test keeps
+them equal. rbac.features.* add the permissions of optional features, declared in the same
+module: podAudit, volumePool and drainJobs grant exactly POOL_API_ACCESS; sparkPodTemplates
+grants exactly SPARK_TEMPLATES_API_ACCESS.
 */}}
 
 {{/*

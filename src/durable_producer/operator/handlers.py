@@ -1,99 +1,137 @@
-"""kopf handlers for DurableProducer: thin wrappers around the pure functions in reconcile.py.
+"""Every kopf handler of the operator; each body hands over to one function.
 
 Run with::
 
     kopf run -m durable_producer.operator.handlers --standalone --all-namespaces \\
         --liveness=http://0.0.0.0:8080/healthz
+
+- ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf.
+- ``reconcile_durable_producer`` (DurableProducer resume/create/update): reconcile (pure).
+- ``render_spark_templates`` (same events): spark_actions.handle_spark_templates.
+- ``maintain_volume_pool`` (timer, per DurableProducer): pool_actions.handle_pool_timer.
+- ``drain_volumes_before_deletion`` (deletion, our finalizer): pool_actions.handle_deletion.
+- ``attach_buffer_agent`` (webhook, pod CREATE with the opt-in label):
+  admission.handle_admission.
+
+Nothing happens at import time but registration. The environment is read once, by the
+startup handler, into an ``OperatorConfig`` that reaches every handler through kopf's memo;
+the startup handler also registers the pool timer, whose interval is one of those settings.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 from datetime import UTC, datetime
 from typing import Any
 
+import jsonpatch
 import kopf
 
-from durable_producer.operator import reconcile
-from durable_producer.operator.model import GROUP, PLURAL, VERSION
-from durable_producer.operator.settings import OperatorTuning
-
-FINALIZER = f"{GROUP}/finalizer"
-
-# Every Kubernetes API resource and verb the operator uses, as (apiGroup, resource, verbs).
-# The Helm chart's ClusterRole is written from this list; keep them in step. The integration
-# tests record every request the running operator makes and check it is covered here.
-KUBERNETES_API_ACCESS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    # Watching DurableProducers, and kopf's finalizer and progress annotations on them.
-    (GROUP, PLURAL, ("list", "watch", "patch")),
-    # Writing conditions, sizes and figures.
-    (GROUP, f"{PLURAL}/status", ("patch",)),
-    # kopf: Warning events for invalid specs and handler failures.
-    ("", "events", ("create",)),
-    # kopf: noticing when the CRD is installed or removed while the operator runs.
-    ("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
-)
+from durable_producer.contract import GROUP, PLURAL, PRODUCER_LABEL, VERSION
+from durable_producer.operator import admission, pool_actions, reconcile, spark_actions, startup
+from durable_producer.operator.pool_status import REASON_POOL_PROBLEM
+from durable_producer.operator.settings import OperatorConfig
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+POOL_TIMER_ID = "volume-pool"
+CONFIG_KEY = "config"
+
+
+def config_of(memo: kopf.Memo) -> OperatorConfig:
+    """The settings the startup handler read (kopf copies the memo to every handler)."""
+    config = memo.get(CONFIG_KEY)
+    if not isinstance(config, OperatorConfig):
+        raise kopf.PermanentError("the operator's settings are missing: startup did not run")
+    return config
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    """Our own finalizer name, progress kept in annotations (status is ours), sane timeouts."""
-    settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=GROUP, key="last-handled-configuration"
+def start_operator(
+    settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """Read the settings, configure kopf, and start the pool timer at the configured interval."""
+    config = OperatorConfig.from_environ(os.environ)
+    memo[CONFIG_KEY] = config
+    startup.configure_kopf(settings, config, logger)
+    # A timer's interval is fixed when it is registered, so this one is registered here, once
+    # the interval is known (kopf starts watching only after the startup handlers are done).
+    kopf.timer(*RESOURCE, id=POOL_TIMER_ID, interval=config.pool_interval_seconds)(
+        maintain_volume_pool
     )
-    settings.posting.level = logging.WARNING
-    tuning = OperatorTuning.from_environ(os.environ)
-    # The API server ends each watch after server_timeout (kopf then re-lists and resumes);
-    # the client gives up on a silent connection a little after that.
-    settings.watching.server_timeout = tuning.watch_server_timeout
-    settings.watching.client_timeout = tuning.watch_client_timeout
-    settings.watching.connect_timeout = tuning.connect_timeout
-    settings.networking.request_timeout = tuning.request_timeout
-    settings.networking.connect_timeout = tuning.connect_timeout
 
 
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
 def reconcile_durable_producer(
-    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: logging.Logger, **_: Any
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger, **_: Any
 ) -> None:
     """Compute the desired status and patch what differs. Never raises on a bad spec.
 
     A bad spec is reported in the status; an unexpected error in the pure code is a bug that
     retrying cannot fix, so it fails the handler permanently (until the next change).
     """
-    current_status = dict(body.get("status") or {})
+    current = dict(body.get("status") or {})
     try:
         outcome = reconcile.desired_status(
-            body.get("spec"), current_status, meta.get("generation"), datetime.now(UTC)
+            body.get("spec"), current, meta.get("generation"), datetime.now(UTC)
         )
     except Exception as error:
         raise kopf.PermanentError(f"reconcile failed: {error!r}") from error
-    changes = reconcile.status_patch(current_status, outcome.status)
-    if changes:
-        patch.status.update(changes)
+    patch.status.update(reconcile.status_patch(current, outcome.status))
     if outcome.problem is not None:
         logger.warning(outcome.problem)
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
 
 
-@kopf.on.delete(*RESOURCE)
-def finalize_durable_producer(name: str, namespace: str, logger: logging.Logger, **_: Any) -> None:
-    """Runs before the object goes (our finalizer holds it until then).
+@kopf.on.resume(*RESOURCE, id="spark-templates")
+@kopf.on.create(*RESOURCE, id="spark-templates")
+@kopf.on.update(*RESOURCE, id="spark-templates")
+def render_spark_templates(
+    body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any
+) -> None:
+    """Create, re-render or remove the templates ConfigMap; record its name in status."""
+    patch.status.update(spark_actions.handle_spark_templates(body, logger))
 
-    Nothing is attached or buffered yet at this stage of the project; draining buffer
-    volumes before releasing them belongs here once the PVC pool exists.
-    """
-    logger.info("DurableProducer %s/%s released", namespace, name)
+
+def maintain_volume_pool(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """Timer (registered by start_operator): release, drain, reclaim, audit, publish."""
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        return  # the delete handler owns the pool from here
+    update = pool_actions.handle_pool_timer(body, config_of(memo), logger)
+    patch.status.update(update.changes)
+    for warning in update.warnings:
+        kopf.warn(body, reason=REASON_POOL_PROBLEM, message=warning)
 
 
-# The webhook, the volume pool, drain Jobs, the pod audit and the Spark templates register
-# their own handlers; importing them here lets `kopf run -m durable_producer.operator.handlers`
-# load everything.
-from durable_producer.operator import spark_handlers, webhook_handlers  # noqa: E402, F401
+@kopf.on.delete(*RESOURCE, id="drain-volumes")
+def drain_volumes_before_deletion(
+    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    """Hold the DurableProducer (our finalizer) until each volume is drained and deleted."""
+    pool_actions.handle_deletion(body, config_of(memo), logger)
+
+
+@kopf.on.mutate(
+    "v1",
+    "pods",
+    id=admission.MUTATION_WEBHOOK_ID,
+    operations=["CREATE"],
+    labels={PRODUCER_LABEL: kopf.PRESENT},
+)
+def attach_buffer_agent(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    dryrun: bool,
+    warnings: list[str],
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Add the agent, env and a pool volume to an opted-in pod (served only with a certificate)."""
+    answer = admission.handle_admission(body, dryrun=dryrun, config=config_of(memo), logger=logger)
+    warnings.extend(answer.warnings)
+    if answer.ops:
+        patch.fns.append(lambda target: jsonpatch.apply_patch(target, answer.ops, in_place=True))

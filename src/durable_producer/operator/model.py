@@ -6,19 +6,28 @@ bound, enum or default is changed here and only here. YAML uses camelCase names.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-GROUP = "durable.dev"
-VERSION = "v1alpha1"
-KIND = "DurableProducer"
-PLURAL = "durableproducers"
-SINGULAR = "durableproducer"
-SHORT_NAMES = ("dp",)
-API_VERSION = f"{GROUP}/{VERSION}"
+# The resource these models describe is named in the contract; re-exported (``X as X``) for
+# the CRD generator and tests.
+from durable_producer.contract import API_VERSION as API_VERSION
+from durable_producer.contract import (
+    DEFAULT_CHECKPOINT_INTERVAL_SECONDS,
+    DEFAULT_EXECUTOR_CONTAINER,
+    DEFAULT_FSYNC_POLICY,
+    DEFAULT_FULL_DISK_POLICY,
+    KAFKA_PORT,
+    METRICS_PORT,
+)
+from durable_producer.contract import GROUP as GROUP
+from durable_producer.contract import KIND as KIND
+from durable_producer.contract import PLURAL as PLURAL
+from durable_producer.contract import SHORT_NAMES as SHORT_NAMES
+from durable_producer.contract import SINGULAR as SINGULAR
+from durable_producer.contract import VERSION as VERSION
 
 # A Kubernetes resource quantity such as "20Gi", "500M" or "1024".
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
@@ -114,7 +123,7 @@ class FsyncSettings(CamelModel):
     """When the agent forces WAL writes to disk before acknowledging."""
 
     policy: Literal["always", "interval", "never"] = Field(
-        default="interval",
+        default=DEFAULT_FSYNC_POLICY,
         description="always: ack after fsync; interval: fsync every intervalMs; never: page cache.",
     )
     interval_ms: int = Field(default=100, ge=1, le=60_000, description="For policy interval.")
@@ -124,7 +133,7 @@ class FullDiskSettings(CamelModel):
     """What the agent does when the buffer volume is full."""
 
     policy: Literal["reject", "block"] = Field(
-        default="reject",
+        default=DEFAULT_FULL_DISK_POLICY,
         description="reject: retriable error at once; block: wait up to blockTimeoutMs first.",
     )
     block_timeout_ms: int = Field(default=5_000, ge=0, le=60_000, description="For policy block.")
@@ -180,8 +189,10 @@ class AgentPorts(CamelModel):
         }
     )
 
-    kafka: Port = Field(default=9092, description="Kafka protocol listener on 127.0.0.1.")
-    metrics: Port = Field(default=9644, description="Prometheus metrics and health endpoints.")
+    kafka: Port = Field(default=KAFKA_PORT, description="Kafka protocol listener on 127.0.0.1.")
+    metrics: Port = Field(
+        default=METRICS_PORT, description="Prometheus metrics and health endpoints."
+    )
 
     @model_validator(mode="after")
     def _ports_differ(self) -> AgentPorts:
@@ -190,13 +201,16 @@ class AgentPorts(CamelModel):
         return self
 
 
+# The image of injected agents when a DurableProducer names none: the operator's environment
+# (settings.AgentImage), else this default.
 DEFAULT_AGENT_IMAGE = "durable-producer/agent:0.1.0"
 AGENT_IMAGE_ENV = "DURABLE_PRODUCER_AGENT_IMAGE"
 AGENT_IMAGE_PULL_POLICY_ENV = "DURABLE_PRODUCER_AGENT_IMAGE_PULL_POLICY"
 PullPolicy = Literal["Always", "IfNotPresent", "Never"]
+PULL_POLICIES: tuple[PullPolicy, ...] = ("Always", "IfNotPresent", "Never")
 
 
-class AgentSettings(CamelModel):
+class AgentSidecarSettings(CamelModel):
     """The buffer agent sidecar."""
 
     image: str | None = Field(
@@ -217,17 +231,6 @@ class AgentSettings(CamelModel):
         default=64, ge=1, le=1024, description="Maximum size of one WAL segment, in MiB."
     )
 
-    def effective_image(self, environ: Mapping[str, str]) -> str:
-        """The spec's image, else the one the operator was installed with, else the default."""
-        return self.image or environ.get(AGENT_IMAGE_ENV) or DEFAULT_AGENT_IMAGE
-
-    def effective_pull_policy(self, environ: Mapping[str, str]) -> str:
-        """The spec's pull policy, else the operator's, else IfNotPresent."""
-        configured = environ.get(AGENT_IMAGE_PULL_POLICY_ENV)
-        if configured not in ("Always", "IfNotPresent", "Never"):
-            configured = None
-        return self.image_pull_policy or configured or "IfNotPresent"
-
 
 class SparkSettings(CamelModel):
     """Spark-on-Kubernetes pod templates rendered for this producer."""
@@ -235,7 +238,7 @@ class SparkSettings(CamelModel):
     executor_template: bool = Field(default=True, description="Render an executor pod template.")
     driver_template: bool = Field(default=False, description="Render a driver pod template.")
     container_name: KubernetesName = Field(
-        default="spark-kubernetes-executor",
+        default=DEFAULT_EXECUTOR_CONTAINER,
         description="Spark container that gets the bootstrap environment variables.",
     )
 
@@ -252,7 +255,7 @@ class DurableProducerSpec(CamelModel):
         description="How long a Kafka outage the buffer must ride out at peak rate.",
     )
     checkpoint_interval_ms: int = Field(
-        default=5_000,
+        default=round(DEFAULT_CHECKPOINT_INTERVAL_SECONDS * 1000),
         ge=100,
         le=600_000,
         description="How often the agent records what Kafka has acknowledged.",
@@ -262,7 +265,9 @@ class DurableProducerSpec(CamelModel):
         default=FullDiskSettings(), description="Behaviour on a full buffer volume."
     )
     storage: StorageSettings = Field(default=StorageSettings(), description="Buffer volumes.")
-    agent: AgentSettings = Field(default=AgentSettings(), description="Buffer agent sidecar.")
+    agent: AgentSidecarSettings = Field(
+        default=AgentSidecarSettings(), description="Buffer agent sidecar."
+    )
     spark: SparkSettings = Field(default=SparkSettings(), description="Spark pod templates.")
 
 

@@ -1,6 +1,6 @@
 """Pure pod mutation: (pod, DurableProducer spec, buffer PVC name) -> JSONPatch operations.
 
-The webhook handler in webhook_handlers.py only fetches the inputs and returns these
+The admission handler (admission.py) only fetches the inputs and answers with these
 operations. Pods are handled as raw dicts so that no field we do not know (a container's
 ``restartPolicy``, a newer API field) is ever dropped, and every step is "replace or append
 by name", so a second pass over an already mutated pod yields no operations at all.
@@ -13,21 +13,23 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from durable_producer.operator.model import GROUP, DurableProducerSpec
+from durable_producer.contract import (
+    AGENT_CONTAINER_NAME,
+    AGENT_HOST,
+    BOOTSTRAP_ENV,
+    BOOTSTRAP_TWIN_ENV,
+    BUFFER_VOLUME_ANNOTATION,
+    BUFFER_VOLUME_NAME,
+    DATA_DIR,
+    INJECTED_ANNOTATION,
+    PRODUCER_LABEL,
+)
+from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.settings import AgentImage
 from durable_producer.operator.sizing import FILESYSTEM_RESERVE_BYTES, SizingInputs, size_buffer
 
-PRODUCER_LABEL = f"{GROUP}/producer"
-INJECTED_ANNOTATION = f"{GROUP}/injected"
-BUFFER_VOLUME_ANNOTATION = f"{GROUP}/buffer-volume"
-
-AGENT_CONTAINER_NAME = "durable-agent"
-BUFFER_VOLUME_NAME = "durable-buffer"
-DATA_DIR = "/var/lib/durable-producer"
 AGENT_USER_ID = 10001
 METRICS_PORT_NAME = "dp-metrics"
-
-BOOTSTRAP_ENV = "KAFKA_BOOTSTRAP_SERVERS"
-BOOTSTRAP_TWIN_ENV = "DURABLE_PRODUCER_BOOTSTRAP"
 
 # The agent keeps forwarding this long after SIGTERM (its --drain-timeout).
 AGENT_DRAIN_TIMEOUT_SECONDS = 25
@@ -96,7 +98,7 @@ def agent_run_args(spec: DurableProducerSpec) -> list[str]:
     return [
         "run",
         *_connection_args(spec),
-        f"--listen=127.0.0.1:{ports.kafka}",
+        f"--listen={AGENT_HOST}:{ports.kafka}",
         f"--metrics-listen=0.0.0.0:{ports.metrics}",
         f"--fsync={spec.fsync.policy}",
         f"--fsync-interval-ms={spec.fsync.interval_ms}",
@@ -176,13 +178,13 @@ def agent_resources(spec: DurableProducerSpec) -> dict[str, Any]:
 
 
 def agent_base_container(
-    spec: DurableProducerSpec, args: list[str], environ: Mapping[str, str]
+    spec: DurableProducerSpec, args: list[str], agent_image: AgentImage
 ) -> dict[str, Any]:
     """The agent container shared by the sidecar and drain Jobs: image, volumes, security."""
     return {
         "name": AGENT_CONTAINER_NAME,
-        "image": spec.agent.effective_image(environ),
-        "imagePullPolicy": spec.agent.effective_pull_policy(environ),
+        "image": agent_image.image_for(spec.agent),
+        "imagePullPolicy": agent_image.pull_policy_for(spec.agent),
         "command": ["durable-agent"],
         "args": args,
         "resources": agent_resources(spec),
@@ -194,9 +196,9 @@ def agent_base_container(
     }
 
 
-def agent_sidecar(spec: DurableProducerSpec, environ: Mapping[str, str]) -> dict[str, Any]:
+def agent_sidecar(spec: DurableProducerSpec, agent_image: AgentImage) -> dict[str, Any]:
     """The agent as a native sidecar: an initContainer that keeps running (restartPolicy)."""
-    container = agent_base_container(spec, agent_run_args(spec), environ)
+    container = agent_base_container(spec, agent_run_args(spec), agent_image)
     metrics_port = spec.agent.ports.metrics
 
     def probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -219,7 +221,7 @@ def agent_sidecar(spec: DurableProducerSpec, environ: Mapping[str, str]) -> dict
 
 
 def bootstrap_address(spec: DurableProducerSpec) -> str:
-    return f"127.0.0.1:{spec.agent.ports.kafka}"
+    return f"{AGENT_HOST}:{spec.agent.ports.kafka}"
 
 
 def claimed_volume(pod: Mapping[str, Any]) -> str | None:
@@ -257,13 +259,13 @@ def _with_bootstrap_env(container: dict[str, Any], address: str) -> dict[str, An
 
 
 def injected_summary(
-    producer: str, spec: DurableProducerSpec, claim_name: str, environ: Mapping[str, str]
+    producer: str, spec: DurableProducerSpec, claim_name: str, agent_image: AgentImage
 ) -> str:
     """The value of the injected annotation: what was added, for humans and audits."""
     return json.dumps(
         {
             "producer": producer,
-            "agentImage": spec.agent.effective_image(environ),
+            "agentImage": agent_image.image_for(spec.agent),
             "volume": claim_name,
             "bootstrap": bootstrap_address(spec),
         },
@@ -277,7 +279,7 @@ def mutated_pod(
     producer: str,
     spec: DurableProducerSpec,
     claim_name: str,
-    environ: Mapping[str, str],
+    agent_image: AgentImage,
 ) -> dict[str, Any]:
     """The pod as it should be admitted: a deep copy with the agent, env and volume in place."""
     result: dict[str, Any] = copy.deepcopy(dict(pod))
@@ -285,7 +287,7 @@ def mutated_pod(
     pod_spec = result.setdefault("spec", {})
 
     pod_spec["initContainers"] = _upsert_by_name(
-        pod_spec.get("initContainers"), agent_sidecar(spec, environ), first=True
+        pod_spec.get("initContainers"), agent_sidecar(spec, agent_image), first=True
     )
     address = bootstrap_address(spec)
     pod_spec["containers"] = [
@@ -312,7 +314,7 @@ def mutated_pod(
         pod_spec["securityContext"] = security
 
     annotations = dict(metadata.get("annotations") or {})
-    annotations[INJECTED_ANNOTATION] = injected_summary(producer, spec, claim_name, environ)
+    annotations[INJECTED_ANNOTATION] = injected_summary(producer, spec, claim_name, agent_image)
     annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
     metadata["annotations"] = annotations
     return result
@@ -348,10 +350,10 @@ def mutation_patch(
     producer: str,
     spec: DurableProducerSpec,
     claim_name: str,
-    environ: Mapping[str, str],
+    agent_image: AgentImage,
 ) -> list[JsonPatchOp]:
     """The JSONPatch the webhook answers with; empty when the pod is already as desired."""
-    return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, environ))
+    return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, agent_image))
 
 
 def is_injected(pod: Mapping[str, Any]) -> bool:

@@ -1,18 +1,20 @@
 """Pure reconciliation: (spec, current status, generation, now) -> desired status.
 
-Nothing here talks to Kubernetes; the kopf handlers in handlers.py patch what this returns.
+Nothing here talks to Kubernetes; the reconcile handler in handlers.py patches what this
+returns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.model import PATTERN_DESCRIPTIONS, PLURAL, DurableProducerSpec
 from durable_producer.operator.sizing import SizingInputs, size_buffer
 
@@ -44,11 +46,6 @@ class ReconcileOutcome:
     status: StatusDict
     problem: str | None = None
     problem_reason: str | None = None
-
-
-def format_time(moment: datetime) -> str:
-    """RFC 3339 in UTC with second precision, as Kubernetes writes timestamps."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _field_path(location: Sequence[int | str]) -> str:

@@ -1,14 +1,41 @@
-"""Operator tuning read from the environment (the Helm chart sets these variables)."""
+"""The operator's settings: read once from the environment when the operator starts.
+
+The Helm chart sets these variables. ``OperatorConfig.from_environ`` is called by the startup
+handler in handlers.py, which hands the result to every handler through kopf's memo; no
+module reads the environment at import time. A missing or unusable value falls back to its
+default (the operator must start even with a bad value in a Helm override).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from durable_producer.operator.model import (
+    AGENT_IMAGE_ENV,
+    AGENT_IMAGE_PULL_POLICY_ENV,
+    DEFAULT_AGENT_IMAGE,
+    PULL_POLICIES,
+    AgentSidecarSettings,
+)
 
 WATCH_SERVER_TIMEOUT_ENV = "DURABLE_PRODUCER_WATCH_SERVER_TIMEOUT"
 DEFAULT_WATCH_SERVER_TIMEOUT_SECONDS = 300
 # The client waits this much longer than the server for a watch to end before giving up on it.
 CLIENT_TIMEOUT_MARGIN_SECONDS = 30
+
+WEBHOOK_ADDR_ENV = "DURABLE_PRODUCER_WEBHOOK_ADDR"
+WEBHOOK_PORT_ENV = "DURABLE_PRODUCER_WEBHOOK_PORT"
+WEBHOOK_CERT_FILE_ENV = "DURABLE_PRODUCER_WEBHOOK_CERT_FILE"
+WEBHOOK_KEY_FILE_ENV = "DURABLE_PRODUCER_WEBHOOK_KEY_FILE"
+DEFAULT_WEBHOOK_ADDR = "0.0.0.0"
+DEFAULT_WEBHOOK_PORT = 9443
+
+POOL_INTERVAL_ENV = "DURABLE_PRODUCER_POOL_INTERVAL_SECONDS"
+DEFAULT_POOL_INTERVAL_SECONDS = 10.0
+
+DEFAULT_PULL_POLICY = "IfNotPresent"
 
 
 @dataclass(frozen=True)
@@ -25,7 +52,6 @@ class OperatorTuning:
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorTuning:
-        """Tuning from the environment; a missing or unusable value falls back to the default."""
         raw = environ.get(WATCH_SERVER_TIMEOUT_ENV, "")
         try:
             server_timeout = int(raw)
@@ -34,3 +60,128 @@ class OperatorTuning:
         if server_timeout <= 0:
             server_timeout = DEFAULT_WATCH_SERVER_TIMEOUT_SECONDS
         return cls(watch_server_timeout=server_timeout)
+
+
+@dataclass(frozen=True)
+class WebhookSettings:
+    """Where kopf's webhook server listens, with the certificate the chart mounts.
+
+    No certificate configured means no webhook server (e.g. the operator runs without the
+    webhook feature); kopf's own self-signed generation needs oscrypto, whose released
+    version cannot load OpenSSL 3, so certificates always come from files.
+    """
+
+    addr: str = DEFAULT_WEBHOOK_ADDR
+    port: int = DEFAULT_WEBHOOK_PORT
+    certfile: str | None = None
+    keyfile: str | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.certfile and self.keyfile)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> WebhookSettings:
+        try:
+            port = int(environ.get(WEBHOOK_PORT_ENV, str(DEFAULT_WEBHOOK_PORT)))
+        except ValueError:
+            port = DEFAULT_WEBHOOK_PORT
+        return cls(
+            addr=environ.get(WEBHOOK_ADDR_ENV, DEFAULT_WEBHOOK_ADDR),
+            port=port,
+            certfile=environ.get(WEBHOOK_CERT_FILE_ENV) or None,
+            keyfile=environ.get(WEBHOOK_KEY_FILE_ENV) or None,
+        )
+
+
+@dataclass(frozen=True)
+class PoolPolicy:
+    """Timings of the volume pool, in seconds (see volume_pool.py)."""
+
+    claim_grace_seconds: float = 120.0
+    drain_grace_seconds: float = 60.0
+    idle_ttl_seconds: float = 900.0
+    drain_timeout_seconds: int = 600
+    pending_volume_seconds: float = 300.0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> PoolPolicy:
+        """Each field from its POOL_ENV variable; unusable or negative values keep the default."""
+        defaults = cls()
+        values: dict[str, Any] = {}
+        for name, variable in POOL_ENV.items():
+            raw = environ.get(variable)
+            default = getattr(defaults, name)
+            try:
+                value = type(default)(raw) if raw is not None else default
+            except ValueError:
+                value = default
+            values[name] = value if value >= 0 else default
+        return cls(**values)
+
+
+# PoolPolicy field -> the environment variable the Helm chart sets it with.
+POOL_ENV: dict[str, str] = {
+    "claim_grace_seconds": "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS",
+    "drain_grace_seconds": "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS",
+    "idle_ttl_seconds": "DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS",
+    "drain_timeout_seconds": "DURABLE_PRODUCER_POOL_DRAIN_TIMEOUT_SECONDS",
+    "pending_volume_seconds": "DURABLE_PRODUCER_POOL_PENDING_VOLUME_SECONDS",
+}
+
+
+def pool_interval_from_environ(environ: Mapping[str, str]) -> float:
+    """Seconds between two runs of the volume-pool timer (positive)."""
+    try:
+        interval = float(environ.get(POOL_INTERVAL_ENV, str(DEFAULT_POOL_INTERVAL_SECONDS)))
+    except ValueError:
+        return DEFAULT_POOL_INTERVAL_SECONDS
+    return interval if interval > 0 else DEFAULT_POOL_INTERVAL_SECONDS
+
+
+@dataclass(frozen=True)
+class AgentImage:
+    """The agent image the operator was installed with (Helm's ``agent.image``).
+
+    Used for a DurableProducer that does not set ``spec.agent.image``/``imagePullPolicy``.
+    """
+
+    image: str = DEFAULT_AGENT_IMAGE
+    pull_policy: str = DEFAULT_PULL_POLICY
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> AgentImage:
+        pull_policy = environ.get(AGENT_IMAGE_PULL_POLICY_ENV)
+        return cls(
+            image=environ.get(AGENT_IMAGE_ENV) or DEFAULT_AGENT_IMAGE,
+            pull_policy=pull_policy if pull_policy in PULL_POLICIES else DEFAULT_PULL_POLICY,
+        )
+
+    def image_for(self, agent: AgentSidecarSettings) -> str:
+        """The spec's image, else the operator's."""
+        return agent.image or self.image
+
+    def pull_policy_for(self, agent: AgentSidecarSettings) -> str:
+        """The spec's pull policy, else the operator's."""
+        return agent.image_pull_policy or self.pull_policy
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything the operator reads from its environment, read once at startup."""
+
+    tuning: OperatorTuning = field(default_factory=OperatorTuning)
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    pool: PoolPolicy = field(default_factory=PoolPolicy)
+    pool_interval_seconds: float = DEFAULT_POOL_INTERVAL_SECONDS
+    agent_image: AgentImage = field(default_factory=AgentImage)
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
+        return cls(
+            tuning=OperatorTuning.from_environ(environ),
+            webhook=WebhookSettings.from_environ(environ),
+            pool=PoolPolicy.from_environ(environ),
+            pool_interval_seconds=pool_interval_from_environ(environ),
+            agent_image=AgentImage.from_environ(environ),
+        )

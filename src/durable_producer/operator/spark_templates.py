@@ -10,37 +10,38 @@ what Spark cannot be told otherwise:
   webhook enforces, ``pod_mutation.MINIMUM_GRACE_SECONDS``).
 
 The agent itself is not in the template: the webhook adds it, so the sidecar always matches
-the DurableProducer's current spec. The kopf handler in spark_handlers.py reads the
-existing ConfigMap, calls ``plan_templates`` and carries out the returned action.
+the DurableProducer's current spec. spark_actions.py reads the existing ConfigMap, calls
+``plan_templates`` and carries out the returned action. The names the Spark conf helper looks
+for (ConfigMap suffix, template keys, container names) come from the contract.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 import yaml
 
-from durable_producer.operator import pod_mutation, volume_pool
-from durable_producer.operator.model import GROUP, DurableProducerSpec
-
-# The names the Spark conf helper looks for (durable_producer.spark_integration.conf and
-# .cluster). Repeated here, not imported, because the operator image carries no PySpark and
-# that package's __init__ leads to it; a unit test keeps the two sides equal.
-CONFIGMAP_SUFFIX = "-spark-templates"
-EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
-DRIVER_TEMPLATE_KEY = "driver-pod-template.yaml"
-DEFAULT_DRIVER_CONTAINER = "spark-kubernetes-driver"
+from durable_producer.contract import (
+    BOOTSTRAP_ENV,
+    BOOTSTRAP_TWIN_ENV,
+    DEFAULT_DRIVER_CONTAINER,
+    DRIVER_TEMPLATE_KEY,
+    EXECUTOR_TEMPLATE_KEY,
+    GROUP,
+    PRODUCER_LABEL,
+    SPARK_TEMPLATES_CONFIGMAP_SUFFIX,
+)
+from durable_producer.operator import pod_mutation
+from durable_producer.operator.kube_objects import Object
+from durable_producer.operator.manifests import owner_reference
+from durable_producer.operator.model import DurableProducerSpec
 
 TEMPLATES_FOR_LABEL = f"{GROUP}/spark-templates-for"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "durable-producer-operator"
 MAX_CONFIGMAP_NAME_LENGTH = 253
-
-Object = Mapping[str, Any]
-
 
 class TemplatesActionKind(StrEnum):
     NOTHING = "nothing"
@@ -60,7 +61,7 @@ class TemplatesAction:
 
 def configmap_name(producer_name: str) -> str:
     """The ConfigMap name the Spark conf helper looks up (spark_integration.cluster)."""
-    name = f"{producer_name}{CONFIGMAP_SUFFIX}"
+    name = f"{producer_name}{SPARK_TEMPLATES_CONFIGMAP_SUFFIX}"
     if len(name) > MAX_CONFIGMAP_NAME_LENGTH:
         raise ValueError(
             f"DurableProducer name {producer_name!r} is too long for its Spark templates"
@@ -76,15 +77,15 @@ def pod_template(producer_name: str, spec: DurableProducerSpec, container: str) 
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"labels": {pod_mutation.PRODUCER_LABEL: producer_name}},
+        "metadata": {"labels": {PRODUCER_LABEL: producer_name}},
         "spec": {
             "terminationGracePeriodSeconds": pod_mutation.MINIMUM_GRACE_SECONDS,
             "containers": [
                 {
                     "name": container,
                     "env": [
-                        {"name": pod_mutation.BOOTSTRAP_ENV, "value": address},
-                        {"name": pod_mutation.BOOTSTRAP_TWIN_ENV, "value": address},
+                        {"name": BOOTSTRAP_ENV, "value": address},
+                        {"name": BOOTSTRAP_TWIN_ENV, "value": address},
                     ],
                 }
             ],
@@ -118,7 +119,7 @@ def templates_configmap(producer: Object, spec: DurableProducerSpec) -> dict[str
             "name": configmap_name(name),
             "namespace": metadata.get("namespace"),
             "labels": {TEMPLATES_FOR_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY},
-            "ownerReferences": [volume_pool.owner_reference(producer)],
+            "ownerReferences": [owner_reference(producer)],
         },
         "data": data,
     }

@@ -15,22 +15,23 @@ time and pick up where it left off (see docs/volume-lifecycle.md for the state d
   it). A drain of an empty volume costs one short Job; skipping a needed one would lose data.
 - ``drain-job``: the drain Job currently working on the volume.
 
-Handlers in webhook_handlers.py read PVCs, pods and Jobs, call these functions and carry out
-the returned plan.
+claims.py and pool_actions.py read PVCs, pods and Jobs, call these functions and carry out
+the returned plan; manifests.py renders the PVCs and drain Jobs, pool_status.py turns what
+was found into the DurableProducer's status.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from durable_producer.operator import pod_mutation, reconcile
-from durable_producer.operator.model import API_VERSION, GROUP, KIND, DurableProducerSpec
-from durable_producer.operator.sizing import SizingInputs, size_buffer
+from durable_producer.contract import GROUP
+from durable_producer.operator import pod_mutation
+from durable_producer.operator.kube_objects import Object, format_time, name_of, parse_time
+from durable_producer.operator.settings import PoolPolicy
 
 POOL_LABEL = f"{GROUP}/buffer-for"
 DRAIN_VOLUME_LABEL = f"{GROUP}/drain-volume"
@@ -47,78 +48,11 @@ BACKLOG_UNKNOWN = "unknown"
 VOLUME_NAME_PREFIX_LENGTH = 40
 FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
-Object = Mapping[str, Any]
-
-
 class VolumeState(StrEnum):
     IN_USE = "InUse"
     CLAIMED = "Claimed"
     FREE = "Free"
     DRAINING = "Draining"
-
-
-def status_volume_counts(counts: Mapping[str, int]) -> dict[str, int]:
-    """``PoolPlan.counts`` (keyed by VolumeState) as ``status.volumes`` (camelCase keys)."""
-    keys = {
-        VolumeState.IN_USE: "inUse",
-        VolumeState.CLAIMED: "claimed",
-        VolumeState.FREE: "free",
-        VolumeState.DRAINING: "draining",
-    }
-    return {key: int(counts.get(state.value, 0)) for state, key in keys.items()}
-
-
-@dataclass(frozen=True)
-class PoolPolicy:
-    """Timings of the pool, in seconds (environment variables, set by the Helm chart)."""
-
-    claim_grace_seconds: float = 120.0
-    drain_grace_seconds: float = 60.0
-    idle_ttl_seconds: float = 900.0
-    drain_timeout_seconds: int = 600
-    pending_volume_seconds: float = 300.0
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str] = os.environ) -> PoolPolicy:
-        """Each field from its POOL_ENV variable; unusable values keep the default."""
-        defaults = cls()
-        values: dict[str, Any] = {}
-        for name, variable in POOL_ENV.items():
-            raw = environ.get(variable)
-            default = getattr(defaults, name)
-            try:
-                value = type(default)(raw) if raw is not None else default
-            except ValueError:
-                value = default
-            values[name] = value if value >= 0 else default
-        return cls(**values)
-
-
-# PoolPolicy field -> the environment variable the Helm chart sets it with.
-POOL_ENV: dict[str, str] = {
-    "claim_grace_seconds": "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS",
-    "drain_grace_seconds": "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS",
-    "idle_ttl_seconds": "DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS",
-    "drain_timeout_seconds": "DURABLE_PRODUCER_POOL_DRAIN_TIMEOUT_SECONDS",
-    "pending_volume_seconds": "DURABLE_PRODUCER_POOL_PENDING_VOLUME_SECONDS",
-}
-
-
-def format_time(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-def _name(obj: Object) -> str:
-    return str((obj.get("metadata") or {}).get("name") or "")
 
 
 def _annotations(obj: Object) -> Mapping[str, str]:
@@ -138,7 +72,7 @@ def volume_users(pods: Iterable[Object]) -> dict[str, list[str]]:
             continue
         claim = pod_mutation.claimed_volume(pod)
         if claim:
-            users.setdefault(claim, []).append(_name(pod))
+            users.setdefault(claim, []).append(name_of(pod))
     return users
 
 
@@ -178,12 +112,12 @@ def choose_volume(
     free = [
         pvc
         for pvc in pvcs
-        if _name(pvc) not in skipped
+        if name_of(pvc) not in skipped
         and (pvc.get("metadata") or {}).get("deletionTimestamp") is None
-        and volume_state(pvc, users.get(_name(pvc), []), now, policy) is VolumeState.FREE
+        and volume_state(pvc, users.get(name_of(pvc), []), now, policy) is VolumeState.FREE
     ]
     free.sort(
-        key=lambda pvc: (_annotations(pvc).get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY, _name(pvc))
+        key=lambda pvc: (_annotations(pvc).get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY, name_of(pvc))
     )
     return free[0] if free else None
 
@@ -217,93 +151,6 @@ def volume_name(producer: str, suffix: str) -> str:
 
 def drain_job_name(pvc_name: str) -> str:
     return f"{pvc_name}-drain"
-
-
-def owner_reference(producer: Object) -> dict[str, Any]:
-    metadata = producer.get("metadata") or {}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "name": metadata.get("name"),
-        "uid": metadata.get("uid"),
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def new_volume_manifest(
-    producer: Object, spec: DurableProducerSpec, name: str, token: str, now: datetime
-) -> dict[str, Any]:
-    """A new pool PVC, created already claimed by the pod being admitted."""
-    metadata = producer.get("metadata") or {}
-    pvc_spec: dict[str, Any] = {
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {
-            "requests": {"storage": size_buffer(SizingInputs.from_spec(spec)).size_quantity}
-        },
-    }
-    if spec.storage.storage_class_name is not None:
-        pvc_spec["storageClassName"] = spec.storage.storage_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {
-            "name": name,
-            "namespace": metadata.get("namespace"),
-            "labels": {POOL_LABEL: metadata.get("name")},
-            "annotations": {
-                CLAIM_TOKEN_ANNOTATION: token,
-                CLAIMED_AT_ANNOTATION: format_time(now),
-                BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
-            },
-            "ownerReferences": [owner_reference(producer)],
-        },
-        "spec": pvc_spec,
-    }
-
-
-def drain_job_manifest(
-    producer: Object,
-    spec: DurableProducerSpec,
-    pvc_name: str,
-    policy: PoolPolicy,
-    environ: Mapping[str, str],
-) -> dict[str, Any]:
-    """A Job running the agent in drain mode on one volume: exit 0 once all reached Kafka."""
-    metadata = producer.get("metadata") or {}
-    labels = {POOL_LABEL: metadata.get("name"), DRAIN_VOLUME_LABEL: pvc_name}
-    container = pod_mutation.agent_base_container(
-        spec, pod_mutation.agent_drain_args(spec, policy.drain_timeout_seconds), environ
-    )
-    return {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {
-            "name": drain_job_name(pvc_name),
-            "namespace": metadata.get("namespace"),
-            "labels": labels,
-            "ownerReferences": [owner_reference(producer)],
-        },
-        "spec": {
-            "backoffLimit": 2,
-            "activeDeadlineSeconds": 3 * (policy.drain_timeout_seconds + 60),
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "securityContext": {"fsGroup": pod_mutation.AGENT_USER_ID},
-                    "containers": [container],
-                    "volumes": [
-                        {
-                            "name": pod_mutation.BUFFER_VOLUME_NAME,
-                            "persistentVolumeClaim": {"claimName": pvc_name},
-                        },
-                        *pod_mutation.secret_volumes(spec),
-                    ],
-                },
-            },
-        },
-    }
 
 
 def job_outcome(job: Object) -> str:
@@ -346,7 +193,7 @@ class PoolPlan:
 
 def _annotation_patch(pvc: Object, annotations: dict[str, Any]) -> VolumePatch:
     return VolumePatch(
-        _name(pvc),
+        name_of(pvc),
         {
             "metadata": {
                 "resourceVersion": (pvc.get("metadata") or {}).get("resourceVersion"),
@@ -372,14 +219,14 @@ def plan_pool(
     """
     pods = list(pods)
     users = volume_users(pods)
-    jobs_by_name = {_name(job): job for job in jobs}
+    jobs_by_name = {name_of(job): job for job in jobs}
     plan = PoolPlan(counts={state.value: 0 for state in VolumeState})
     drain_grace = 0.0 if deleting else policy.drain_grace_seconds
     idle_ttl = 0.0 if deleting else policy.idle_ttl_seconds
     stamp = format_time(now)
 
     for pvc in pvcs:
-        name = _name(pvc)
+        name = name_of(pvc)
         annotations = _annotations(pvc)
         state = volume_state(pvc, users.get(name, []), now, policy)
         plan.counts[state.value] += 1
@@ -426,7 +273,7 @@ def plan_pool(
 def _plan_draining(
     plan: PoolPlan, pvc: Object, jobs_by_name: Mapping[str, Object], stamp: str
 ) -> None:
-    name = _name(pvc)
+    name = name_of(pvc)
     annotations = _annotations(pvc)
     job_name = str(annotations.get(DRAIN_JOB_ANNOTATION))
     job = jobs_by_name.get(job_name)
@@ -465,93 +312,4 @@ def _plan_draining(
                 DRAIN_FAILURES_ANNOTATION: str(failures),
             },
         )
-    )
-
-
-def pods_without_agent(pods: Iterable[Object]) -> list[str]:
-    """Names of running opted-in pods that have no agent (admitted while the webhook was down)."""
-    return sorted(
-        _name(pod)
-        for pod in pods
-        if (pod.get("status") or {}).get("phase") == "Running" and not pod_mutation.is_injected(pod)
-    )
-
-
-def attached_pods(pods: Iterable[Object]) -> int:
-    return sum(
-        1
-        for pod in pods
-        if pod_mutation.is_injected(pod)
-        and (pod.get("status") or {}).get("phase") not in FINISHED_POD_PHASES
-    )
-
-
-# The agent's Prometheus gauge of bytes not yet acknowledged by Kafka (buffer_agent/metrics.py;
-# not imported, so the operator image does not need the agent's dependencies).
-BACKLOG_METRIC = "durable_agent_backlog_bytes"
-
-
-def parse_backlog_bytes(exposition: str) -> int | None:
-    """The backlog gauge from a Prometheus text exposition, or None when absent."""
-    for line in exposition.splitlines():
-        if line.startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) >= 2 and parts[0].split("{", 1)[0] == BACKLOG_METRIC:
-            try:
-                return int(float(parts[1]))
-            except ValueError:
-                return None
-    return None
-
-
-def agent_metrics_urls(pods: Iterable[Object], metrics_port: int) -> list[str]:
-    """Metrics endpoints of the running agents, from the pods' IPs."""
-    urls = []
-    for pod in pods:
-        status = pod.get("status") or {}
-        address = status.get("podIP")
-        if status.get("phase") != "Running" or not address or not pod_mutation.is_injected(pod):
-            continue
-        host = f"[{address}]" if ":" in str(address) else address
-        urls.append(f"http://{host}:{metrics_port}/metrics")
-    return sorted(urls)
-
-
-def degraded_conditions(
-    current: Sequence[Mapping[str, Any]],
-    baseline: Sequence[Mapping[str, Any]],
-    problems: Sequence[str],
-    reason: str,
-    now: datetime,
-) -> list[dict[str, Any]] | None:
-    """The conditions with Degraded reflecting pool problems, or None when nothing changes.
-
-    ``baseline`` holds the conditions the spec alone gives (reconcile.desired_status): its
-    Degraded message (e.g. a short runway) is kept next to the pool problems, and it is what
-    Degraded returns to once the problems are gone. Only a Degraded we set is ever cleared.
-    """
-    degraded = next((c for c in current if c.get("type") == reconcile.DEGRADED), None)
-    ours = degraded is not None and degraded.get("reason") == reason
-    base = next((c for c in baseline if c.get("type") == reconcile.DEGRADED), None)
-    if problems:
-        messages = list(problems)
-        if base is not None and base.get("status") == "True" and base.get("message"):
-            messages.append(str(base["message"]))
-        message = "; ".join(messages)
-        if ours and degraded is not None and degraded.get("message") == message:
-            return None
-        return reconcile.set_condition(
-            current, reconcile.DEGRADED, "True", reason, message, None, now
-        )
-    if not ours or base is None:
-        return None
-    return reconcile.set_condition(
-        current,
-        reconcile.DEGRADED,
-        str(base.get("status")),
-        str(base.get("reason")),
-        str(base.get("message") or ""),
-        base.get("observedGeneration"),
-        now,
     )

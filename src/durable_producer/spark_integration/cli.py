@@ -17,11 +17,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from durable_producer.spark_integration.cluster import (
-    TEMPLATES_CONFIGMAP_SUFFIX,
-    fetch_templates,
-    templates_configmap_name,
-)
+from durable_producer.contract import SPARK_TEMPLATES_CONFIGMAP_SUFFIX
+from durable_producer.spark_integration.cluster import fetch_templates, templates_configmap_name
 from durable_producer.spark_integration.conf import (
     PodTemplates,
     TemplateError,
@@ -56,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument(
         "--producer",
         help="fetch the templates of this DurableProducer from the cluster "
-        f"(ConfigMap NAME{TEMPLATES_CONFIGMAP_SUFFIX})",
+        f"(ConfigMap NAME{SPARK_TEMPLATES_CONFIGMAP_SUFFIX})",
     )
     source.add_argument("--configmap", help="fetch the templates from this ConfigMap")
     conf.add_argument("--namespace", default="default", help="namespace of the ConfigMap")

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from durable_producer.contract import SPARK_TEMPLATES_CONFIGMAP_SUFFIX
 from durable_producer.spark_integration.conf import (
     PodTemplates,
     TemplateError,
     write_rendered_templates,
 )
 
-TEMPLATES_CONFIGMAP_SUFFIX = "-spark-templates"
-
 
 def templates_configmap_name(producer: str) -> str:
     """Name of the ConfigMap holding the templates rendered for DurableProducer ``producer``."""
-    return f"{producer}{TEMPLATES_CONFIGMAP_SUFFIX}"
+    return f"{producer}{SPARK_TEMPLATES_CONFIGMAP_SUFFIX}"
 
 
 def fetch_rendered_templates(

@@ -17,7 +17,15 @@ from typing import Any, Protocol, Self, TypeVar
 
 import yaml
 
-PRODUCER_LABEL = "durable.dev/producer"
+# The opt-in label, template keys (file names) and Spark's default container names are the
+# operator's too: both sides read them from the contract.
+from durable_producer.contract import (
+    DEFAULT_DRIVER_CONTAINER,
+    DEFAULT_EXECUTOR_CONTAINER,
+    DRIVER_TEMPLATE_KEY,
+    EXECUTOR_TEMPLATE_KEY,
+    PRODUCER_LABEL,
+)
 
 EXECUTOR_TEMPLATE_FILE = "spark.kubernetes.executor.podTemplateFile"
 EXECUTOR_CONTAINER_NAME = "spark.kubernetes.executor.podTemplateContainerName"
@@ -27,14 +35,6 @@ EXECUTOR_GRACE_PERIOD = "spark.kubernetes.executor.terminationGracePeriodSeconds
 DYNAMIC_ALLOCATION_DELETE_GRACE = "spark.kubernetes.dynamicAllocation.deleteGracePeriod"
 EXECUTOR_LABEL_PREFIX = "spark.kubernetes.executor.label."
 DRIVER_LABEL_PREFIX = "spark.kubernetes.driver.label."
-
-# Spark's own names for its containers when a template does not say otherwise.
-DEFAULT_EXECUTOR_CONTAINER = "spark-kubernetes-executor"
-DEFAULT_DRIVER_CONTAINER = "spark-kubernetes-driver"
-
-# File names (ConfigMap keys) of the rendered templates.
-EXECUTOR_TEMPLATE_KEY = "executor-pod-template.yaml"
-DRIVER_TEMPLATE_KEY = "driver-pod-template.yaml"
 
 
 class TemplateError(ValueError):

@@ -11,10 +11,9 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from durable_producer.contract import AGENT_BOOTSTRAP, BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration.errors import SinkOptionError
 
-BOOTSTRAP_ENV = "DURABLE_PRODUCER_BOOTSTRAP"
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 PRODUCER_PREFIX = "kafka."
 
 DEFAULT_AGENT_WAIT_SECONDS = 10.0
@@ -98,7 +97,7 @@ def resolve_bootstrap(explicit: str | None, environ: Mapping[str, str] | None = 
     if explicit:
         return explicit
     env = os.environ if environ is None else environ
-    return env.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+    return env.get(BOOTSTRAP_TWIN_ENV) or AGENT_BOOTSTRAP
 
 
 def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:

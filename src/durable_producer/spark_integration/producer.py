@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from confluent_kafka import KafkaError, Message, Producer
 
+from durable_producer.contract import BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration.columns import SinkColumns
 from durable_producer.spark_integration.errors import (
     AgentUnreachableError,
@@ -27,7 +28,6 @@ from durable_producer.spark_integration.errors import (
     NullValueError,
 )
 from durable_producer.spark_integration.options import (
-    BOOTSTRAP_ENV,
     SinkOptions,
     bootstrap_addresses,
     resolve_bootstrap,
@@ -63,7 +63,7 @@ def wait_for_agent(bootstrap: str, wait_seconds: float) -> None:
         f"durable-kafka: cannot connect to the buffer agent at {bootstrap} "
         f"({last_error}; waited {wait_seconds:g}s). The durable-producer buffer agent sidecar "
         f"must be running in this pod and listening there: check that the pod carries the "
-        f"durable.dev/producer label and that ${BOOTSTRAP_ENV} (or the 'bootstrap' option) "
+        f"durable.dev/producer label and that ${BOOTSTRAP_TWIN_ENV} (or the 'bootstrap' option) "
         f"points at the agent."
     )
 

@@ -15,7 +15,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import urllib.error
 import urllib.request
 import uuid
@@ -29,6 +28,7 @@ import kmock
 import pytest
 
 from durable_producer.operator import crd, model
+from support.waiting import wait_for
 
 NAMESPACE = "default"
 COLLECTION_PATH = f"/apis/{model.GROUP}/{model.VERSION}/namespaces/{NAMESPACE}/{model.PLURAL}"
@@ -46,11 +46,11 @@ DECLARED_RESOURCES: dict[str, kmock.ResourceInfo] = {
         verbs={"get", "list", "watch", "create", "update", "patch", "delete"},
     ),
     "v1/events": kmock.ResourceInfo(kind="Event", namespaced=True),
-    # The volume pool (webhook_handlers) lists pods, PVCs and drain Jobs.
+    # The volume pool (pool_actions, claims) lists pods, PVCs and drain Jobs.
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
     "v1/persistentvolumeclaims": kmock.ResourceInfo(kind="PersistentVolumeClaim", namespaced=True),
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True),
-    # The Spark pod templates (spark_handlers) live in a ConfigMap per DurableProducer.
+    # The Spark pod templates (spark_actions) live in a ConfigMap per DurableProducer.
     "v1/configmaps": kmock.ResourceInfo(kind="ConfigMap", namespaced=True),
     # kopf waits for namespaces to be discoverable even when it never lists them (cluster-wide).
     "v1/namespaces": kmock.ResourceInfo(kind="Namespace", namespaced=False),
@@ -175,20 +175,6 @@ def _deep_merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
             _deep_merge(target[key], value)
         else:
             target[key] = value
-
-
-def wait_for(
-    predicate: Callable[[], Any], timeout: float = 20.0, interval: float = 0.2, what: str = ""
-) -> Any:
-    """Poll until predicate() is truthy; return its value or fail with `what`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 @pytest.fixture()

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from durable_producer.operator import handlers, reconcile
+from durable_producer.operator import api_access, reconcile, startup
 from durable_producer.operator.model import API_VERSION, KIND, DurableProducerSpec
 from durable_producer.operator.sizing import SizingInputs, size_buffer
 from integration.operator.operator_harness import (
     KubernetesApi,
     OperatorProcess,
-    wait_for,
 )
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -42,7 +42,7 @@ def assert_requests_within_declared_access(kubernetes_api: KubernetesApi) -> Non
     """Everything the operator asked of the API is listed in KUBERNETES_API_ACCESS (for RBAC)."""
     declared = {
         (group, resource, verb)
-        for group, resource, verbs in handlers.KUBERNETES_API_ACCESS
+        for group, resource, verbs in api_access.KUBERNETES_API_ACCESS
         for verb in verbs
     }
     used = {
@@ -97,7 +97,7 @@ def test_create_converges_to_ready_with_computed_size(
     assert obj["status"]["bufferSize"] == expected.size_quantity == "6Gi"
     assert obj["status"]["runwaySeconds"] == expected.runway_seconds >= 3600
     assert condition(obj, reconcile.DEGRADED)["status"] == "False"  # type: ignore[index]
-    assert handlers.FINALIZER in obj["metadata"]["finalizers"]
+    assert startup.FINALIZER in obj["metadata"]["finalizers"]
     assert "kopf" not in obj["status"], "kopf's progress must live in annotations"
     assert_requests_within_declared_access(kubernetes_api)
 
@@ -106,9 +106,17 @@ def test_update_of_throughput_recomputes_size_and_generation(
     kubernetes_api: KubernetesApi, operator_process: OperatorProcess
 ) -> None:
     kubernetes_api.create(durable_producer("clicks"))
-    first_ready = wait_for(
-        lambda: condition(kubernetes_api.get("clicks"), reconcile.READY), what="first Ready"
+    # kopf may run the create handlers twice here (the emulator's events lag kopf's own
+    # patches), a few milliseconds apart: take Ready once the whole create cycle is done
+    # (the Spark templates handler runs last), not between the two reconciles.
+    wait_for(
+        lambda: ((kubernetes_api.get("clicks") or {}).get("status") or {}).get(
+            "sparkTemplatesConfigMap"
+        ),
+        what="the create handlers to finish",
     )
+    first_ready = condition(kubernetes_api.get("clicks"), reconcile.READY)
+    assert first_ready is not None
 
     kubernetes_api.patch_spec("clicks", {"throughput": {"peakBytesPerSecond": 10 * MIB_PER_SECOND}})
 
@@ -196,7 +204,7 @@ def test_delete_runs_finalizer_and_object_goes_away(
     kubernetes_api.create(durable_producer("audit"))
     wait_for(
         lambda: (
-            handlers.FINALIZER
+            startup.FINALIZER
             in ((kubernetes_api.get("audit") or {}).get("metadata", {}).get("finalizers") or [])
         ),
         what="our finalizer",

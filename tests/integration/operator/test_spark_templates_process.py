@@ -8,15 +8,16 @@ from typing import Any
 import pytest
 import yaml
 
-from durable_producer.operator import pod_mutation, spark_handlers, spark_templates
+from durable_producer import contract
+from durable_producer.operator import api_access, pod_mutation, spark_actions
 from durable_producer.operator.model import API_VERSION, KIND
 from integration.operator.operator_harness import (
     NAMESPACE,
     KubernetesApi,
     OperatorProcess,
-    wait_for,
 )
 from integration.operator.test_webhook_harness import api_call
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -41,12 +42,12 @@ def read_configmap(kubernetes_api: KubernetesApi) -> dict[str, Any] | None:
 
 def recorded_configmap(kubernetes_api: KubernetesApi) -> str | None:
     found = kubernetes_api.get("orders") or {}
-    return (found.get("status") or {}).get(spark_handlers.STATUS_FIELD)
+    return (found.get("status") or {}).get(spark_actions.STATUS_FIELD)
 
 
 def executor_template(configmap: dict[str, Any]) -> dict[str, Any]:
     template: dict[str, Any] = yaml.safe_load(
-        configmap["data"][spark_templates.EXECUTOR_TEMPLATE_KEY]
+        configmap["data"][contract.EXECUTOR_TEMPLATE_KEY]
     )
     return template
 
@@ -60,14 +61,15 @@ def assert_configmap_requests_declared(kubernetes_api: KubernetesApi) -> None:
     """What the operator did to ConfigMaps is what the chart grants (SPARK_TEMPLATES_API_ACCESS)."""
     declared = {
         verb
-        for _, resource, verbs in spark_handlers.SPARK_TEMPLATES_API_ACCESS
+        for _, resource, verbs in api_access.SPARK_TEMPLATES_API_ACCESS
         if resource == "configmaps"
         for verb in verbs
     }
     used = {
         request.verb
         for request in kubernetes_api.requests()
-        if request.plural == "configmaps" and request.user_agent == spark_handlers.USER_AGENT
+        if request.plural == "configmaps"
+        and request.user_agent == api_access.SPARK_TEMPLATES_USER_AGENT
     }
     assert used, "the operator never touched a ConfigMap"
     assert used <= declared, f"undeclared ConfigMap access: {sorted(used - declared)}"
@@ -84,9 +86,9 @@ def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
     )
     configmap = read_configmap(kubernetes_api)
     assert configmap is not None
-    assert list(configmap["data"]) == [spark_templates.EXECUTOR_TEMPLATE_KEY]
+    assert list(configmap["data"]) == [contract.EXECUTOR_TEMPLATE_KEY]
     template = executor_template(configmap)
-    assert template["metadata"]["labels"] == {pod_mutation.PRODUCER_LABEL: "orders"}
+    assert template["metadata"]["labels"] == {contract.PRODUCER_LABEL: "orders"}
     assert template["spec"]["terminationGracePeriodSeconds"] == (pod_mutation.MINIMUM_GRACE_SECONDS)
     assert executor_env(configmap)["DURABLE_PRODUCER_BOOTSTRAP"] == "127.0.0.1:9092"
     (owner,) = configmap["metadata"]["ownerReferences"]
@@ -100,7 +102,7 @@ def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
     rerendered = wait_for(
         lambda: (
             (cm := read_configmap(kubernetes_api))
-            and spark_templates.DRIVER_TEMPLATE_KEY in cm["data"]
+            and contract.DRIVER_TEMPLATE_KEY in cm["data"]
             and cm
         ),
         what="the driver template after the spec change",
@@ -109,7 +111,7 @@ def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
         "DURABLE_PRODUCER_BOOTSTRAP": "127.0.0.1:19092",
     }
-    driver = yaml.safe_load(rerendered["data"][spark_templates.DRIVER_TEMPLATE_KEY])
+    driver = yaml.safe_load(rerendered["data"][contract.DRIVER_TEMPLATE_KEY])
     assert driver["spec"]["containers"][0]["name"] == "spark-kubernetes-driver"
     assert recorded_configmap(kubernetes_api) == CONFIGMAP
 
@@ -140,7 +142,7 @@ def test_a_restarted_operator_restores_a_deleted_configmap(
     start_operator()
 
     restored = wait_for(lambda: read_configmap(kubernetes_api), what="the restored ConfigMap")
-    assert executor_template(restored)["metadata"]["labels"][pod_mutation.PRODUCER_LABEL] == (
+    assert executor_template(restored)["metadata"]["labels"][contract.PRODUCER_LABEL] == (
         "orders"
     )
     assert recorded_configmap(kubernetes_api) == CONFIGMAP

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
-from durable_producer.operator import pod_mutation, webhook_handlers
+from durable_producer.operator import api_access, pod_mutation
 from durable_producer.operator import volume_pool as vp
-from integration.operator.operator_harness import KubernetesApi, wait_for
+from durable_producer.operator.kube_objects import format_time
+from integration.operator.operator_harness import KubernetesApi
 from integration.operator.test_webhook_harness import (
     JOBS_PATH,
     PODS_PATH,
@@ -31,6 +32,7 @@ from integration.operator.test_webhook_harness import (
     pool_resources,
     start_webhook_operator,
 )
+from support.waiting import wait_for
 
 __all__ = ["pool_resources", "start_webhook_operator"]
 
@@ -81,7 +83,7 @@ def test_pods_admitted_concurrently_get_different_volumes(
     free = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
         "name": "orders-buffer-free", "labels": {vp.POOL_LABEL: "orders"},
         "resourceVersion": "1",
-        "annotations": {vp.RELEASED_AT_ANNOTATION: vp.format_time(datetime.now(UTC)),
+        "annotations": {vp.RELEASED_AT_ANNOTATION: format_time(datetime.now(UTC)),
                         vp.BACKLOG_ANNOTATION: vp.BACKLOG_UNKNOWN}},
         "spec": {"accessModes": ["ReadWriteOnce"]}}
     assert api_call(kubernetes_api, "POST", PVCS_PATH, free)[0] in (200, 201)
@@ -210,11 +212,11 @@ def test_deleting_the_producer_waits_for_pods_and_drains(
 def assert_pool_requests_within_declared_access(kubernetes_api: KubernetesApi) -> None:
     """The pool's own API calls are all in POOL_API_ACCESS (what the chart's RBAC grants)."""
     declared = {(group, resource, verb)
-                for group, resource, verbs in webhook_handlers.POOL_API_ACCESS
+                for group, resource, verbs in api_access.POOL_API_ACCESS
                 for verb in verbs}
     used = {(request.group, request.plural, request.verb)
             for request in kubernetes_api.requests()
-            if request.user_agent == webhook_handlers.USER_AGENT and request.plural}
+            if request.user_agent == api_access.POOL_USER_AGENT and request.plural}
 
     assert {("", "persistentvolumeclaims", "create"), ("", "persistentvolumeclaims", "delete"),
             ("batch", "jobs", "create"), ("batch", "jobs", "delete"),

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from durable_producer import contract
 from durable_producer.operator import pod_mutation
 from durable_producer.operator import volume_pool as vp
 from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.settings import AgentImage
 from integration.operator.operator_harness import KubernetesApi
 from integration.operator.test_webhook_harness import (
     AGENT_IMAGE,
@@ -29,7 +31,7 @@ __all__ = ["pool_resources", "start_webhook_operator"]
 
 pytestmark = pytest.mark.integration
 
-ENVIRON = {"DURABLE_PRODUCER_AGENT_IMAGE": AGENT_IMAGE}
+INSTALLED_AGENT_IMAGE = AgentImage(image=AGENT_IMAGE)
 SPEC = DurableProducerSpec.model_validate(durable_producer()["spec"])
 
 
@@ -53,7 +55,7 @@ def deployment_pod() -> dict[str, Any]:
 
 
 def expected(pod: dict[str, Any], claim: str) -> dict[str, Any]:
-    return pod_mutation.mutated_pod(pod, "orders", SPEC, claim, ENVIRON)
+    return pod_mutation.mutated_pod(pod, "orders", SPEC, claim, INSTALLED_AGENT_IMAGE)
 
 
 def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
@@ -65,7 +67,7 @@ def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
     result = patched(pod, response)
 
     assert response["allowed"] is True
-    claim = result["metadata"]["annotations"][pod_mutation.BUFFER_VOLUME_ANNOTATION]
+    claim = result["metadata"]["annotations"][contract.BUFFER_VOLUME_ANNOTATION]
     assert result == expected(pod, claim)
     assert result["spec"]["initContainers"][0]["image"] == AGENT_IMAGE
     volumes = items(kubernetes_api, PVCS_PATH)

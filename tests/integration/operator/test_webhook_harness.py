@@ -1,9 +1,9 @@
 """The real operator with its webhook server (HTTPS, a self-signed certificate) and volume pool.
 
 Reuses operator_harness (the emulator and `kopf run`): pods, PVCs and Jobs are declared in the
-emulator, the operator is started with the webhook handlers loaded and a certificate made by
-the openssl CLI. The emulator has no admission chain, so tests play the API server: they send
-AdmissionReviews to the webhook, apply the JSONPatch it answers and POST the resulting pod.
+emulator, the operator is started with a webhook certificate made by the openssl CLI. The
+emulator has no admission chain, so tests play the API server: they send AdmissionReviews to
+the webhook, apply the JSONPatch it answers and POST the resulting pod.
 No test functions here: this module holds fixtures and helpers for test_webhook*.py and
 test_volume_pool*.py.
 """
@@ -35,8 +35,8 @@ from integration.operator.operator_harness import (
     NAMESPACE,
     KubernetesApi,
     OperatorProcess,
-    wait_for,
 )
+from support.waiting import wait_for
 
 POOL_RESOURCES: dict[str, kmock.ResourceInfo] = {
     "v1/pods": kmock.ResourceInfo(kind="Pod", namespaced=True),
@@ -195,7 +195,7 @@ def _webhook_accepts_tls(port: int) -> bool:
 def start_webhook_operator(
     kubernetes_api: KubernetesApi, tmp_path: Path
 ) -> Iterator[Callable[..., WebhookOperator]]:
-    """Starts `kopf run` with the DurableProducer and webhook handlers; stops it after."""
+    """Starts `kopf run` with a webhook certificate (so the webhook is served); stops it after."""
     kubeconfig = tmp_path / "kubeconfig"
     operator_harness._write_kubeconfig(kubeconfig, kubernetes_api.base_url)
     cert, key = make_certificate(tmp_path)
@@ -220,7 +220,6 @@ def start_webhook_operator(
         command = [
             sys.executable, "-m", "kopf", "run",
             "-m", "durable_producer.operator.handlers",
-            "-m", "durable_producer.operator.webhook_handlers",
             "--standalone", "--all-namespaces", f"--liveness={liveness_url}", "--verbose",
         ]  # fmt: skip
         with log_path.open("wb") as log_file:

@@ -16,8 +16,8 @@ import pytest
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
+from durable_producer.contract import BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration import register
-from durable_producer.spark_integration.options import BOOTSTRAP_ENV
 from integration.spark_integration.spark_harness import (
     AgentProcess,
     Emulator,
@@ -65,7 +65,7 @@ def spark(kafka_endpoint: KafkaEndpoint) -> Iterator[SparkSession]:
     started with, as it reaches executors through the pod's env on Kubernetes.
     """
     launch_env = {
-        BOOTSTRAP_ENV: kafka_endpoint.write_bootstrap,
+        BOOTSTRAP_TWIN_ENV: kafka_endpoint.write_bootstrap,
         "PYSPARK_PYTHON": sys.executable,
         "PYSPARK_DRIVER_PYTHON": sys.executable,
     }

@@ -7,29 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.contract import DRIVER_TEMPLATE_KEY, EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.cli import main
 from durable_producer.spark_integration.cluster import templates_configmap_name
-from durable_producer.spark_integration.conf import (
-    DRIVER_TEMPLATE_KEY,
-    EXECUTOR_CONTAINER_NAME,
-    EXECUTOR_TEMPLATE_FILE,
-    EXECUTOR_TEMPLATE_KEY,
-)
+from durable_producer.spark_integration.conf import EXECUTOR_CONTAINER_NAME, EXECUTOR_TEMPLATE_FILE
 from integration.spark_integration.spark_harness import Emulator
+from support.spark_templates import executor_template
 
 pytestmark = pytest.mark.integration
 
-EXECUTOR_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  labels:
-    durable.dev/producer: orders
-spec:
-  terminationGracePeriodSeconds: 90
-  containers:
-    - name: spark-kubernetes-executor
-"""
+EXECUTOR_TEMPLATE = executor_template(grace_seconds=90)
 
 
 def test_cli_fetches_templates_of_a_producer(

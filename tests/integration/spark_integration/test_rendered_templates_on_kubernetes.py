@@ -22,9 +22,10 @@ from typing import Any
 import kmock
 import pytest
 
-from durable_producer.operator import pod_mutation, spark_handlers, volume_pool
+from durable_producer import contract
+from durable_producer.operator import pod_mutation, spark_actions, volume_pool
 from integration.operator import operator_harness
-from integration.operator.operator_harness import NAMESPACE, KubernetesApi, kubernetes_api, wait_for
+from integration.operator.operator_harness import NAMESPACE, KubernetesApi, kubernetes_api
 from integration.operator.test_webhook_harness import (
     AGENT_IMAGE,
     PODS_PATH,
@@ -36,6 +37,7 @@ from integration.operator.test_webhook_harness import (
     pool_resources,
     start_webhook_operator,
 )
+from support.waiting import wait_for
 
 __all__ = ["kubernetes_api", "pool_resources", "start_webhook_operator"]
 
@@ -152,7 +154,7 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
     webhook: WebhookOperator = start_webhook_operator()
     wait_for(
         lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
-            spark_handlers.STATUS_FIELD
+            spark_actions.STATUS_FIELD
         ),
         what="the operator to render the Spark templates",
     )
@@ -163,7 +165,7 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
 
     # What the rendered template (and the conf the helper derived from it) put in the pod.
     labels = pod["metadata"]["labels"]
-    assert labels[pod_mutation.PRODUCER_LABEL] == "orders"
+    assert labels[contract.PRODUCER_LABEL] == "orders"
     assert labels["spark-role"] == "executor"
     assert pod["spec"]["terminationGracePeriodSeconds"] == pod_mutation.MINIMUM_GRACE_SECONDS
     (spark_container,) = pod["spec"]["containers"]
@@ -182,7 +184,7 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
     assert pod_mutation.is_injected(admitted)
     agent = admitted["spec"]["initContainers"][0]
     assert (agent["name"], agent["restartPolicy"], agent["image"]) == (
-        pod_mutation.AGENT_CONTAINER_NAME,
+        contract.AGENT_CONTAINER_NAME,
         "Always",
         AGENT_IMAGE,
     )

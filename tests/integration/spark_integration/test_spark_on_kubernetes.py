@@ -17,30 +17,15 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.spark_integration.conf import EXECUTOR_TEMPLATE_KEY, write_rendered_templates
+from durable_producer.contract import EXECUTOR_TEMPLATE_KEY
+from durable_producer.spark_integration.conf import write_rendered_templates
 from integration.spark_integration.spark_harness import Emulator
+from support.spark_templates import executor_template
 
 pytestmark = pytest.mark.integration
 
 GRACE_SECONDS = 180
-EXECUTOR_TEMPLATE = f"""\
-apiVersion: v1
-kind: Pod
-metadata:
-  labels:
-    durable.dev/producer: orders
-spec:
-  terminationGracePeriodSeconds: {GRACE_SECONDS}
-  initContainers:
-    - name: durable-agent
-      image: durable-agent:test
-      restartPolicy: Always
-  containers:
-    - name: spark-kubernetes-executor
-      env:
-        - name: DURABLE_PRODUCER_BOOTSTRAP
-          value: 127.0.0.1:9092
-"""
+EXECUTOR_TEMPLATE = executor_template(GRACE_SECONDS, with_agent=True)
 
 JOB = """\
 import time

@@ -11,7 +11,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from durable_producer.operator import handlers, model, settings, spark_handlers, webhook_handlers
+from durable_producer.operator import api_access, model, settings
 from support.tools import (
     CHART_DIR,
     REPO_ROOT,
@@ -71,8 +71,8 @@ def declared_operator_access() -> set[Grant]:
     return {
         (group, resource, verb)
         for group, resource, verbs in (
-            *handlers.KUBERNETES_API_ACCESS, *webhook_handlers.POOL_API_ACCESS,
-            *spark_handlers.SPARK_TEMPLATES_API_ACCESS)
+            *api_access.KUBERNETES_API_ACCESS, *api_access.POOL_API_ACCESS,
+            *api_access.SPARK_TEMPLATES_API_ACCESS)
         for verb in verbs
     }
 
@@ -218,7 +218,7 @@ def test_no_wildcards_in_rbac(
 def test_default_rbac_grants_exactly_what_the_operator_declares(
     default_objects: list[dict[str, Any]],
 ) -> None:
-    """Least privilege: no more and no less than handlers.KUBERNETES_API_ACCESS."""
+    """Least privilege: no more and no less than the api_access tuples."""
     granted = rbac_grants(all_role_rules(default_objects))
 
     assert granted == declared_operator_access()
@@ -230,7 +230,7 @@ def test_a_feature_flag_off_removes_only_its_own_permissions(
     granted = rbac_grants(all_role_rules(custom_objects))
     spark_templates = {
         (group, resource, verb)
-        for group, resource, verbs in spark_handlers.SPARK_TEMPLATES_API_ACCESS
+        for group, resource, verbs in api_access.SPARK_TEMPLATES_API_ACCESS
         for verb in verbs
     }
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from durable_producer.operator import volume_pool, webhook_handlers
+from durable_producer.operator import admission, settings
 from support.tools import CHART_DIR, objects_of_kind, render_chart, run_helm, single_object
 
 NAMESPACE = "durable-system"
@@ -62,7 +62,7 @@ def test_webhook_calls_the_kopf_handler_through_the_service(
     service = single_object(default_objects, "Service")
     reference = webhook["clientConfig"]["service"]
 
-    assert reference["path"] == f"/{webhook_handlers.MUTATION_WEBHOOK_ID}"
+    assert reference["path"] == f"/{admission.MUTATION_WEBHOOK_ID}"
     assert reference["name"] == service["metadata"]["name"]
     assert reference["namespace"] == NAMESPACE
     assert reference["port"] == service["spec"]["ports"][0]["port"]
@@ -80,11 +80,11 @@ def test_operator_serves_the_webhook_with_the_mounted_certificate(
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
 
     assert volume["secret"]["secretName"] == secret["metadata"]["name"]
-    assert env[webhook_handlers.WEBHOOK_CERT_FILE_ENV] == f"{mount['mountPath']}/tls.crt"
-    assert env[webhook_handlers.WEBHOOK_KEY_FILE_ENV] == f"{mount['mountPath']}/tls.key"
-    assert int(env[webhook_handlers.WEBHOOK_PORT_ENV]) == ports["webhook"]
-    settings = webhook_handlers.WebhookSettings.from_environ(env)
-    assert settings.enabled and settings.port == 9443
+    assert env[settings.WEBHOOK_CERT_FILE_ENV] == f"{mount['mountPath']}/tls.crt"
+    assert env[settings.WEBHOOK_KEY_FILE_ENV] == f"{mount['mountPath']}/tls.key"
+    assert int(env[settings.WEBHOOK_PORT_ENV]) == ports["webhook"]
+    webhook = settings.WebhookSettings.from_environ(env)
+    assert webhook.enabled and webhook.port == 9443
 
 
 def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service_name(
@@ -170,10 +170,10 @@ def test_pool_timings_reach_the_operator(default_objects: list[dict[str, Any]]) 
     env = env_of(render_chart({"pool": {"claimGraceSeconds": 7, "drainGraceSeconds": 8,
                                         "idleTtlSeconds": 9, "drainTimeoutSeconds": 10}}))
 
-    policy = volume_pool.PoolPolicy.from_environ(env)
+    policy = settings.PoolPolicy.from_environ(env)
 
     assert (policy.claim_grace_seconds, policy.drain_grace_seconds, policy.idle_ttl_seconds,
             policy.drain_timeout_seconds) == (7, 8, 9, 10)
-    assert volume_pool.PoolPolicy.from_environ(env_of(default_objects)) == (
-        volume_pool.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
+    assert settings.PoolPolicy.from_environ(env_of(default_objects)) == (
+        settings.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
                                idle_ttl_seconds=900, drain_timeout_seconds=600))

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 import yaml
 
-from durable_producer.operator import crd, handlers
+from durable_producer.operator import api_access, crd, startup
 from support.tools import CHART_DIR, REPO_ROOT
 
 INSTALL_DOC = REPO_ROOT / "docs" / "install.md"
@@ -77,7 +77,7 @@ def test_permissions_table_matches_the_operator_declaration() -> None:
         for group, resource, verbs, _ in table_rows("## 6. Permissions")
     }
 
-    assert documented == set(handlers.KUBERNETES_API_ACCESS)
+    assert documented == set(api_access.KUBERNETES_API_ACCESS)
 
 
 def durable_producer_examples() -> list[dict[str, Any]]:
@@ -120,4 +120,4 @@ def test_the_crd_schema_rejects_a_broken_example() -> None:
 
 
 def test_finalizer_named_in_the_uninstall_notes_is_the_operators() -> None:
-    assert f"`{handlers.FINALIZER}`" in doc_text()
+    assert f"`{startup.FINALIZER}`" in doc_text()

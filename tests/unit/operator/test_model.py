@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from durable_producer.operator import handlers, model
+from durable_producer.operator import model
 from durable_producer.operator.reconcile import desired_status
-from durable_producer.operator.settings import WATCH_SERVER_TIMEOUT_ENV, OperatorTuning
 
 MINIMAL: dict[str, Any] = {
     "kafka": {"bootstrapServers": ["kafka:9092"]},
@@ -77,59 +74,8 @@ def test_no_field_of_the_kafka_section_can_hold_a_secret_value() -> None:
     assert string_fields(model.KafkaSettings) <= allowed
 
 
-def test_agent_image_falls_back_to_the_operator_environment() -> None:
-    agent = model.AgentSettings()
-    assert agent.effective_image({}) == model.DEFAULT_AGENT_IMAGE
-    assert agent.effective_image({model.AGENT_IMAGE_ENV: "reg/agent:1.2"}) == "reg/agent:1.2"
-    pinned = model.AgentSettings(image="mine/agent:9", image_pull_policy="Always")
-    assert pinned.effective_image({model.AGENT_IMAGE_ENV: "reg/agent:1.2"}) == "mine/agent:9"
-    assert pinned.effective_pull_policy({model.AGENT_IMAGE_PULL_POLICY_ENV: "Never"}) == "Always"
-    assert agent.effective_pull_policy({model.AGENT_IMAGE_PULL_POLICY_ENV: "Never"}) == "Never"
-    assert agent.effective_pull_policy({model.AGENT_IMAGE_PULL_POLICY_ENV: "bogus"}) == (
-        "IfNotPresent"
-    )
-
-
 def test_status_model_accepts_what_reconcile_writes() -> None:
     status = desired_status(MINIMAL, {}, 1, datetime(2026, 1, 1, tzinfo=UTC)).status
     parsed = model.DurableProducerStatus.model_validate(status)
     assert parsed.buffer_size == "1Gi"
     assert [c.type for c in parsed.conditions] == ["Ready", "Degraded"]
-
-
-@pytest.mark.parametrize(
-    ("raw", "expected"), [(None, 300), ("120", 120), ("0", 300), ("-3", 300), ("soon", 300)]
-)
-def test_watch_timeouts_from_environment(raw: str | None, expected: int) -> None:
-    environ = {} if raw is None else {WATCH_SERVER_TIMEOUT_ENV: raw}
-    tuning = OperatorTuning.from_environ(environ)
-    assert tuning.watch_server_timeout == expected
-    assert tuning.watch_client_timeout > tuning.watch_server_timeout
-
-
-def test_api_access_list_is_well_formed_and_least_privilege() -> None:
-    known_verbs = {"get", "list", "watch", "create", "update", "patch", "delete"}
-    seen: set[tuple[str, str]] = set()
-    for group, resource, verbs in handlers.KUBERNETES_API_ACCESS:
-        assert (group, resource) not in seen, f"{group}/{resource} listed twice"
-        seen.add((group, resource))
-        assert verbs and set(verbs) <= known_verbs and "*" not in verbs
-        assert len(set(verbs)) == len(verbs)
-    assert (model.GROUP, model.PLURAL) in seen
-    assert (model.GROUP, f"{model.PLURAL}/status") in seen
-    # The operator never deletes or rewrites whole DurableProducers.
-    dp_verbs = dict(((g, r), v) for g, r, v in handlers.KUBERNETES_API_ACCESS)
-    assert not {"delete", "update", "create"} & set(dp_verbs[(model.GROUP, model.PLURAL)])
-
-
-def test_finalizer_is_ours() -> None:
-    assert handlers.FINALIZER == "durable.dev/finalizer"
-
-
-def test_operator_guide_lists_exactly_the_declared_api_access() -> None:
-    guide = (Path(__file__).resolve().parents[3] / "docs" / "operator.md").read_text()
-    section = guide[guide.index("## Kubernetes API access") :]
-    rows = re.findall(r"^\| `([^`]*)`[^|]*\| `([^`]+)` \| ([a-z, ]+) \|$", section, re.MULTILINE)
-    documented = {(group.strip('"'), resource, tuple(v.strip() for v in verbs.split(",")))
-                  for group, resource, verbs in rows}  # fmt: skip
-    assert documented == set(handlers.KUBERNETES_API_ACCESS)

@@ -11,12 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from durable_producer import contract
 from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.operator import pod_mutation
 from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.settings import AgentImage
 from durable_producer.operator.sizing import FILESYSTEM_RESERVE_BYTES, SizingInputs, size_buffer
 
-ENVIRON = {"DURABLE_PRODUCER_AGENT_IMAGE": "registry.example/agent:1.2.3"}
+AGENT_IMAGE = AgentImage.from_environ(
+    {"DURABLE_PRODUCER_AGENT_IMAGE": "registry.example/agent:1.2.3"})
 CLAIM = "orders-buffer-abc"
 
 
@@ -38,7 +41,7 @@ def deployment_pod() -> dict[str, Any]:
         "metadata": {
             "generateName": "orders-7d9f8-",
             "namespace": "shop",
-            "labels": {"app": "orders", pod_mutation.PRODUCER_LABEL: "orders"},
+            "labels": {"app": "orders", contract.PRODUCER_LABEL: "orders"},
             "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                  "name": "orders-7d9f8", "uid": "u-1", "controller": True}],
         },
@@ -59,7 +62,7 @@ def apply(pod: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
 
 def patch_for(pod: dict[str, Any], spec: DurableProducerSpec | None = None,
               claim: str = CLAIM) -> list[dict[str, Any]]:
-    return pod_mutation.mutation_patch(pod, "orders", spec or make_spec(), claim, ENVIRON)
+    return pod_mutation.mutation_patch(pod, "orders", spec or make_spec(), claim, AGENT_IMAGE)
 
 
 def env_of(container: dict[str, Any]) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
 
     spec = result["spec"]
     (agent,) = spec["initContainers"]
-    assert agent["name"] == pod_mutation.AGENT_CONTAINER_NAME
+    assert agent["name"] == contract.AGENT_CONTAINER_NAME
     assert agent["image"] == "registry.example/agent:1.2.3"
     assert agent["restartPolicy"] == "Always"
     assert agent["startupProbe"]["httpGet"] == {"path": "/healthz", "port": 9644}
@@ -96,8 +99,8 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
     assert spec["securityContext"] == {"fsGroup": pod_mutation.AGENT_USER_ID,
                                        "fsGroupChangePolicy": "OnRootMismatch"}
     annotations = result["metadata"]["annotations"]
-    assert annotations[pod_mutation.BUFFER_VOLUME_ANNOTATION] == CLAIM
-    assert json.loads(annotations[pod_mutation.INJECTED_ANNOTATION]) == {
+    assert annotations[contract.BUFFER_VOLUME_ANNOTATION] == CLAIM
+    assert json.loads(annotations[contract.INJECTED_ANNOTATION]) == {
         "producer": "orders", "agentImage": "registry.example/agent:1.2.3",
         "volume": CLAIM, "bootstrap": "127.0.0.1:9092",
     }
@@ -123,7 +126,7 @@ def test_sidecar_arguments_are_accepted_by_the_real_agent_cli() -> None:
             "sasl": {"mechanism": "SCRAM-SHA-512", "secretName": "kafka-user"},
         },
     )
-    container = pod_mutation.agent_sidecar(spec, ENVIRON)
+    container = pod_mutation.agent_sidecar(spec, AGENT_IMAGE)
 
     args = build_parser({}).parse_args(container["args"])
 
@@ -171,7 +174,7 @@ def test_existing_init_container_is_kept_after_the_agent_with_every_field() -> N
     result = apply(pod, patch_for(pod))
 
     names = [c["name"] for c in result["spec"]["initContainers"]]
-    assert names == [pod_mutation.AGENT_CONTAINER_NAME, "migrate"]
+    assert names == [contract.AGENT_CONTAINER_NAME, "migrate"]
     assert result["spec"]["initContainers"][1] == migrate
 
 
@@ -222,7 +225,7 @@ def test_reinvocation_after_another_webhook_added_a_container() -> None:
 
 
 def test_pod_without_spec_or_annotations_gets_them() -> None:
-    pod = {"metadata": {"labels": {pod_mutation.PRODUCER_LABEL: "orders"}}}
+    pod = {"metadata": {"labels": {contract.PRODUCER_LABEL: "orders"}}}
 
     result = apply(pod, patch_for(pod))
 
@@ -294,7 +297,7 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
     if draw(st.booleans()):
         spec["securityContext"] = draw(st.dictionaries(
             st.sampled_from(["fsGroup", "runAsUser"]), st.integers(0, 5000), max_size=2))
-    metadata: dict[str, Any] = {"labels": {pod_mutation.PRODUCER_LABEL: "orders"}}
+    metadata: dict[str, Any] = {"labels": {contract.PRODUCER_LABEL: "orders"}}
     if draw(st.booleans()):
         metadata["annotations"] = draw(st.dictionaries(st.sampled_from(["a", "b/c", "d~e"]),
                                                        st.text(max_size=3), max_size=2))
@@ -310,7 +313,7 @@ def test_patch_gives_the_desired_pod_and_applying_twice_equals_once(pod: dict[st
     once = apply(pod, ops)
     twice = apply(once, patch_for(once, spec))
 
-    assert once == pod_mutation.mutated_pod(pod, "orders", spec, CLAIM, ENVIRON)
+    assert once == pod_mutation.mutated_pod(pod, "orders", spec, CLAIM, AGENT_IMAGE)
     assert twice == once
     assert patch_for(once, spec) == []
     for key in ("initContainers", "containers", "volumes"):

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from durable_producer.operator import reconcile
+from durable_producer.operator.kube_objects import format_time, parse_time
 from durable_producer.operator.reconcile import (
     DEGRADED,
     READY,
@@ -166,14 +167,16 @@ def test_transition_time_changes_exactly_when_status_changes(statuses: list[str]
         if value == previous_status:
             assert ready["lastTransitionTime"] == previous_time
         else:
-            assert ready["lastTransitionTime"] == reconcile.format_time(now)
+            assert ready["lastTransitionTime"] == format_time(now)
         previous_status, previous_time = value, ready["lastTransitionTime"]
 
 
 def test_format_time_is_utc_rfc3339() -> None:
     two_hours_east = timezone(timedelta(hours=2))
     moment = datetime(2026, 11, 22, 5, 4, 5, 999999, tzinfo=two_hours_east)
-    assert reconcile.format_time(moment) == "2026-11-22T03:04:05Z"
+    assert format_time(moment) == "2026-11-22T03:04:05Z"
+    assert parse_time("2026-11-22T03:04:05Z") == moment.replace(microsecond=0)
+    assert parse_time("yesterday") is None and parse_time(None) is None
 
 
 def test_every_reason_is_documented_in_the_operator_guide() -> None:

@@ -10,10 +10,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from durable_producer import contract
 from durable_producer.operator import pod_mutation, spark_templates
 from durable_producer.operator.model import API_VERSION, KIND, DurableProducerSpec
+from durable_producer.operator.settings import AgentImage
 from durable_producer.operator.spark_templates import TemplatesActionKind
-from durable_producer.spark_integration import cluster, conf
 from durable_producer.spark_integration.conf import (
     DRIVER_TEMPLATE_KEY,
     EXECUTOR_CONTAINER_NAME,
@@ -104,7 +105,7 @@ def test_executor_template_carries_label_env_and_drain_grace_period() -> None:
     assert list(rendered) == [EXECUTOR_TEMPLATE_KEY]  # no driver template unless asked
     executor = rendered[EXECUTOR_TEMPLATE_KEY]
     assert executor["kind"] == "Pod"
-    assert executor["metadata"]["labels"] == {pod_mutation.PRODUCER_LABEL: "orders"}
+    assert executor["metadata"]["labels"] == {contract.PRODUCER_LABEL: "orders"}
     assert executor["spec"]["containers"][0]["name"] == "spark-kubernetes-executor"
     assert env_of(executor) == {
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:9092",
@@ -131,7 +132,7 @@ def test_spec_settings_reach_the_templates() -> None:
     assert driver["spec"]["containers"][0]["name"] == "spark-kubernetes-driver"
     for template in (executor, driver):
         assert set(env_of(template).values()) == {"127.0.0.1:19092"}
-        assert template["metadata"]["labels"][pod_mutation.PRODUCER_LABEL] == "orders"
+        assert template["metadata"]["labels"][contract.PRODUCER_LABEL] == "orders"
 
 
 def test_webhook_leaves_the_template_grace_period_and_env_as_they_are() -> None:
@@ -140,7 +141,7 @@ def test_webhook_leaves_the_template_grace_period_and_env_as_they_are() -> None:
     pod = templates(spec)[EXECUTOR_TEMPLATE_KEY]
     pod["spec"]["containers"][0]["image"] = "spark:4.3"
 
-    mutated = pod_mutation.mutated_pod(pod, "orders", spec, "orders-buffer-1", {})
+    mutated = pod_mutation.mutated_pod(pod, "orders", spec, "orders-buffer-1", AgentImage())
 
     assert mutated["spec"]["terminationGracePeriodSeconds"] == pod_mutation.MINIMUM_GRACE_SECONDS
     assert mutated["spec"]["containers"][0]["env"] == pod["spec"]["containers"][0]["env"]
@@ -159,16 +160,6 @@ def test_spark_conf_helper_accepts_the_rendered_templates(tmp_path: Path) -> Non
     assert conf[EXECUTOR_CONTAINER_NAME] == "spark-kubernetes-executor"
     assert conf[EXECUTOR_GRACE_PERIOD] == str(pod_mutation.MINIMUM_GRACE_SECONDS)
     assert conf["spark.kubernetes.executor.label.durable.dev/producer"] == "orders"
-
-
-def test_operator_and_spark_helper_agree_on_names() -> None:
-    assert spark_templates.EXECUTOR_TEMPLATE_KEY == conf.EXECUTOR_TEMPLATE_KEY
-    assert spark_templates.DRIVER_TEMPLATE_KEY == conf.DRIVER_TEMPLATE_KEY
-    assert spark_templates.DEFAULT_DRIVER_CONTAINER == conf.DEFAULT_DRIVER_CONTAINER
-    assert pod_mutation.PRODUCER_LABEL == conf.PRODUCER_LABEL
-    assert spark_templates.configmap_name("orders") == cluster.templates_configmap_name("orders")
-    default_container = DurableProducerSpec.model_fields["spark"].default.container_name
-    assert default_container == conf.DEFAULT_EXECUTOR_CONTAINER
 
 
 def test_configmap_is_named_for_the_conf_helper_and_owned_by_the_producer() -> None:

@@ -7,25 +7,27 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import pytest
-
+from durable_producer import contract
 from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.buffer_agent.metrics import PREFIX as METRICS_PREFIX
 from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.operator import pod_mutation
+from durable_producer.contract import BACKLOG_METRIC
+from durable_producer.operator import agent_scrape, manifests, pool_status
 from durable_producer.operator import volume_pool as vp
+from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.settings import POOL_ENV, AgentImage, PoolPolicy
 from durable_producer.operator.sizing import SizingInputs, size_buffer
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
-POLICY = vp.PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300,
-                       drain_timeout_seconds=120, pending_volume_seconds=120)
+POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300,
+                    drain_timeout_seconds=120, pending_volume_seconds=120)
 PRODUCER = {"apiVersion": "durable.dev/v1alpha1", "kind": "DurableProducer",
             "metadata": {"name": "orders", "namespace": "shop", "uid": "dp-uid"}}
 
 
 def ago(seconds: float) -> str:
-    return vp.format_time(NOW - timedelta(seconds=seconds))
+    return format_time(NOW - timedelta(seconds=seconds))
 
 
 def make_spec(**overrides: Any) -> DurableProducerSpec:
@@ -49,11 +51,11 @@ def pvc(name: str, *, version: str = "1", **annotations: str | None) -> dict[str
 def pod(name: str, claim: str | None, phase: str = "Running") -> dict[str, Any]:
     spec: dict[str, Any] = {"containers": [{"name": "app"}]}
     if claim:
-        spec["volumes"] = [{"name": pod_mutation.BUFFER_VOLUME_NAME,
+        spec["volumes"] = [{"name": contract.BUFFER_VOLUME_NAME,
                             "persistentVolumeClaim": {"claimName": claim}}]
-        spec["initContainers"] = [{"name": pod_mutation.AGENT_CONTAINER_NAME,
+        spec["initContainers"] = [{"name": contract.AGENT_CONTAINER_NAME,
                                    "restartPolicy": "Always"}]
-    return {"metadata": {"name": name, "labels": {pod_mutation.PRODUCER_LABEL: "orders"}},
+    return {"metadata": {"name": name, "labels": {contract.PRODUCER_LABEL: "orders"}},
             "spec": spec, "status": {"phase": phase}}
 
 
@@ -111,7 +113,7 @@ def test_claim_patch_is_guarded_by_the_resource_version_and_marks_backlog_unknow
     assert patch["metadata"]["resourceVersion"] == "42"
     assert patch["metadata"]["annotations"] == {
         vp.CLAIM_TOKEN_ANNOTATION: "token-1",
-        vp.CLAIMED_AT_ANNOTATION: vp.format_time(NOW),
+        vp.CLAIMED_AT_ANNOTATION: format_time(NOW),
         vp.RELEASED_AT_ANNOTATION: None,
         vp.BACKLOG_ANNOTATION: "unknown",
     }
@@ -201,7 +203,7 @@ def test_volume_whose_pod_is_gone_is_released_then_drained_after_the_grace() -> 
 
     assert annotation_patch(released, "v") == {
         vp.CLAIM_TOKEN_ANNOTATION: None, vp.CLAIMED_AT_ANNOTATION: None,
-        vp.RELEASED_AT_ANNOTATION: vp.format_time(NOW)}
+        vp.RELEASED_AT_ANNOTATION: format_time(NOW)}
     assert not released.jobs_to_create
 
     within_grace = vp.plan_pool([pvc("v", released_at=ago(29), backlog="unknown")], [], [], NOW,
@@ -224,7 +226,7 @@ def test_running_drain_is_waited_for_and_a_successful_one_empties_the_volume() -
     assert done.jobs_to_delete == ["v-drain"]
     assert annotation_patch(done, "v") == {
         vp.DRAIN_JOB_ANNOTATION: None, vp.BACKLOG_ANNOTATION: "empty",
-        vp.RELEASED_AT_ANNOTATION: vp.format_time(NOW), vp.DRAIN_FAILURES_ANNOTATION: None}
+        vp.RELEASED_AT_ANNOTATION: format_time(NOW), vp.DRAIN_FAILURES_ANNOTATION: None}
 
 
 def test_failed_drain_is_a_named_problem_and_retried() -> None:
@@ -287,8 +289,8 @@ def test_long_pending_volume_is_a_problem() -> None:
 def test_audit_names_running_pods_without_an_agent() -> None:
     pods = [pod("ok", "v"), pod("bare", None), pod("starting", None, phase="Pending")]
 
-    assert vp.pods_without_agent(pods) == ["bare"]
-    assert vp.attached_pods(pods) == 1
+    assert pool_status.pods_without_agent(pods) == ["bare"]
+    assert pool_status.attached_pods(pods) == 1
 
 
 # Manifests
@@ -297,7 +299,7 @@ def test_audit_names_running_pods_without_an_agent() -> None:
 def test_new_volume_is_owned_by_the_producer_sized_and_already_claimed() -> None:
     spec = make_spec(storage={"storageClassName": "replicated"})
 
-    manifest = vp.new_volume_manifest(PRODUCER, spec, "orders-buffer-1", "tok", NOW)
+    manifest = manifests.new_volume_manifest(PRODUCER, spec, "orders-buffer-1", "tok", NOW)
 
     assert manifest["metadata"]["ownerReferences"][0]["uid"] == "dp-uid"
     assert manifest["metadata"]["labels"] == {vp.POOL_LABEL: "orders"}
@@ -308,7 +310,8 @@ def test_new_volume_is_owned_by_the_producer_sized_and_already_claimed() -> None
 
 
 def test_drain_job_runs_the_agent_drain_mode_on_the_volume() -> None:
-    manifest = vp.drain_job_manifest(PRODUCER, make_spec(), "orders-buffer-1", POLICY, {})
+    manifest = manifests.drain_job_manifest(
+        PRODUCER, make_spec(), "orders-buffer-1", POLICY, AgentImage())
     pod_spec = manifest["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
 
@@ -318,21 +321,13 @@ def test_drain_job_runs_the_agent_drain_mode_on_the_volume() -> None:
     assert pod_spec["restartPolicy"] == "Never"
     assert pod_spec["volumes"][0]["persistentVolumeClaim"] == {"claimName": "orders-buffer-1"}
     assert args.command == "drain" and args.timeout == 120.0
-    assert pod_mutation.PRODUCER_LABEL not in manifest["spec"]["template"]["metadata"]["labels"]
+    assert contract.PRODUCER_LABEL not in manifest["spec"]["template"]["metadata"]["labels"]
 
 
 def test_volume_names_stay_short_enough_for_job_names() -> None:
     name = vp.volume_name("x" * 250, "abcdef12")
 
     assert len(vp.drain_job_name(name)) <= 63
-
-
-@pytest.mark.parametrize(("raw", "expected"), [("5", 5.0), ("nonsense", 60.0), ("-1", 60.0)])
-def test_policy_from_environment(raw: str, expected: float) -> None:
-    policy = vp.PoolPolicy.from_environ({"DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": raw})
-
-    assert policy.drain_grace_seconds == expected
-    assert policy.idle_ttl_seconds == vp.PoolPolicy().idle_ttl_seconds
 
 
 def test_job_outcome_from_counts() -> None:
@@ -352,7 +347,7 @@ def test_lifecycle_document_draws_every_state_and_lists_every_annotation() -> No
                        vp.RELEASED_AT_ANNOTATION, vp.BACKLOG_ANNOTATION,
                        vp.DRAIN_JOB_ANNOTATION, vp.DRAIN_FAILURES_ANNOTATION):
         assert f"`{annotation}`" in doc, annotation
-    for variable in vp.POOL_ENV.values():
+    for variable in POOL_ENV.values():
         if "PENDING" not in variable:
             assert f"`{variable}`" in doc, variable
 
@@ -361,10 +356,10 @@ def test_backlog_is_read_from_the_agents_real_metrics_exposition() -> None:
     metrics = AgentMetrics()
     metrics.refresh_buffer(size_bytes=123_456, max_bytes=2**30, quarantined_segments=0)
 
-    assert f"{METRICS_PREFIX}_backlog_bytes" == vp.BACKLOG_METRIC
-    assert vp.parse_backlog_bytes(metrics.render().decode()) == 123_456
-    assert vp.parse_backlog_bytes("durable_agent_backlog_bytes_total 5\n") is None
-    assert vp.parse_backlog_bytes('durable_agent_backlog_bytes{pod="a"} 7.0\n') == 7
+    assert f"{METRICS_PREFIX}_backlog_bytes" == BACKLOG_METRIC
+    assert agent_scrape.parse_backlog_bytes(metrics.render().decode()) == 123_456
+    assert agent_scrape.parse_backlog_bytes("durable_agent_backlog_bytes_total 5\n") is None
+    assert agent_scrape.parse_backlog_bytes('durable_agent_backlog_bytes{pod="a"} 7.0\n') == 7
 
 
 def test_metrics_urls_of_running_agents_only() -> None:
@@ -376,7 +371,7 @@ def test_metrics_urls_of_running_agents_only() -> None:
     bare["status"]["podIP"] = "10.0.0.8"
     starting = pod("d", "x", phase="Pending")
 
-    urls = vp.agent_metrics_urls([running, ipv6, bare, starting], 9644)
+    urls = agent_scrape.agent_metrics_urls([running, ipv6, bare, starting], 9644)
 
     assert urls == ["http://10.0.0.7:9644/metrics", "http://[fd00::5]:9644/metrics"]
 
@@ -394,7 +389,8 @@ def test_pool_problems_make_the_producer_degraded_and_keep_a_runway_warning() ->
     current = [READY, condition("True", "RunwayBelowTarget", "runway short")]
     baseline = [READY, condition("True", "RunwayBelowTarget", "runway short")]
 
-    updated = vp.degraded_conditions(current, baseline, ["pod x has no agent"], "Pool", NOW)
+    updated = pool_status.degraded_conditions(
+        current, baseline, ["pod x has no agent"], "Pool", NOW)
 
     assert updated is not None
     (degraded,) = [c for c in updated if c["type"] == "Degraded"]
@@ -408,24 +404,25 @@ def test_same_problems_change_nothing_and_resolved_ones_restore_the_baseline() -
     ours = [READY, condition("True", "Pool", "pod x has no agent")]
     baseline = [READY, condition("False", "AsExpected")]
 
-    unchanged = vp.degraded_conditions(ours, baseline, ["pod x has no agent"], "Pool", NOW)
-    restored = vp.degraded_conditions(ours, baseline, [], "Pool", NOW)
+    unchanged = pool_status.degraded_conditions(ours, baseline, ["pod x has no agent"], "Pool", NOW)
+    restored = pool_status.degraded_conditions(ours, baseline, [], "Pool", NOW)
 
     assert unchanged is None
     assert restored is not None
     (degraded,) = [c for c in restored if c["type"] == "Degraded"]
     assert (degraded["status"], degraded["reason"]) == ("False", "AsExpected")
-    assert degraded["lastTransitionTime"] == vp.format_time(NOW)
+    assert degraded["lastTransitionTime"] == format_time(NOW)
 
 
 def test_a_degraded_condition_set_by_someone_else_is_never_cleared() -> None:
     current = [READY, condition("True", "RunwayBelowTarget", "runway short")]
 
-    assert vp.degraded_conditions(current, [READY, condition("False", "AsExpected")], [],
+    assert pool_status.degraded_conditions(current, [READY, condition("False", "AsExpected")], [],
                                   "Pool", NOW) is None
 
 
 def test_status_volume_counts_cover_every_state() -> None:
     counts = {vp.VolumeState.IN_USE.value: 2, vp.VolumeState.DRAINING.value: 1}
-    assert vp.status_volume_counts(counts) == {"inUse": 2, "claimed": 0, "free": 0, "draining": 1}
-    assert len(vp.status_volume_counts({})) == len(vp.VolumeState)
+    assert pool_status.status_volume_counts(counts) == {
+        "inUse": 2, "claimed": 0, "free": 0, "draining": 1}
+    assert len(pool_status.status_volume_counts({})) == len(vp.VolumeState)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from durable_producer.contract import AGENT_BOOTSTRAP, BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration.errors import SinkOptionError
 from durable_producer.spark_integration.options import (
-    BOOTSTRAP_ENV,
-    DEFAULT_BOOTSTRAP,
     DEFAULT_PRODUCER_CONFIG,
     bootstrap_addresses,
     parse_options,
@@ -68,10 +67,10 @@ def test_invalid_option_values_name_the_option(name: str, value: str) -> None:
 
 
 def test_resolve_bootstrap_prefers_option_then_environment_then_default() -> None:
-    env = {BOOTSTRAP_ENV: "127.0.0.1:19999"}
+    env = {BOOTSTRAP_TWIN_ENV: "127.0.0.1:19999"}
     assert resolve_bootstrap("127.0.0.1:1", env) == "127.0.0.1:1"
     assert resolve_bootstrap(None, env) == "127.0.0.1:19999"
-    assert resolve_bootstrap(None, {}) == DEFAULT_BOOTSTRAP == "127.0.0.1:9092"
+    assert resolve_bootstrap(None, {}) == AGENT_BOOTSTRAP == "127.0.0.1:9092"
 
 
 def test_bootstrap_addresses_parse_lists_schemes_and_ipv6() -> None:

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.contract import DRIVER_TEMPLATE_KEY, EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.cli import main
 from durable_producer.spark_integration.conf import (
     DRIVER_CONTAINER_NAME,
     DRIVER_TEMPLATE_FILE,
-    DRIVER_TEMPLATE_KEY,
     EXECUTOR_CONTAINER_NAME,
     EXECUTOR_TEMPLATE_FILE,
-    EXECUTOR_TEMPLATE_KEY,
     PodTemplates,
     TemplateError,
     apply_to_builder,
@@ -26,22 +25,9 @@ from durable_producer.spark_integration.conf import (
     templates_in_directory,
     write_rendered_templates,
 )
+from support.spark_templates import executor_template
 
-EXECUTOR_TEMPLATE = """\
-apiVersion: v1
-kind: Pod
-metadata:
-  labels:
-    durable.dev/producer: orders
-spec:
-  terminationGracePeriodSeconds: 120
-  initContainers: []
-  containers:
-    - name: spark-kubernetes-executor
-      env:
-        - name: DURABLE_PRODUCER_BOOTSTRAP
-          value: 127.0.0.1:9092
-"""
+EXECUTOR_TEMPLATE = executor_template(grace_seconds=120)
 
 DRIVER_TEMPLATE = """\
 apiVersion: v1

@@ -5,11 +5,11 @@ from __future__ import annotations
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.operator import spark_handlers
+from durable_producer.operator import spark_actions
 
 
 def test_forbidden_is_permanent_and_names_the_chart_flag() -> None:
-    failure = spark_handlers.api_failure(
+    failure = spark_actions.api_failure(
         ApiException(status=403, reason="Forbidden"), "create", "data", "orders-spark-templates"
     )
 
@@ -19,10 +19,10 @@ def test_forbidden_is_permanent_and_names_the_chart_flag() -> None:
 
 
 def test_other_api_errors_are_retried() -> None:
-    failure = spark_handlers.api_failure(
+    failure = spark_actions.api_failure(
         ApiException(status=500, reason="Internal Server Error"), "patch", "data", "cm"
     )
 
     assert isinstance(failure, kopf.TemporaryError)
-    assert failure.delay == spark_handlers.RETRY_DELAY_SECONDS
+    assert failure.delay == spark_actions.RETRY_DELAY_SECONDS
     assert "HTTP 500" in str(failure)

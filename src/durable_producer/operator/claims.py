@@ -1,0 +1,82 @@
+"""Handing a pool volume to a pod being admitted: optimistic concurrency, with retries.
+
+The webhook claims a free PVC with a merge patch carrying the resourceVersion it read; a
+concurrent claim of the same PVC makes the API server answer 409 (a deleted one 404), and
+the next free PVC is tried. With no free PVC a new one is created, already claimed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from durable_producer.operator import manifests, volume_pool
+from durable_producer.operator.api_access import POOL_USER_AGENT
+from durable_producer.operator.cluster import cluster
+from durable_producer.operator.locks import producer_lock
+from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.settings import PoolPolicy
+
+CLAIM_ATTEMPTS = 5
+
+
+def claim_volume(
+    producer: Mapping[str, Any],
+    spec: DurableProducerSpec,
+    namespace: str,
+    now: datetime,
+    policy: PoolPolicy,
+) -> str:
+    """Claim a free pool volume for a pod being admitted, or create a new one."""
+    name = str(producer["metadata"]["name"])
+    token = uuid.uuid4().hex
+    conflicted: set[str] = set()
+    api = cluster(POOL_USER_AGENT)
+    with producer_lock(namespace, name):
+        for _ in range(CLAIM_ATTEMPTS):
+            candidate = volume_pool.choose_volume(
+                api.pool_volumes(namespace, name),
+                api.producer_pods(namespace, name),
+                now,
+                policy,
+                exclude=conflicted,
+            )
+            if candidate is None:
+                volume = volume_pool.volume_name(name, token[:8])
+                api.create_volume(
+                    namespace, manifests.new_volume_manifest(producer, spec, volume, token, now)
+                )
+                return volume
+            volume = str(candidate["metadata"]["name"])
+            try:
+                api.patch_volume(namespace, volume, volume_pool.claim_patch(candidate, token, now))
+            except ApiException as error:
+                if error.status in (404, 409):
+                    conflicted.add(volume)  # taken or deleted meanwhile: the next one
+                    continue
+                raise
+            return volume
+    raise kopf.AdmissionError(
+        f"could not claim a buffer volume for DurableProducer {namespace}/{name} after"
+        f" {CLAIM_ATTEMPTS} conflicting attempts; retry",
+        code=409,
+    )
+
+
+def preview_volume(
+    producer: Mapping[str, Any], namespace: str, now: datetime, policy: PoolPolicy
+) -> str:
+    """For dry-run requests: the volume a real request would likely get, claiming nothing."""
+    name = str(producer["metadata"]["name"])
+    api = cluster(POOL_USER_AGENT)
+    candidate = volume_pool.choose_volume(
+        api.pool_volumes(namespace, name), api.producer_pods(namespace, name), now, policy
+    )
+    if candidate is not None:
+        return str(candidate["metadata"]["name"])
+    return volume_pool.volume_name(name, "dry-run")

@@ -1,0 +1,17 @@
+"""One lock per DurableProducer: claims and pool changes of one producer take turns.
+
+Within this process only (the operator runs as a single replica); across processes the API
+server's resourceVersion preconditions keep concurrent claims apart (see volume_pool.py).
+"""
+
+from __future__ import annotations
+
+import threading
+
+_producer_locks: dict[tuple[str, str], threading.Lock] = {}
+_producer_locks_lock = threading.Lock()
+
+
+def producer_lock(namespace: str, name: str) -> threading.Lock:
+    with _producer_locks_lock:
+        return _producer_locks.setdefault((namespace, name), threading.Lock())

@@ -1,0 +1,113 @@
+"""Manifests of the objects the operator creates for a DurableProducer (pure).
+
+Pool volumes (PVCs) and drain Jobs; every such object, and the Spark templates ConfigMap
+(spark_templates.py), carries the DurableProducer's owner reference.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from durable_producer.contract import API_VERSION, BUFFER_VOLUME_NAME, KIND
+from durable_producer.operator import pod_mutation
+from durable_producer.operator.kube_objects import Object, format_time
+from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.settings import AgentImage, PoolPolicy
+from durable_producer.operator.sizing import SizingInputs, size_buffer
+from durable_producer.operator.volume_pool import (
+    BACKLOG_ANNOTATION,
+    BACKLOG_UNKNOWN,
+    CLAIM_TOKEN_ANNOTATION,
+    CLAIMED_AT_ANNOTATION,
+    DRAIN_VOLUME_LABEL,
+    POOL_LABEL,
+    drain_job_name,
+)
+
+
+def owner_reference(producer: Object) -> dict[str, Any]:
+    metadata = producer.get("metadata") or {}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "name": metadata.get("name"),
+        "uid": metadata.get("uid"),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def new_volume_manifest(
+    producer: Object, spec: DurableProducerSpec, name: str, token: str, now: datetime
+) -> dict[str, Any]:
+    """A new pool PVC, created already claimed by the pod being admitted."""
+    metadata = producer.get("metadata") or {}
+    pvc_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {
+            "requests": {"storage": size_buffer(SizingInputs.from_spec(spec)).size_quantity}
+        },
+    }
+    if spec.storage.storage_class_name is not None:
+        pvc_spec["storageClassName"] = spec.storage.storage_class_name
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": metadata.get("namespace"),
+            "labels": {POOL_LABEL: metadata.get("name")},
+            "annotations": {
+                CLAIM_TOKEN_ANNOTATION: token,
+                CLAIMED_AT_ANNOTATION: format_time(now),
+                BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
+            },
+            "ownerReferences": [owner_reference(producer)],
+        },
+        "spec": pvc_spec,
+    }
+
+
+def drain_job_manifest(
+    producer: Object,
+    spec: DurableProducerSpec,
+    pvc_name: str,
+    policy: PoolPolicy,
+    agent_image: AgentImage,
+) -> dict[str, Any]:
+    """A Job running the agent in drain mode on one volume: exit 0 once all reached Kafka."""
+    metadata = producer.get("metadata") or {}
+    labels = {POOL_LABEL: metadata.get("name"), DRAIN_VOLUME_LABEL: pvc_name}
+    container = pod_mutation.agent_base_container(
+        spec, pod_mutation.agent_drain_args(spec, policy.drain_timeout_seconds), agent_image
+    )
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": drain_job_name(pvc_name),
+            "namespace": metadata.get("namespace"),
+            "labels": labels,
+            "ownerReferences": [owner_reference(producer)],
+        },
+        "spec": {
+            "backoffLimit": 2,
+            "activeDeadlineSeconds": 3 * (policy.drain_timeout_seconds + 60),
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": {"fsGroup": pod_mutation.AGENT_USER_ID},
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": BUFFER_VOLUME_NAME,
+                            "persistentVolumeClaim": {"claimName": pvc_name},
+                        },
+                        *pod_mutation.secret_volumes(spec),
+                    ],
+                },
+            },
+        },
+    }

@@ -1,0 +1,89 @@
+"""The operator's settings, read from its environment once at startup."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable_producer.operator import model
+from durable_producer.operator.settings import (
+    POOL_INTERVAL_ENV,
+    WATCH_SERVER_TIMEOUT_ENV,
+    WEBHOOK_CERT_FILE_ENV,
+    WEBHOOK_KEY_FILE_ENV,
+    WEBHOOK_PORT_ENV,
+    AgentImage,
+    OperatorConfig,
+    OperatorTuning,
+    PoolPolicy,
+    WebhookSettings,
+    pool_interval_from_environ,
+)
+
+
+def test_agent_image_falls_back_to_the_operator_environment() -> None:
+    agent = model.AgentSidecarSettings()
+    installed = AgentImage.from_environ({model.AGENT_IMAGE_ENV: "reg/agent:1.2"})
+    assert AgentImage.from_environ({}).image_for(agent) == model.DEFAULT_AGENT_IMAGE
+    assert installed.image_for(agent) == "reg/agent:1.2"
+    pinned = model.AgentSidecarSettings(image="mine/agent:9", image_pull_policy="Always")
+    assert installed.image_for(pinned) == "mine/agent:9"
+    never = AgentImage.from_environ({model.AGENT_IMAGE_PULL_POLICY_ENV: "Never"})
+    assert never.pull_policy_for(pinned) == "Always"
+    assert never.pull_policy_for(agent) == "Never"
+    bogus = AgentImage.from_environ({model.AGENT_IMAGE_PULL_POLICY_ENV: "bogus"})
+    assert bogus.pull_policy_for(agent) == "IfNotPresent"
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, 300), ("120", 120), ("0", 300), ("-3", 300), ("soon", 300)]
+)
+def test_watch_timeouts_from_environment(raw: str | None, expected: int) -> None:
+    environ = {} if raw is None else {WATCH_SERVER_TIMEOUT_ENV: raw}
+    tuning = OperatorTuning.from_environ(environ)
+    assert tuning.watch_server_timeout == expected
+    assert tuning.watch_client_timeout > tuning.watch_server_timeout
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("5", 5.0), ("nonsense", 60.0), ("-1", 60.0)])
+def test_policy_from_environment(raw: str, expected: float) -> None:
+    policy = PoolPolicy.from_environ({"DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": raw})
+
+    assert policy.drain_grace_seconds == expected
+    assert policy.idle_ttl_seconds == PoolPolicy().idle_ttl_seconds
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"), [(None, 10.0), ("0.5", 0.5), ("0", 10.0), ("-2", 10.0), ("soon", 10.0)]
+)
+def test_pool_interval_is_positive(raw: str | None, expected: float) -> None:
+    environ = {} if raw is None else {POOL_INTERVAL_ENV: raw}
+
+    assert pool_interval_from_environ(environ) == expected
+
+
+def test_webhook_is_served_only_with_both_certificate_files() -> None:
+    both = {WEBHOOK_CERT_FILE_ENV: "/tls/tls.crt", WEBHOOK_KEY_FILE_ENV: "/tls/tls.key"}
+
+    assert WebhookSettings.from_environ(both).enabled
+    assert not WebhookSettings.from_environ({WEBHOOK_CERT_FILE_ENV: "/tls/tls.crt"}).enabled
+    assert not WebhookSettings.from_environ({}).enabled
+    assert WebhookSettings.from_environ({WEBHOOK_PORT_ENV: "x"}).port == 9443
+
+
+def test_one_config_holds_every_setting() -> None:
+    environ = {
+        WATCH_SERVER_TIMEOUT_ENV: "120",
+        WEBHOOK_PORT_ENV: "10443",
+        POOL_INTERVAL_ENV: "3",
+        "DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS": "9",
+        model.AGENT_IMAGE_ENV: "reg/agent:1.2",
+    }
+
+    config = OperatorConfig.from_environ(environ)
+
+    assert config.tuning.watch_server_timeout == 120
+    assert config.webhook.port == 10443 and not config.webhook.enabled
+    assert config.pool_interval_seconds == 3.0
+    assert config.pool.idle_ttl_seconds == 9.0
+    assert config.agent_image.image == "reg/agent:1.2"
+    assert OperatorConfig.from_environ({}) == OperatorConfig()
