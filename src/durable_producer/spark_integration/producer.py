@@ -137,7 +137,7 @@ class BatchProducer:
         value: bytes | str | None,
         key: bytes | str | None,
         partition: int,
-        headers: list[tuple[str, bytes | None]] | None,
+        headers: list[tuple[str, str | bytes | None]] | None,
     ) -> None:
         """The client's queue is full: serve callbacks until the record fits."""
         while True:
@@ -190,7 +190,8 @@ class BatchProducer:
                 f"value(s) (first at row {first_null_row(column)} of this batch); set the option "
                 f"tombstones=true to write them as Kafka tombstones, or filter them out"
             )
-        return column.to_pylist()
+        values: list[Any] = column.to_pylist()
+        return values
 
     def _topics(self, batch: pa.RecordBatch, rows: int) -> Iterable[str]:
         if self.columns.topic is None:
@@ -203,7 +204,8 @@ class BatchProducer:
                 f"topic(s) (first at row {first_null_row(column)} of this batch); every row needs "
                 f"a topic, or set the option 'topic'"
             )
-        return column.to_pylist()
+        topics: list[str] = column.to_pylist()
+        return topics
 
     def _partitions(self, batch: pa.RecordBatch, rows: int) -> Iterable[int]:
         if self.columns.partition is None:
@@ -211,16 +213,18 @@ class BatchProducer:
         column = batch.column(self.columns.partition)
         if column.null_count:
             column = pc.fill_null(column, ANY_PARTITION)
-        return column.to_pylist()
+        partitions: list[int] = column.to_pylist()
+        return partitions
 
     @staticmethod
     def _optional_column(batch: pa.RecordBatch, name: str | None, rows: int) -> Iterable[Any]:
         if name is None:
             return repeat(None, rows)
-        return batch.column(name).to_pylist()
+        values: list[Any] = batch.column(name).to_pylist()
+        return values
 
 
-def header_lists(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None]:
+def header_lists(column: pa.Array) -> list[list[tuple[str, str | bytes | None]] | None]:
     """Per row, the headers as confluent-kafka wants them: a list of (key, value) pairs.
 
     Converts the flattened header keys and values once, then slices per row, instead of
@@ -234,7 +238,7 @@ def header_lists(column: pa.Array) -> list[list[tuple[str, bytes | None]] | None
             "key; header keys must be strings (header values may be null)"
         )
     pairs = list(zip(keys.to_pylist(), pc.struct_field(entries, "value").to_pylist(), strict=True))
-    rows: list[list[tuple[str, bytes | None]] | None] = []
+    rows: list[list[tuple[str, str | bytes | None]] | None] = []
     start = 0
     for length in pc.list_value_length(column).to_pylist():
         if length is None:
