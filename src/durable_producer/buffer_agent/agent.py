@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
 import time
 from dataclasses import dataclass
 
+from durable_producer.buffer_agent.errors import StartupError
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
@@ -53,6 +56,17 @@ class StatsPublisher:
             quarantined_segments=wal.quarantined_segments,
             backlog_records=wal.backlog_records,
         )
+
+
+def port_unusable(flag: str, host: str, port: int, error: OSError) -> StartupError:
+    """The one-line error for a listener that cannot bind."""
+    hint = (
+        "another process (another agent?) listens there; stop it or choose another port"
+        if error.errno == errno.EADDRINUSE
+        else "check the address"
+    )
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return StartupError(f"{flag} {host}:{port}: cannot listen there ({reason}); {hint} with {flag}")
 
 
 class BufferAgent:
@@ -100,9 +114,15 @@ class BufferAgent:
         self._loop = asyncio.get_running_loop()
         wal, forwarder = self._open_wal_and_forwarder()
         agent = self.settings.agent
-        metrics_server = MetricsServer(
-            self.metrics, host=agent.metrics_host, port=agent.metrics_port, ready=self.ready
-        ).start()
+        try:
+            metrics_server = MetricsServer(
+                self.metrics, host=agent.metrics_host, port=agent.metrics_port, ready=self.ready
+            ).start()
+        except OSError as error:
+            wal.close()
+            raise port_unusable(
+                "--metrics-listen", agent.metrics_host, agent.metrics_port, error
+            ) from None
         metadata = MetadataCache(
             agent.state_dir,
             cluster_metadata_source(self.client_config),
@@ -116,7 +136,11 @@ class BufferAgent:
             loop.add_signal_handler(signum, stop.set)
         try:
             forwarder.start()
-            await self.ingress.start()
+            try:
+                await self.ingress.start()
+            except OSError as error:
+                listen = self.settings.ingress
+                raise port_unusable("--listen", listen.host, listen.port, error) from None
             prepare_to_serve()
             self._accepting = True
             log.info(
