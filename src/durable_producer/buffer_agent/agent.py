@@ -13,8 +13,9 @@ import errno
 import logging
 import os
 import signal
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from durable_producer.buffer_agent.errors import StartupError
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
@@ -41,8 +42,14 @@ class StatsPublisher:
     metrics: AgentMetrics
     ingress: IngressServer | None = None
     _reported_ingest: tuple[int, int] = (0, 0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def publish(self) -> None:
+        """Once a second on the event loop, and before every scrape on the HTTP thread."""
+        with self._lock:
+            self._publish()
+
+    def _publish(self) -> None:
         wal = self.wal.stats()
         if self.ingress is not None:
             stats = self.ingress.stats
@@ -114,15 +121,6 @@ class BufferAgent:
         self._loop = asyncio.get_running_loop()
         wal, forwarder = self._open_wal_and_forwarder()
         agent = self.settings.agent
-        try:
-            metrics_server = MetricsServer(
-                self.metrics, host=agent.metrics_host, port=agent.metrics_port, ready=self.ready
-            ).start()
-        except OSError as error:
-            wal.close()
-            raise port_unusable(
-                "--metrics-listen", agent.metrics_host, agent.metrics_port, error
-            ) from None
         metadata = MetadataCache(
             agent.state_dir,
             cluster_metadata_source(self.client_config),
@@ -130,6 +128,19 @@ class BufferAgent:
         )
         self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
         publisher = StatsPublisher(wal, self.metrics, self.ingress)
+        try:
+            metrics_server = MetricsServer(
+                self.metrics,
+                host=agent.metrics_host,
+                port=agent.metrics_port,
+                ready=self.ready,
+                before_scrape=publisher.publish,
+            ).start()
+        except OSError as error:
+            wal.close()
+            raise port_unusable(
+                "--metrics-listen", agent.metrics_host, agent.metrics_port, error
+            ) from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
