@@ -31,6 +31,7 @@ from .local.process import poll_until
 from .local.topics import ConsumedRecord, consume_all, create_topic
 
 FORWARDED = "durable_agent_forwarded_records_total"
+STORED = "durable_agent_ingest_records_total"
 WAL_BYTES = "durable_agent_backlog_bytes"
 HEADER = ("demo", b"durable-producer")
 
@@ -208,9 +209,11 @@ def watch(
             outage_ended, timeline.outage_active = True, False
             timeline.restored_at = time.monotonic()
             print(f"[{now:5.1f}s] broker reachable again")
+        finished = stats.acknowledged  # read before the agent: stored >= finished
         metrics = agent.metrics()
         forwarded = int(metrics.get(FORWARDED, 0))
-        backlog = max(0, stats.acknowledged - forwarded)
+        stored = int(metrics.get(STORED, 0))
+        backlog = max(0, stored - forwarded)
         timeline.backlog_peak_records = max(timeline.backlog_peak_records, backlog)
         timeline.backlog_peak_bytes = max(
             timeline.backlog_peak_bytes, int(metrics.get(WAL_BYTES, 0))
@@ -226,8 +229,9 @@ def watch(
             last_print = now
             state = "DOWN" if timeline.outage_active else "up"
             print(
-                f"[{now:5.1f}s] rows acked by the agent {stats.acknowledged:>9}  "
-                f"forwarded to Kafka {forwarded:>9}  backlog {backlog:>8}  broker {state}"
+                f"[{now:5.1f}s] stored by the agent {stored:>9}  forwarded to Kafka"
+                f" {forwarded:>9}  backlog {backlog:>8}  in finished Spark writes"
+                f" {finished:>9}  broker {state}"
             )
         done.wait(0.5)
 
@@ -363,14 +367,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=6, help="topic partitions (default 6)")
     parser.add_argument("--topic", default="demo-events")
     parser.add_argument("--fsync", default="interval", choices=("always", "interval", "never"))
-    parser.add_argument("--keep", action="store_true", help="keep the work directory")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the work directory (the agent's volume, WAL in volume/wal, and logs)",
+    )
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="durable-producer-demo-"))
     print(f"work directory: {work}")
     try:
         return run_demo(args, work)
     finally:
-        if not args.keep:
+        wal = work / "volume" / "wal"
+        if args.keep:
+            print(f"kept {work}; the agent's WAL: durable-agent wal inspect {wal}")
+        else:
             shutil.rmtree(work, ignore_errors=True)
 
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import signal
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from durable_producer.buffer_agent.errors import StartupError
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
@@ -38,8 +42,14 @@ class StatsPublisher:
     metrics: AgentMetrics
     ingress: IngressServer | None = None
     _reported_ingest: tuple[int, int] = (0, 0)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def publish(self) -> None:
+        """Once a second on the event loop, and before every scrape on the HTTP thread."""
+        with self._lock:
+            self._publish()
+
+    def _publish(self) -> None:
         wal = self.wal.stats()
         if self.ingress is not None:
             stats = self.ingress.stats
@@ -53,6 +63,17 @@ class StatsPublisher:
             quarantined_segments=wal.quarantined_segments,
             backlog_records=wal.backlog_records,
         )
+
+
+def port_unusable(flag: str, host: str, port: int, error: OSError) -> StartupError:
+    """The one-line error for a listener that cannot bind."""
+    hint = (
+        "another process (another agent?) listens there; stop it or choose another port"
+        if error.errno == errno.EADDRINUSE
+        else "check the address"
+    )
+    reason = os.strerror(error.errno) if error.errno else str(error)
+    return StartupError(f"{flag} {host}:{port}: cannot listen there ({reason}); {hint} with {flag}")
 
 
 class BufferAgent:
@@ -100,9 +121,6 @@ class BufferAgent:
         self._loop = asyncio.get_running_loop()
         wal, forwarder = self._open_wal_and_forwarder()
         agent = self.settings.agent
-        metrics_server = MetricsServer(
-            self.metrics, host=agent.metrics_host, port=agent.metrics_port, ready=self.ready
-        ).start()
         metadata = MetadataCache(
             agent.state_dir,
             cluster_metadata_source(self.client_config),
@@ -110,13 +128,30 @@ class BufferAgent:
         )
         self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
         publisher = StatsPublisher(wal, self.metrics, self.ingress)
+        try:
+            metrics_server = MetricsServer(
+                self.metrics,
+                host=agent.metrics_host,
+                port=agent.metrics_port,
+                ready=self.ready,
+                before_scrape=publisher.publish,
+            ).start()
+        except OSError as error:
+            wal.close()
+            raise port_unusable(
+                "--metrics-listen", agent.metrics_host, agent.metrics_port, error
+            ) from None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         try:
             forwarder.start()
-            await self.ingress.start()
+            try:
+                await self.ingress.start()
+            except OSError as error:
+                listen = self.settings.ingress
+                raise port_unusable("--listen", listen.host, listen.port, error) from None
             prepare_to_serve()
             self._accepting = True
             log.info(

@@ -2,7 +2,8 @@
 
 Every setting is a flag and a ``DURABLE_AGENT_*`` environment variable (see ``settings.py``).
 Exit codes: 0 success; 1 incomplete drain, problems found or forwarding failed; 2 invalid
-settings or arguments; 3 the volume is in use by another agent.
+settings or arguments, or a start-up problem they cause (a data directory that cannot be
+written, a port in use), always as one line on stderr; 3 the volume is in use by another agent.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from durable_producer.buffer_agent.errors import SettingError, StartupError
 from durable_producer.buffer_agent.forward.dead_letter import list_dead_letters
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
@@ -27,6 +29,7 @@ from durable_producer.buffer_agent.settings import (
     AgentConfig,
     settings_from,
 )
+from durable_producer.buffer_agent.volume import prepare_data_dir
 from durable_producer.buffer_agent.wal import WalLockedError
 from durable_producer.buffer_agent.wal.inspect import format_report, inspect_wal, report_as_json
 
@@ -36,25 +39,48 @@ log = logging.getLogger("durable_producer.agent")
 def _cmd_run(args: argparse.Namespace) -> int:
     from durable_producer.buffer_agent.agent import BufferAgent
 
-    agent = BufferAgent(settings_from(args))
-    return asyncio.run(agent.run())
+    settings = settings_from(args)
+    _prepare_volume(settings.agent)
+    return asyncio.run(BufferAgent(settings).run())
 
 
 def _cmd_drain(args: argparse.Namespace) -> int:
     from durable_producer.buffer_agent.agent import BufferAgent
 
     settings = settings_from(args)
+    _prepare_volume(settings.agent)
     return BufferAgent(settings).drain(settings.agent.drain_mode_timeout_s)
 
 
+def _prepare_volume(agent: AgentConfig) -> None:
+    prepare_data_dir(agent.data_dir, (agent.wal_dir, agent.state_dir, agent.dead_letter_dir))
+
+
 def _cmd_wal_inspect(args: argparse.Namespace) -> int:
+    directory = Path(args.directory)
     try:
-        report = inspect_wal(Path(args.directory))
+        report = inspect_wal(directory)
     except FileNotFoundError as error:
         print(f"durable-agent: {error}", file=sys.stderr)
         return 2
+    if not report.segments and not report.checkpoint_present and not report.quarantined:
+        print(
+            f"durable-agent: no WAL in {directory}{_where_the_wal_is(directory)}", file=sys.stderr
+        )
+        return 2
     print(report_as_json(report) if args.json else format_report(report))
     return 1 if any(s.problems for s in report.segments) else 0
+
+
+def _where_the_wal_is(directory: Path) -> str:
+    """A hint for ``wal inspect`` pointed at the wrong directory."""
+    nested = directory / AgentConfig(data_dir=directory).wal_dir.name
+    if nested.is_dir():
+        return f"; the WAL of a buffer volume is its wal/ directory: try {nested}"
+    return (
+        f" (no segments, checkpoint or quarantine); a buffer volume keeps its WAL in"
+        f" <data-dir>/wal, e.g. {AgentConfig().wal_dir}"
+    )
 
 
 def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
@@ -149,11 +175,15 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SettingError as error:  # an environment variable argparse did not see
+        print(f"durable-agent: {error}", file=sys.stderr)
+        return 2
     configure_logging(args.log_level, args.log_format)
     try:
         return int(args.handler(args))
-    except KafkaConfigError as error:
+    except (KafkaConfigError, SettingError, StartupError) as error:
         print(f"durable-agent: {error}", file=sys.stderr)
         return 2
     except WalLockedError as error:

@@ -8,6 +8,7 @@ and writable") from a background thread.
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -17,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+log = logging.getLogger(__name__)
 PREFIX = "durable_agent"
 FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -175,8 +177,11 @@ class MetricsServer:
         port: int = 0,
         ready: Callable[[], bool] = lambda: True,
         alive: Callable[[], bool] = lambda: True,
+        before_scrape: Callable[[], None] | None = None,
     ) -> None:
-        handler = _make_handler(metrics, ready, alive)
+        """``before_scrape`` runs before each /metrics answer (the agent brings its periodic
+        figures up to date there, so one scrape never mixes a fresh and a stale count)."""
+        handler = _make_handler(metrics, ready, alive, before_scrape)
         self._server = ThreadingHTTPServer((host, port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
@@ -205,12 +210,20 @@ class MetricsServer:
 
 
 def _make_handler(
-    metrics: AgentMetrics, ready: Callable[[], bool], alive: Callable[[], bool]
+    metrics: AgentMetrics,
+    ready: Callable[[], bool],
+    alive: Callable[[], bool],
+    before_scrape: Callable[[], None] | None,
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
+                if before_scrape is not None:
+                    try:
+                        before_scrape()
+                    except Exception as error:  # the figures of the last update still serve
+                        log.warning("could not update the metrics before a scrape: %s", error)
                 self._reply(200, metrics.render(), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 self._probe(alive)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from durable_producer.buffer_agent.errors import SettingError
 from durable_producer.contract import AGENT_BOOTSTRAP, AGENT_ENV_PREFIX
 
 _METADATA_KEY = "durable_producer.option"
@@ -142,7 +143,11 @@ def add_options(
         raw = environ.get(option.env)
         default: Any = [] if spec.repeatable else (None if option.required else option.default)
         if raw is not None:
-            default = [item for item in raw.split(",") if item] if spec.repeatable else convert(raw)
+            default = (
+                [item for item in raw.split(",") if item]
+                if spec.repeatable
+                else _from_environment(option, raw)
+            )
         shown = f" (default: {option.shown_default})" if option.shown_default else ""
         parser.add_argument(
             option.flag,
@@ -154,6 +159,25 @@ def add_options(
             required=option.required and raw is None,
             help=f"{spec.help}{shown} [env: {option.env}]",
         )
+
+
+def _from_environment(option: Option, raw: str) -> Any:
+    """An environment variable's value, checked as argparse checks the flag's."""
+    spec = option.spec
+    if spec.choices is not None:
+        if raw not in spec.choices:
+            raise SettingError(
+                f"{option.env}={raw!r} is not one of {', '.join(spec.choices)}"
+                f" (the variable sets {option.flag})"
+            )
+        return raw
+    try:
+        return spec.parse(raw)
+    except (ValueError, TypeError, argparse.ArgumentTypeError) as error:
+        reason = str(error) if isinstance(error, argparse.ArgumentTypeError) else "invalid"
+        raise SettingError(
+            f"{option.env}={raw!r}: {reason} (the variable sets {option.flag})"
+        ) from None
 
 
 def reference_table(options: Sequence[Option]) -> str:
@@ -191,22 +215,30 @@ def host_port(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _number(text: str, kind: type[int] | type[float]) -> int | float:
+    try:
+        return kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+
+
 def positive_int(text: str) -> int:
-    value = int(text)
+    value = int(_number(text, int))
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be a positive integer")
     return value
 
 
 def non_negative_int(text: str) -> int:
-    value = int(text)
+    value = int(_number(text, int))
     if value < 0:
         raise argparse.ArgumentTypeError(f"{text} must be zero or a positive integer")
     return value
 
 
 def positive_float(text: str) -> float:
-    value = float(text)
+    value = float(_number(text, float))
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return value

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from durable_producer.buffer_agent.errors import SettingError
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
@@ -139,19 +140,37 @@ DRAIN_OPTIONS: tuple[Option, ...] = options_of(AgentConfig, "drain_mode_timeout_
 
 def settings_from(args: argparse.Namespace) -> AgentSettings:
     """The typed settings of a parsed command line; what the command has no flag for keeps
-    its default. Raises KafkaConfigError for a malformed ``--kafka-setting``."""
+    its default. Raises KafkaConfigError for a malformed ``--kafka-setting`` and
+    SettingError, naming the flags, for values that do not fit together."""
     given = vars(args)
     ingress = _config(IngressConfig, given)
     wal = _config(WalConfig, given)
+    wal = dataclasses.replace(
+        wal, max_frame_bytes=wal_frame_limit(ingress.max_batch_bytes, wal.segment_bytes)
+    )
+    if "max_buffer_bytes" in given:  # commands that write the WAL (run)
+        _check_wal(wal)
     return AgentSettings(
         agent=_config(AgentConfig, given),
         kafka=_config(KafkaConnectionSettings, given),
-        wal=dataclasses.replace(
-            wal, max_frame_bytes=wal_frame_limit(ingress.max_batch_bytes, wal.segment_bytes)
-        ),
+        wal=wal,
         ingress=ingress,
         forwarder=_config(ForwarderConfig, given),
     )
+
+
+def _check_wal(wal: WalConfig) -> None:
+    """WalConfig.validate's problems, with each field named by the flag that sets it."""
+    try:
+        wal.validate()
+    except ValueError as error:
+        message = str(error)
+        for declared in options_of(WalConfig):
+            message = message.replace(f"{declared.fields[0]}=", f"{declared.flag}=")
+        message = message.replace(
+            "max_frame_bytes=", "the WAL frame limit (from --max-batch-bytes)="
+        )
+        raise SettingError(message) from None
 
 
 def wal_frame_limit(max_batch_bytes: int, segment_bytes: int) -> int:

@@ -83,3 +83,18 @@ def test_refresh_buffer_derives_runway_from_how_fast_the_wal_grows() -> None:
     assert runway == math.inf, "a draining buffer has unlimited runway"
     assert sample("durable_agent_backlog_records") == 42
     assert sample("durable_agent_quarantined_segments") == 1
+
+
+def test_every_scrape_first_brings_the_periodic_figures_up_to_date() -> None:
+    metrics = AgentMetrics()
+    stored = [0]
+
+    def publish() -> None:  # as the agent's StatsPublisher: copy a live count into a counter
+        metrics.ingest_records.inc(stored[0] - metrics.ingest_records._value.get())
+
+    with MetricsServer(metrics, host="127.0.0.1", before_scrape=publish) as server:
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        stored[0] = 1234
+        with urllib.request.urlopen(url, timeout=5) as response:
+            body = response.read().decode()
+    assert "durable_agent_ingest_records_total 1234.0" in body

@@ -1,0 +1,180 @@
+"""Start-up failures of ``durable-agent``: one line naming the flag and the value, exit 2.
+
+docs/agent.md and the runbook promise this; before, each case below ended in a traceback
+and exit code 1.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.cli import main
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.wal_helpers import SMALL, payload_for
+
+UNREACHABLE_KAFKA = "127.0.0.1:1"
+
+
+def run_agent(tmp_path: Path, *flags: str) -> list[str]:
+    return [
+        "run",
+        "--kafka-bootstrap",
+        UNREACHABLE_KAFKA,
+        "--data-dir",
+        str(tmp_path / "volume"),
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        "127.0.0.1:0",
+        "--log-level",
+        "ERROR",
+        *flags,
+    ]
+
+
+def single_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("durable-agent:")]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+@pytest.fixture()
+def busy_port() -> Iterator[int]:
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    try:
+        yield holder.getsockname()[1]
+    finally:
+        holder.close()
+
+
+def test_a_buffer_limit_below_two_segments_names_the_flags(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(run_agent(tmp_path, "--max-buffer-bytes", "10")) == 2
+    line = single_error_line(capsys)
+    assert "--max-buffer-bytes=10" in line
+    assert "two segments" in line
+
+
+def test_a_data_dir_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "volume").write_text("not a directory")
+    assert main(run_agent(tmp_path)) == 2
+    line = single_error_line(capsys)
+    assert f"--data-dir {tmp_path / 'volume'}" in line
+    assert "not a directory" in line
+
+
+def test_a_data_dir_that_cannot_be_created(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    args = run_agent(tmp_path)
+    args[args.index("--data-dir") + 1] = str(blocker / "volume")
+    assert main(args) == 2
+    line = single_error_line(capsys)
+    assert f"--data-dir {blocker / 'volume'}" in line
+    assert "cannot create" in line
+
+
+def test_drain_on_a_data_dir_that_is_a_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "volume").write_text("")
+    args = ["drain", "--kafka-bootstrap", UNREACHABLE_KAFKA, "--data-dir", str(tmp_path / "volume")]
+    assert main(args) == 2
+    assert "--data-dir" in single_error_line(capsys)
+
+
+def test_the_kafka_listen_port_in_use(
+    tmp_path: Path, busy_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = run_agent(tmp_path)
+    args[args.index("--listen") + 1] = f"127.0.0.1:{busy_port}"
+    assert main(args) == 2
+    line = single_error_line(capsys)
+    assert f"--listen 127.0.0.1:{busy_port}" in line
+    assert "in use" in line
+
+
+def test_the_metrics_port_in_use(
+    tmp_path: Path, busy_port: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = run_agent(tmp_path)
+    args[args.index("--metrics-listen") + 1] = f"127.0.0.1:{busy_port}"
+    assert main(args) == 2
+    line = single_error_line(capsys)
+    assert f"--metrics-listen 127.0.0.1:{busy_port}" in line
+    assert "in use" in line
+    # the WAL it had opened was closed again: a second agent can take the volume
+    WriteAheadLog.open(tmp_path / "volume" / "wal", SMALL).close()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "flag"),
+    [
+        ("DURABLE_AGENT_FSYNC", "bogus", "--fsync"),
+        ("DURABLE_AGENT_SEGMENT_BYTES", "abc", "--segment-bytes"),
+        ("DURABLE_AGENT_LISTEN", "nohostport", "--listen"),
+    ],
+)
+def test_an_unusable_environment_variable_names_variable_value_and_flag(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    variable: str,
+    value: str,
+    flag: str,
+) -> None:
+    monkeypatch.setenv(variable, value)
+    assert main(run_agent(tmp_path)) == 2
+    line = single_error_line(capsys)
+    assert f"{variable}={value!r}" in line
+    assert flag in line
+
+
+def test_the_installed_command_prints_no_traceback(tmp_path: Path) -> None:
+    env = dict(os.environ, DURABLE_AGENT_SEGMENT_BYTES="abc")
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_producer.buffer_agent.cli", *run_agent(tmp_path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "durable-agent: DURABLE_AGENT_SEGMENT_BYTES='abc': 'abc' is not a whole number"
+        " (the variable sets --segment-bytes)"
+    ]
+
+
+def test_wal_inspect_on_the_volume_root_points_at_the_wal(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
+        wal.append("t", 0, payload_for(1, 100))
+    assert main(["wal", "inspect", str(tmp_path)]) == 2
+    line = single_error_line(capsys)
+    assert f"no WAL in {tmp_path}" in line
+    assert f"try {tmp_path / 'wal'}" in line
+
+
+def test_wal_inspect_on_an_empty_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["wal", "inspect", str(tmp_path)]) == 2
+    line = single_error_line(capsys)
+    assert f"no WAL in {tmp_path}" in line
+    assert "<data-dir>/wal" in line
