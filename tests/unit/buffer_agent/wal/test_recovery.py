@@ -10,6 +10,7 @@ import pytest
 
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
+from durable_producer.buffer_agent.wal.format import encode_segment_header
 from durable_producer.buffer_agent.wal.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
@@ -119,19 +120,25 @@ def test_damage_in_an_older_segment_keeps_later_segments(wal_dir: Path) -> None:
         assert wal.stats().quarantined_segments == 1
 
 
-def test_segment_with_a_garbage_header_is_quarantined_whole(wal_dir: Path) -> None:
+def test_a_garbage_segment_header_loses_no_frame(wal_dir: Path) -> None:
+    """The file name gives the base offset and every frame carries its own offset and CRC."""
     write_frames(wal_dir, 60, size=600, config=SMALL)
     segments = list_segments(wal_dir)
-    _, path = segments[1]
+    base, path = segments[1]
     data = bytearray(path.read_bytes())
     data[0:8] = b"NOTAWAL!"
     path.write_bytes(bytes(data))
     offsets, wal = read_all(wal_dir, SMALL)
     with wal:
-        lost = set(range(segments[1][0], segments[2][0]))
-        assert offsets == [o for o in range(60) if o not in lost]
+        assert offsets == list(range(60))
         assert wal.stats().quarantined_segments == 1
+        assert wal.recovery.lost_frames == 0
         assert wal.append("t", 0, b"x") == 60
+    assert path.read_bytes()[:16] == encode_segment_header(base), "header rewritten from the name"
+    (record,) = [json.loads(p.read_text()) for p in (wal_dir / "quarantine").glob("*.json")]
+    assert record["lost_offsets"] == [] and record["lost_frames"] == 0
+    assert record["salvaged_frames"] == segments[2][0] - base
+    assert record["damage"] == ["segment header magic is wrong (not a WAL segment)"]
 
 
 def test_empty_newest_segment_from_a_crash_during_rotation(wal_dir: Path) -> None:
