@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
 from durable_producer.buffer_agent.wal.format import encode_segment_header
 from durable_producer.buffer_agent.wal.scan import scan_segment
@@ -38,23 +38,28 @@ def last_frame_bounds(directory: Path) -> tuple[Path, int, int]:
     return path, spans[-1].start, spans[-1].end
 
 
-def test_truncation_at_every_byte_of_the_last_frame(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", [FsyncPolicy.NEVER, FsyncPolicy.ALWAYS])
+def test_truncation_at_every_byte_of_the_last_frame(tmp_path: Path, fsync: FsyncPolicy) -> None:
+    """A frame cut short is a torn write under every policy (under ``always`` it was never
+    acknowledged): truncated, not quarantined."""
+    config = replace(ONE_SEGMENT, fsync=fsync)
     original = tmp_path / "original"
-    write_frames(original, 5)
+    write_frames(original, 5, config=config)
     path, start, end = last_frame_bounds(original)
     content = path.read_bytes()
     for cut in range(start, end):
         directory = tmp_path / f"cut-{cut}"
         directory.mkdir()
         (directory / path.name).write_bytes(content[:cut])
-        offsets, wal = read_all(directory)
+        offsets, wal = read_all(directory, config)
         try:
             assert offsets == [0, 1, 2, 3], f"cut at byte {cut}"
             assert wal.stats().quarantined_segments == 0
+            assert wal.recovery.torn_tail_bytes == cut - start
             assert wal.append("orders", 0, payload_for(4)) == 4, "the log accepts new appends"
         finally:
             wal.close()
-        offsets, wal = read_all(directory)
+        offsets, wal = read_all(directory, config)
         wal.close()
         assert offsets == [0, 1, 2, 3, 4]
 
