@@ -15,6 +15,7 @@ and nothing is reported lost because of it.
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -269,13 +270,13 @@ def _assess_segment(
         and fsync is FsyncPolicy.ALWAYS
         and scan.tail_frames > 0
     )
+    starts = [span.start for span in scan.spans]
     for damage in scan.damage:
-        before = [span.offset for span in scan.spans if span.end <= damage.start]
-        previous = before[-1] if before else scan.base_offset - 1
-        following = [span.offset for span in scan.spans if span.start >= damage.end]
+        after = bisect_left(starts, damage.end)  # spans are in file order, around the damage
+        previous = scan.spans[after - 1].offset if after > 0 else scan.base_offset - 1
         next_valid: int | None
-        if following:
-            next_valid = following[0]
+        if after < len(scan.spans):
+            next_valid = scan.spans[after].offset
         elif next_base is not None:
             next_valid = next_base
         elif corrupt_tail:

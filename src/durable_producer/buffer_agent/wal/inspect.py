@@ -65,7 +65,8 @@ class WalReport:
 
     @property
     def problems_found(self) -> bool:
-        return bool(any(s.problems for s in self.segments) or self.strays or self.gaps)
+        """Damage, or entries that are not part of the log (gaps are only informational)."""
+        return bool(any(s.problems for s in self.segments) or self.strays)
 
     @property
     def backlog_frames(self) -> int:

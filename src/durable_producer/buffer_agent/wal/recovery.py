@@ -127,9 +127,10 @@ def recover(
     for segment in plan.segments:
         _apply(directory, segment, result)
     for first, last in plan.gaps:
-        log.error(
-            "WAL offsets %d..%d are missing from %s: no segment holds them and no damaged byte "
-            "explains them (a segment file was removed, or an fsync=never crash lost them)",
+        log.warning(
+            "WAL offsets %d..%d are missing from %s and no damaged byte or quarantine record "
+            "explains it (a segment file removed, an fsync=never crash, or a quarantine record "
+            "deleted after an earlier loss); nothing to forward for them",
             first,
             last,
             directory,
