@@ -182,7 +182,7 @@ def assess(
     """Decide, without changing anything, what opening the log in ``directory`` does.
 
     ``recorded_lost``: offset ranges the quarantine records already name lost (an earlier
-    recovery's): missing from the log, but not a gap to report again.
+    recovery's): missing from the log, but not a gap to report again, and never reused.
     """
     listing = _list_directory(directory)
     scans = [scan_segment(path, base) for base, path in listing.candidates]
@@ -201,7 +201,7 @@ def assess(
         strays=strays,
         leftovers=listing.leftovers,
         gaps=_without(gaps, recorded_lost),
-        next_offset=_next_offset(plans, checkpoint),
+        next_offset=_next_offset(plans, checkpoint, recorded_lost),
     )
 
 
@@ -357,10 +357,13 @@ def _action(plan: SegmentPlan, corrupt_tail: bool) -> Action:
     return Action.QUARANTINE
 
 
-def _next_offset(plans: list[SegmentPlan], checkpoint: int | None) -> int:
-    """One past the highest offset the log has evidence of; offsets of corrupt frames are not
-    reused (they were acknowledged), those of a torn tail are."""
-    highest = -1
+def _next_offset(
+    plans: list[SegmentPlan], checkpoint: int | None, recorded_lost: Sequence[tuple[int, int]]
+) -> int:
+    """One past the highest offset the log has evidence of; offsets of lost frames (this
+    recovery's or recorded earlier) are never reused (they were acknowledged, and may have
+    reached Kafka), those of a torn tail are."""
+    highest = max((last for _, last in recorded_lost), default=-1)
     for plan in plans:
         highest = max(highest, plan.base_offset - 1)
         if plan.scan.last_offset is not None:

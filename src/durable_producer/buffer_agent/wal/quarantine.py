@@ -34,12 +34,7 @@ class QuarantineFigures:
     records: int
     lost_frames: int
     lost_ranges: list[tuple[int, int]]
-    """Every ``first..last`` range the records name lost."""
-
-    @property
-    def highest_lost(self) -> int | None:
-        """The highest offset a record names lost: never reused for a new frame."""
-        return max((last for _, last in self.lost_ranges), default=None)
+    """Every ``first..last`` range the records name lost (never reused for a new frame)."""
 
 
 def _area(directory: Path) -> Path:

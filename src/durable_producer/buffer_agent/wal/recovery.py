@@ -91,8 +91,6 @@ def recover_log(directory: Path, fsync: FsyncPolicy = FsyncPolicy.ALWAYS) -> Rec
     earlier = quarantine_figures(directory)
     result = recover(directory, checkpoint, fsync, earlier.lost_ranges)
     figures = quarantine_figures(directory) if result.quarantined else earlier
-    if figures.highest_lost is not None:  # a lost frame's offset is never given to a new one
-        result.next_offset = max(result.next_offset, figures.highest_lost + 1)
     if checkpoint is None:
         checkpoint = result.segments[0].base_offset if result.segments else result.next_offset
         if result.segments:
