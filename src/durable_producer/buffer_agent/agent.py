@@ -102,6 +102,7 @@ class BufferAgent:
             self.settings.wal,
             fsync_observer=self.metrics.fsync_seconds.observe,
         )
+        self.metrics.record_wal_recovery(self.wal.recovery)
         self.forwarder = Forwarder(
             self.wal,
             self.client_config,

@@ -30,7 +30,7 @@ from durable_producer.buffer_agent.settings import (
     settings_from,
 )
 from durable_producer.buffer_agent.volume import prepare_data_dir
-from durable_producer.buffer_agent.wal import WalLockedError
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WalLockedError
 from durable_producer.buffer_agent.wal.inspect import format_report, inspect_wal, report_as_json
 
 log = logging.getLogger("durable_producer.agent")
@@ -59,7 +59,7 @@ def _prepare_volume(agent: AgentConfig) -> None:
 def _cmd_wal_inspect(args: argparse.Namespace) -> int:
     directory = Path(args.directory)
     try:
-        report = inspect_wal(directory)
+        report = inspect_wal(directory, FsyncPolicy(args.fsync))
     except FileNotFoundError as error:
         print(f"durable-agent: {error}", file=sys.stderr)
         return 2
@@ -69,7 +69,7 @@ def _cmd_wal_inspect(args: argparse.Namespace) -> int:
         )
         return 2
     print(report_as_json(report) if args.json else format_report(report))
-    return 1 if any(s.problems for s in report.segments) else 0
+    return 1 if report.problems_found else 0
 
 
 def _where_the_wal_is(directory: Path) -> str:
@@ -146,10 +146,12 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     inspect = wal_commands.add_parser(
         "inspect",
         help="print segments, offsets, checkpoint, size and quarantined files (read-only)",
-        description="Read-only report of a WAL directory; exit code 1 if a segment has problems.",
+        description="Read-only report of a WAL directory and what opening it will do; exit code 1 "
+        "if it finds damage or entries that are not part of the log.",
     )
     inspect.add_argument("directory", help=f"the WAL directory (e.g. {AgentConfig().wal_dir})")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
+    add_options(inspect, options_of(WalConfig, "fsync"), environ)  # judges a damaged last frame
     inspect.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
     inspect.add_argument("--log-format", default="text", help=argparse.SUPPRESS)
     inspect.set_defaults(handler=_cmd_wal_inspect)

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
@@ -97,6 +98,34 @@ class AgentMetrics:
         )
 
         self._fill_rate = RateEstimator()
+        self._init_wal_recovery()
+
+    # ----------------------------------------------------------------- WAL recovery
+    def _init_wal_recovery(self) -> None:
+        r = self.registry
+        self.wal_lost_frames = Gauge(
+            f"{PREFIX}_wal_lost_frames",
+            "WAL frames (produce batches) lost to damage on the volume, as recorded in "
+            "wal/quarantine/ (0 unless a disk returned corrupted bytes)",
+            registry=r,
+        )
+        self.wal_torn_tail_bytes = Gauge(
+            f"{PREFIX}_wal_torn_tail_bytes",
+            "Bytes of a torn last frame truncated when the WAL was opened (a crash mid-write)",
+            registry=r,
+        )
+        self.wal_ignored_files = Gauge(
+            f"{PREFIX}_wal_ignored_files",
+            "Entries of the WAL directory that are not WAL files, left alone (see the log)",
+            registry=r,
+        )
+
+    def record_wal_recovery(self, found: WalRecoveryFigures) -> None:
+        """Set the figures of what opening the WAL found (once, after the WAL is open)."""
+        self.quarantined_segments.set(found.quarantined_segments)
+        self.wal_lost_frames.set(found.lost_frames)
+        self.wal_torn_tail_bytes.set(found.torn_tail_bytes)
+        self.wal_ignored_files.set(found.ignored_files)
 
     def refresh_buffer(
         self,
@@ -128,6 +157,22 @@ class AgentMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+class WalRecoveryFigures(Protocol):
+    """What opening the WAL found (``wal.recovery.RecoverySummary``)."""
+
+    @property
+    def quarantined_segments(self) -> int: ...
+
+    @property
+    def lost_frames(self) -> int: ...
+
+    @property
+    def torn_tail_bytes(self) -> int: ...
+
+    @property
+    def ignored_files(self) -> int: ...
 
 
 def runway_seconds(free_bytes: int, net_fill_bytes_per_s: float) -> float:

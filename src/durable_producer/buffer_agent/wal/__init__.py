@@ -10,7 +10,9 @@ and the agent's other files on the volume) is documented in ``format.py``. One j
 - ``reader.py``: ``WalReader``, tail-following reads through the log's public methods
 - ``syncer.py``: fsync policies and group commit
 - ``checkpoint.py``, ``lock.py``, ``stats.py``: the checkpoint file, the directory lock, figures
-- ``recovery.py`` (with ``scan.py``): repairing the directory on open
+- ``recovery.py``: repairing the directory on open; ``scan.py`` reads a segment back,
+  ``damage.py`` decides (read-only) what is damaged, lost and done, ``quarantine.py`` moves
+  files aside with their records
 - ``inspect.py``: the read-only ``durable-agent wal inspect`` report
 """
 

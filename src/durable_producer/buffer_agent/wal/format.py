@@ -47,13 +47,20 @@ releases it when the process dies). Its content is informational only: the text
 Segments: ``wal/<base offset>.seg``
 -----------------------------------
 Named by their base offset (the offset of the first frame written to them) in 20 zero-padded
-decimal digits plus ``.seg`` (``00000000000000001742.seg``), so names sort in offset order. A
+decimal digits plus ``.seg`` (``00000000000000001742.seg``), so names sort in offset order.
+Offsets are at most ``MAX_OFFSET`` (2**63 - 1); a name above it is not a segment of this log. A
 segment is::
 
     segment header   16 bytes
       magic          8   b"DPWALSG1"
       base_offset    8   the offset in the file name
     frame, frame, ...    offsets strictly increasing, none below base_offset
+
+The header carries no information of its own: the file name gives the base offset and every frame
+carries its own offset and CRC. So the header needs no redundancy (and has no CRC, which keeps
+volumes of every agent version readable): a damaged header costs no frame. Recovery reads the
+frames of a segment whose header is wrong, and the rebuilt segment gets a header written from the
+name (see quarantine below).
 
 Appends go to the newest segment only. Before a frame would take the newest segment past
 ``segment_bytes`` (``WalConfig``) a new segment is started with the next offset as its base,
@@ -64,6 +71,23 @@ deleted once the next segment's base offset is at or below the checkpoint (all i
 delivered). Only the newest segment may end in an incomplete frame (a crash mid-write) or hold
 nothing but a short or damaged header (a crash while it was created); opening the log truncates
 the former and rewrites the latter's header.
+
+What is damage and what is a crash (``scan.py``, ``damage.py``): bytes that do not decode as a
+frame, followed by a valid frame, are damage (corruption). At the end of the newest segment, an
+incomplete frame (the file ends inside it) or zeros are a torn write, truncated: never
+acknowledged under ``fsync=always``, inside the promised loss window under ``interval`` and
+``never``. But under ``always`` a *complete* frame there (its declared length fits in the file,
+or its CRC holds over the rest of the file) whose CRC fails was acknowledged: that is corruption,
+quarantined and reported with its offset, and its offset is never reused. Frames are lost only
+where damaged bytes are; the offsets reported lost are worked out from evidence only (the valid
+frames around the damage, the next segment's name, the checkpoint), never guessed.
+
+Names in ``wal/`` that are not part of the log: a segment-shaped name above ``MAX_OFFSET``, a
+segment-shaped directory (or other non-file), a file with neither a valid header nor a valid
+frame whose name does not continue the log, or a segment that overlaps offsets of an earlier one,
+is moved to ``quarantine/`` with a reason record (``lost_frames`` 0). Any other unknown name
+(``foo.seg``, ``00000000000000000000.seg.tmp``, stray files) is left alone, named in one warning
+each time the log is opened.
 
 Frames
 ------
@@ -107,25 +131,32 @@ checkpoint: the forwarder replays from the oldest segment (duplicates, never los
 ``wal/quarantine/``
 -------------------
 A segment with damage that is not a torn tail (bad bytes followed by valid frames, any damage
-in an older segment, or a bad header) is kept here under ``<segment name>.<stamp>``, where the
-stamp is the UTC time ``YYYYmmddTHHMMSSZ`` and ``-`` plus six digits to keep names unique. The
-valid frames are salvaged into a rebuilt segment of the same name in ``wal/``. A segment with a
-bad header is moved whole and all its frames are lost (if it was the newest, an empty segment
-of the same name takes its place). Beside the original,
-``<segment name>.<stamp>.json`` says what happened; the number of ``.json`` files is the
-``quarantined_segments`` figure. Each ``lost_offsets`` entry is one damaged run of bytes,
-``"<first>..<last> (<problem> at byte <position>)"``, where ``<last>`` is ``end of log`` when
-nothing valid followed it; a bad header gives ``"<base>..<last> (<problem>)"``::
+in an older segment, a bad header, or a corrupt complete last frame under ``fsync=always``) is
+kept here under ``<segment name>.<stamp>``, where the stamp is the UTC time ``YYYYmmddTHHMMSSZ``
+and ``-`` plus six digits to keep names unique. The valid frames are salvaged into a rebuilt
+segment of the same name in ``wal/``, with a header written from the name (an older segment left
+with no valid frame is not rebuilt). Entries that are not part of the log (above) are moved here
+the same way. Beside each, ``<name>.<stamp>.json`` says what happened; the number of ``.json``
+files is the ``quarantined_segments`` figure, the sum of their ``lost_frames`` the
+``wal_lost_frames`` one. Each ``lost_offsets`` entry is one damaged run of bytes,
+``"<first>..<last> (<problem> at byte <position>)"``; a bad header over a segment with no frame
+gives ``"<first>..<last> (<problem>)"``. Offsets below the checkpoint (delivered) are never listed::
 
     {
       "segment": "00000000000000000000.seg",          the name in wal/
-      "base_offset": 0,
+      "base_offset": 0,                                 from the name (null if it has none)
       "quarantined_file": "00000000000000000000.seg.20250102T030405Z-123456",
+      "reason": "damaged segment",                      or why it is not part of the log
+      "damage": ["bytes 1234..1300: CRC32C mismatch"],  every damaged run, header included
       "lost_offsets": ["4..4 (CRC32C mismatch at byte 1234)"],
+      "lost_frames": 1,                                  offsets in lost_offsets
       "salvaged_frames": 8,                              valid frames copied back into wal/
       "salvaged_offsets": "0..8",                        first..last salvaged, or null
       "time": "20250102T030405Z-123456"                  the stamp
     }
+
+Records written before ``reason``, ``damage`` and ``lost_frames`` existed lack them; their lost
+frames are counted from ``lost_offsets``.
 
 ``state/`` (written by the ingest and forward parts with the atomic replace above)
 ----------------------------------------------------------------------------------
@@ -179,6 +210,8 @@ SEGMENT_MAGIC: Final = b"DPWALSG1"
 SEGMENT_HEADER: Final = struct.Struct(">8sQ")  # magic, base offset
 SEGMENT_HEADER_SIZE: Final = SEGMENT_HEADER.size
 _SEGMENT_NAME_DIGITS = 20
+MAX_OFFSET: Final = (1 << 63) - 1
+"""The highest WAL offset: far beyond any real log, and a segment name above it is refused."""
 
 # ----------------------------------------------------------------- frame
 FRAME_MAGIC: Final = b"\xd7WF1"
@@ -203,7 +236,10 @@ def segment_name(base_offset: int) -> str:
 
 
 def parse_segment_name(name: str) -> int | None:
-    """The base offset a segment file name stands for; None for any other name."""
+    """The number a segment-shaped file name carries; None for any other name.
+
+    The number may exceed ``MAX_OFFSET`` (``99999999999999999999.seg``): callers refuse those.
+    """
     stem, dot, suffix = name.partition(".")
     if (
         dot

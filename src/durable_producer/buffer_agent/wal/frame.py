@@ -134,3 +134,31 @@ def decode_frame(buf: memoryview, pos: int) -> tuple[Frame, int] | FrameProblem:
         offset, topic, partition, bytes(buf[payload_start:end]), record_count, appended_ms
     )
     return frame, end
+
+
+def complete_frame_at(buf: memoryview, pos: int) -> int | None:
+    """End of the frame at ``pos`` if it is *complete*, whether or not its CRC holds; else None.
+
+    Complete: its magic is there and its declared length fits in the buffer, or (a damaged
+    magic or length field) its CRC holds over everything from ``pos`` to the end of the buffer.
+    Recovery uses it on the damaged tail of the newest segment to tell a frame that was fully
+    written (under ``fsync=always``: acknowledged, so its damage is corruption) from a torn write.
+    """
+    end_of_buffer = len(buf)
+    if end_of_buffer - pos < HEADER_SIZE:
+        return None
+    magic, body_length, crc = FRAME_PREFIX.unpack_from(buf, pos)
+    body_start = pos + PREFIX_SIZE
+    declared_end: int = body_start + body_length
+    if (
+        magic == FRAME_MAGIC
+        and FRAME_BODY_HEAD.size <= body_length <= MAX_BODY_BYTES
+        and declared_end <= end_of_buffer
+    ):
+        return declared_end
+    topic_length: int = FRAME_BODY_HEAD.unpack_from(buf, body_start)[4]
+    payload_start = body_start + FRAME_BODY_HEAD.size + topic_length
+    if topic_length > MAX_TOPIC_BYTES or payload_start > end_of_buffer:
+        return None
+    body_crc = crc32c(buf[body_start:payload_start], crc32c(buf[payload_start:end_of_buffer]))
+    return end_of_buffer if body_crc == crc else None

@@ -1,7 +1,9 @@
 """A read-only report of a WAL directory, for ``durable-agent wal inspect``.
 
 It takes no lock and changes nothing, so it is safe on a volume an agent is using (the newest
-segment may then show a frame being written as an incomplete tail).
+segment may then show a frame being written as an incomplete tail). The damage, the offsets it
+lost and what opening the log will do come from ``damage.assess``, the same decisions recovery
+carries out, for the fsync policy the agent runs with.
 """
 
 from __future__ import annotations
@@ -11,11 +13,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_producer.contract import DEFAULT_FSYNC_POLICY
+
 from .checkpoint import read_checkpoint
-from .format import CHECKPOINT_FILE, QUARANTINE_DIR, QUARANTINE_REASON_SUFFIX
+from .config import FsyncPolicy
+from .damage import Action, SegmentPlan, assess
+from .format import CHECKPOINT_FILE
 from .lock import current_holder
-from .scan import scan_segment
-from .segment import list_segments
+from .quarantine import lost_ranges_of, read_records
 
 
 @dataclass(slots=True)
@@ -28,17 +33,40 @@ class SegmentReport:
     last_offset: int | None
     below_checkpoint: bool
     problems: list[str] = field(default_factory=list)
+    lost_offsets: list[str] = field(default_factory=list)
+    """Offsets the damage lost (what recovery will record in quarantine/)."""
+    on_open: str = Action.KEEP.value
+    """What opening the log will do with this segment."""
+
+
+@dataclass(slots=True)
+class StrayReport:
+    name: str
+    reason: str
+    on_open: str
 
 
 @dataclass(slots=True)
 class WalReport:
     directory: str
+    fsync_policy: str
+    """The policy the tail of the newest segment was judged under."""
     checkpoint_offset: int | None
     checkpoint_present: bool
     lock_holder: str | None
     total_bytes: int
     segments: list[SegmentReport]
     quarantined: list[dict[str, Any]]
+    strays: list[StrayReport] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+    """Offsets missing with no damaged byte to explain them."""
+    next_offset: int = 0
+    """The offset the next appended frame will get once the log is opened."""
+
+    @property
+    def problems_found(self) -> bool:
+        """Damage, or entries that are not part of the log (gaps are only informational)."""
+        return bool(any(s.problems for s in self.segments) or self.strays)
 
     @property
     def backlog_frames(self) -> int:
@@ -57,52 +85,53 @@ class WalReport:
         return checkpoint - segment.first_offset
 
 
-def inspect_wal(directory: Path) -> WalReport:
+def _segment_report(plan: SegmentPlan) -> SegmentReport:
+    scan = plan.scan
+    return SegmentReport(
+        name=scan.path.name,
+        base_offset=scan.base_offset,
+        size_bytes=scan.file_size,
+        frames=len(scan.spans),
+        first_offset=scan.spans[0].offset if scan.spans else None,
+        last_offset=scan.last_offset,
+        below_checkpoint=plan.action is Action.DELETE,
+        problems=list(plan.damage),
+        lost_offsets=[lost.describe() for lost in plan.lost],
+        on_open=plan.action.value,
+    )
+
+
+DEFAULT_POLICY = FsyncPolicy(DEFAULT_FSYNC_POLICY)
+
+
+def inspect_wal(directory: Path, fsync: FsyncPolicy = DEFAULT_POLICY) -> WalReport:
     if not directory.is_dir():
         raise FileNotFoundError(f"{directory} is not a directory")
     checkpoint = read_checkpoint(directory)
-    lock_holder = current_holder(directory)
-    segments = []
-    listed = list_segments(directory)
-    for index, (base, path) in enumerate(listed):
-        scan = scan_segment(path, base)
-        problems = []
-        if scan.header_problem:
-            problems.append(scan.header_problem)
-        for damage in scan.damage:
-            kind = "corrupt bytes" if damage.resynced else "incomplete tail"
-            problems.append(f"{kind} at byte {damage.start}..{damage.end}: {damage.problem}")
-        next_base = listed[index + 1][0] if index + 1 < len(listed) else None
-        segments.append(
-            SegmentReport(
-                name=path.name,
-                base_offset=base,
-                size_bytes=scan.file_size,
-                frames=len(scan.spans),
-                first_offset=scan.spans[0].offset if scan.spans else None,
-                last_offset=scan.last_offset,
-                below_checkpoint=(
-                    checkpoint is not None and next_base is not None and next_base <= checkpoint
-                ),
-                problems=problems,
-            )
+    records = read_records(directory)
+    recorded = [lost for record in records for lost in lost_ranges_of(record)]
+    found = assess(directory, checkpoint, fsync, recorded)
+    segments = [_segment_report(plan) for plan in found.segments]
+    strays = [
+        StrayReport(
+            stray.path.name,
+            stray.reason,
+            "moved to quarantine/" if stray.move_aside else "left alone (not a WAL file)",
         )
-    quarantined = []
-    quarantine = directory / QUARANTINE_DIR
-    if quarantine.is_dir():
-        for reason in sorted(quarantine.glob(f"*{QUARANTINE_REASON_SUFFIX}")):
-            try:
-                quarantined.append(json.loads(reason.read_text()))
-            except (OSError, ValueError) as error:
-                quarantined.append({"quarantined_file": reason.name, "error": str(error)})
+        for stray in found.strays
+    ]
     return WalReport(
         directory=str(directory),
+        fsync_policy=str(fsync),
         checkpoint_offset=checkpoint,
         checkpoint_present=(directory / CHECKPOINT_FILE).exists(),
-        lock_holder=lock_holder,
+        lock_holder=current_holder(directory),
         total_bytes=sum(s.size_bytes for s in segments),
         segments=segments,
-        quarantined=quarantined,
+        quarantined=records,
+        strays=strays,
+        gaps=[f"{first}..{last}" for first, last in found.gaps],
+        next_offset=found.next_offset,
     )
 
 
@@ -117,6 +146,7 @@ def format_report(report: WalReport) -> str:
     lines.append(f"lock:          {report.lock_holder or 'not held'}")
     lines.append(f"size:          {report.total_bytes} bytes in {len(report.segments)} segments")
     lines.append(f"backlog:       {report.backlog_frames} frames not yet delivered")
+    lines.append(f"fsync policy:  {report.fsync_policy} (how a damaged last frame is judged)")
     lines.append("")
     lines.append(f"{'segment':<26} {'bytes':>12} {'frames':>8} {'offsets':>25}  notes")
     for s in report.segments:
@@ -125,16 +155,27 @@ def format_report(report: WalReport) -> str:
         if s.below_checkpoint:
             notes.append("below checkpoint (deleted on next open)")
         notes.extend(s.problems)
+        if s.lost_offsets:
+            notes.append("LOST offsets " + ", ".join(s.lost_offsets))
+        if s.on_open not in (Action.KEEP.value, Action.DELETE.value):
+            notes.append(f"on open: {s.on_open}")
         lines.append(
             f"{s.name:<26} {s.size_bytes:>12} {s.frames:>8} {offsets:>25}  {'; '.join(notes)}"
         )
+    for gap in report.gaps:
+        lines.append(
+            f"offsets {gap} are missing: no segment holds them, no damaged byte explains it"
+        )
+    for stray in report.strays:
+        lines.append(f"not part of the log: {stray.name}: {stray.reason}; on open: {stray.on_open}")
     lines.append("")
     if report.quarantined:
         lines.append(f"quarantined segments: {len(report.quarantined)}")
         for q in report.quarantined:
+            lost = ", ".join(q.get("lost_offsets", [])) or "nothing"
             lines.append(
-                f"  {q.get('quarantined_file')}: lost {', '.join(q.get('lost_offsets', []))}; "
-                f"salvaged {q.get('salvaged_frames', 0)} frames"
+                f"  {q.get('quarantined_file')}: {q.get('reason', 'damaged segment')}; lost "
+                f"{lost}; salvaged {q.get('salvaged_frames', 0)} frames"
             )
     else:
         lines.append("quarantined segments: none")

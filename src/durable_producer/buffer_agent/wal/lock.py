@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 from pathlib import Path
 
+from .damage import Stray
 from .errors import WalLockedError
 from .format import LOCK_FILE
+from .quarantine import move_aside
+
+log = logging.getLogger(__name__)
 
 
 class DirectoryLock:
@@ -19,6 +24,11 @@ class DirectoryLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        if self.path.is_dir() and not self.path.is_symlink():
+            target = move_aside(
+                self.path.parent, Stray(self.path, "a directory, not the lock file")
+            )
+            log.warning("%s was a directory: moved to %s", self.path, target)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -1,7 +1,9 @@
 """Reading a whole segment file back: which bytes are valid frames and which are damage.
 
-Used when the log is opened (``recovery.py``) and by ``durable-agent wal inspect``; never on
-the append or read path. The layout it checks is in ``format.py``.
+Used when the log is opened (``damage.py``, ``recovery.py``) and by ``durable-agent wal
+inspect``; never on the append or read path. The layout it checks is in ``format.py``. A wrong
+segment header does not stop the scan: the file name gives the base offset and every frame
+carries its own offset and CRC.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .format import FRAME_MAGIC, SEGMENT_HEADER, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC
-from .frame import FrameProblem, decode_frame
+from .frame import FrameProblem, complete_frame_at, decode_frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,8 +44,12 @@ class SegmentScan:
     base_offset: int
     file_size: int
     header_problem: str | None = None
+    """What is wrong with the 16-byte header (the frames after it are scanned anyway)."""
     spans: list[FrameSpan] = field(default_factory=list)
     damage: list[Damage] = field(default_factory=list)
+    tail_frames: int = 0
+    """Complete frames (see ``frame.complete_frame_at``) at the start of damage that runs to the
+    end of the file: 0 for a torn write, more when whole frames were there and went bad."""
 
     @property
     def valid_end(self) -> int:
@@ -58,6 +64,11 @@ class SegmentScan:
     def damaged_in_middle(self) -> bool:
         """True when valid frames follow damaged bytes: not a torn tail but real corruption."""
         return any(d.resynced for d in self.damage)
+
+    @property
+    def tail(self) -> Damage | None:
+        """Damage that runs to the end of the file (nothing valid after it), if any."""
+        return self.damage[-1] if self.damage and not self.damage[-1].resynced else None
 
 
 def _find_next_frame(view: memoryview, start: int, after_offset: int) -> int | None:
@@ -76,8 +87,9 @@ def _find_next_frame(view: memoryview, start: int, after_offset: int) -> int | N
 def scan_segment(path: Path, expected_base: int) -> SegmentScan:
     """Read a whole segment and classify every byte as a valid frame or damage.
 
-    Damage followed by a valid frame is marked ``resynced`` (corruption in the middle); damage
-    that runs to the end of the file is a torn (or zero-filled) tail.
+    ``expected_base`` is the base offset of the file name. Damage followed by a valid frame is
+    marked ``resynced`` (corruption in the middle); damage that runs to the end of the file is a
+    torn (or zero-filled) tail unless ``tail_frames`` says whole frames were there.
     """
     size = path.stat().st_size
     scan = SegmentScan(path=path, base_offset=expected_base, file_size=size)
@@ -90,16 +102,27 @@ def scan_segment(path: Path, expected_base: int) -> SegmentScan:
             magic, base = SEGMENT_HEADER.unpack_from(view, 0)
             if magic != SEGMENT_MAGIC:
                 scan.header_problem = "segment header magic is wrong (not a WAL segment)"
-                return scan
-            if base != expected_base:
+            elif base != expected_base:
                 scan.header_problem = (
                     f"header says base offset {base}, file name says {expected_base}"
                 )
-                return scan
             _scan_frames(view, scan)
+            tail = scan.tail
+            if tail is not None:
+                scan.tail_frames = _complete_frames(view, tail.start)
         finally:
             view.release()
     return scan
+
+
+def _complete_frames(view: memoryview, start: int) -> int:
+    """How many complete frames follow each other from ``start`` (valid CRC or not)."""
+    count = 0
+    pos: int | None = start
+    while pos is not None and pos < len(view):
+        pos = complete_frame_at(view, pos)
+        count += pos is not None
+    return count
 
 
 def _scan_frames(view: memoryview, scan: SegmentScan) -> None:

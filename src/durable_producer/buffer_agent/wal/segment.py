@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic_file import fsync_directory
-from .format import SEGMENT_HEADER_SIZE, encode_segment_header, parse_segment_name, segment_name
+from .format import (
+    MAX_OFFSET,
+    SEGMENT_HEADER_SIZE,
+    encode_segment_header,
+    parse_segment_name,
+    segment_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -185,11 +191,14 @@ class Segment:
 
 
 def list_segments(directory: Path) -> list[tuple[int, Path]]:
-    """Segment files in ``directory`` as (base offset, path), oldest first."""
+    """Segment files in ``directory`` as (base offset, path), oldest first.
+
+    Only regular files whose name is a base offset the format can hold; recovery
+    (``damage.py``) decides which of them are really part of the log."""
     found = []
     for entry in os.scandir(directory):
         base = parse_segment_name(entry.name)
-        if base is not None and entry.is_file():
+        if base is not None and base <= MAX_OFFSET and entry.is_file():
             found.append((base, Path(entry.path)))
     found.sort()
     return found

@@ -72,7 +72,8 @@ class WriteAheadLog:
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal-writer")
         self._closed = False
         self._failure: BaseException | None = None
-        opened = recover_log(directory)
+        opened = recover_log(directory, config.fsync)
+        self.recovery = opened.summary  # what opening found, for metrics
         result = opened.result
         policy = SegmentPolicy(
             sync=config.fsync is not FsyncPolicy.NEVER,

@@ -144,7 +144,10 @@ def test_a_quarantine_record_has_the_documented_fields(tmp_path: Path) -> None:
         "segment",
         "base_offset",
         "quarantined_file",
+        "reason",
+        "damage",
         "lost_offsets",
+        "lost_frames",
         "salvaged_frames",
         "salvaged_offsets",
         "time",
@@ -156,4 +159,7 @@ def test_a_quarantine_record_has_the_documented_fields(tmp_path: Path) -> None:
     assert reason_file.name == reason["quarantined_file"] + ".json"
     assert (directory / "quarantine" / reason["quarantined_file"]).read_bytes()[:8] == b"NOTAWAL!"
     assert reason["lost_offsets"] == ["1..4 (segment header magic is wrong (not a WAL segment))"]
+    assert reason["lost_frames"] == 4
+    assert reason["reason"] == "damaged segment"
+    assert reason["damage"] == ["segment header magic is wrong (not a WAL segment)"]
     assert (reason["salvaged_frames"], reason["salvaged_offsets"]) == (0, None)

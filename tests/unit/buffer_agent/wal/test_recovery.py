@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
+from durable_producer.buffer_agent.wal.format import encode_segment_header
 from durable_producer.buffer_agent.wal.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
@@ -37,23 +38,28 @@ def last_frame_bounds(directory: Path) -> tuple[Path, int, int]:
     return path, spans[-1].start, spans[-1].end
 
 
-def test_truncation_at_every_byte_of_the_last_frame(tmp_path: Path) -> None:
+@pytest.mark.parametrize("fsync", [FsyncPolicy.NEVER, FsyncPolicy.ALWAYS])
+def test_truncation_at_every_byte_of_the_last_frame(tmp_path: Path, fsync: FsyncPolicy) -> None:
+    """A frame cut short is a torn write under every policy (under ``always`` it was never
+    acknowledged): truncated, not quarantined."""
+    config = replace(ONE_SEGMENT, fsync=fsync)
     original = tmp_path / "original"
-    write_frames(original, 5)
+    write_frames(original, 5, config=config)
     path, start, end = last_frame_bounds(original)
     content = path.read_bytes()
     for cut in range(start, end):
         directory = tmp_path / f"cut-{cut}"
         directory.mkdir()
         (directory / path.name).write_bytes(content[:cut])
-        offsets, wal = read_all(directory)
+        offsets, wal = read_all(directory, config)
         try:
             assert offsets == [0, 1, 2, 3], f"cut at byte {cut}"
             assert wal.stats().quarantined_segments == 0
+            assert wal.recovery.torn_tail_bytes == cut - start
             assert wal.append("orders", 0, payload_for(4)) == 4, "the log accepts new appends"
         finally:
             wal.close()
-        offsets, wal = read_all(directory)
+        offsets, wal = read_all(directory, config)
         wal.close()
         assert offsets == [0, 1, 2, 3, 4]
 
@@ -119,19 +125,25 @@ def test_damage_in_an_older_segment_keeps_later_segments(wal_dir: Path) -> None:
         assert wal.stats().quarantined_segments == 1
 
 
-def test_segment_with_a_garbage_header_is_quarantined_whole(wal_dir: Path) -> None:
+def test_a_garbage_segment_header_loses_no_frame(wal_dir: Path) -> None:
+    """The file name gives the base offset and every frame carries its own offset and CRC."""
     write_frames(wal_dir, 60, size=600, config=SMALL)
     segments = list_segments(wal_dir)
-    _, path = segments[1]
+    base, path = segments[1]
     data = bytearray(path.read_bytes())
     data[0:8] = b"NOTAWAL!"
     path.write_bytes(bytes(data))
     offsets, wal = read_all(wal_dir, SMALL)
     with wal:
-        lost = set(range(segments[1][0], segments[2][0]))
-        assert offsets == [o for o in range(60) if o not in lost]
+        assert offsets == list(range(60))
         assert wal.stats().quarantined_segments == 1
+        assert wal.recovery.lost_frames == 0
         assert wal.append("t", 0, b"x") == 60
+    assert path.read_bytes()[:16] == encode_segment_header(base), "header rewritten from the name"
+    (record,) = [json.loads(p.read_text()) for p in (wal_dir / "quarantine").glob("*.json")]
+    assert record["lost_offsets"] == [] and record["lost_frames"] == 0
+    assert record["salvaged_frames"] == segments[2][0] - base
+    assert record["damage"] == ["segment header magic is wrong (not a WAL segment)"]
 
 
 def test_empty_newest_segment_from_a_crash_during_rotation(wal_dir: Path) -> None:
