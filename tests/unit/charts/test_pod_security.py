@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jsonpatch
+import kubernetes_validate
 import pytest
 
 from durable_producer.operator import manifests, pod_mutation
@@ -98,6 +99,29 @@ def test_the_operator_pod_is_restricted(values: dict[str, Any] | None) -> None:
     deployment = single_object(render_chart(values), "Deployment")
 
     assert violations(pod_of(deployment)) == []
+
+
+@pytest.mark.parametrize("kubernetes_version", ["1.29.0", "1.30.0", "1.35.0"])
+def test_the_objects_the_operator_makes_validate_against_kubernetes_schemas(
+    kubernetes_version: str,
+) -> None:
+    """What the operator sends the API server: the mutated pod, a pool PVC, a drain Job, the
+    Spark templates ConfigMap (strict: an unknown or misplaced field is an error)."""
+    from datetime import UTC, datetime
+
+    from durable_producer.operator import spark_templates
+
+    objects = [
+        mutated(restricted_app_pod(pod_level=False)),
+        manifests.new_volume_manifest(PRODUCER, SPEC, "orders-buffer-1", "token",
+                                      datetime.now(UTC)),
+        manifests.drain_job_manifest(PRODUCER, SPEC, "orders-buffer-1", PoolPolicy(),
+                                     AGENT_IMAGE),
+        spark_templates.templates_configmap(PRODUCER, SPEC),
+    ]
+    for obj in objects:
+        assert obj is not None
+        kubernetes_validate.validate(obj, kubernetes_version, strict=True)
 
 
 # ------------------------------------------------------------------ the checker, control by control
