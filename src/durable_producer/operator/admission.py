@@ -22,13 +22,19 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 import kopf
+import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.contract import PRODUCER_LABEL
 from durable_producer.operator import claims, pod_clashes, pod_mutation, reconcile
 from durable_producer.operator.api_access import POOL_USER_AGENT
-from durable_producer.operator.cluster import ApiDeadlineExceeded, api_deadline, cluster
+from durable_producer.operator.cluster import (
+    ApiDeadlineExceeded,
+    api_deadline,
+    cluster,
+    prepare_clients,
+)
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 
@@ -73,6 +79,16 @@ def webhook_server(webhook: WebhookSettings) -> kopf.WebhookServer | NoWebhookSe
         certfile=webhook.certfile,
         pkeyfile=webhook.keyfile,
     )
+
+
+def prepare(config: OperatorConfig, logger: kopf.Logger) -> None:
+    """At startup, when the webhook is served: make its API clients before the first pod."""
+    if not (config.webhook.enabled and config.features.volume_pool):
+        return
+    try:
+        prepare_clients(POOL_USER_AGENT)
+    except kubernetes.config.ConfigException as error:
+        logger.warning("no Kubernetes API configuration yet (%s): made on first use", error)
 
 
 def _reject(message: str) -> kopf.AdmissionError:

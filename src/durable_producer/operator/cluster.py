@@ -226,6 +226,14 @@ _clusters: dict[tuple[str, bool], Cluster] = {}
 _clusters_lock = threading.Lock()
 
 
+def prepare_clients(user_agent: str) -> None:
+    """Make both clients of ``user_agent`` now (at startup), so that the first admission does
+    not spend its deadline on loading the configuration."""
+    cluster(user_agent)
+    with api_deadline(DEFAULT_REQUEST_TIMEOUT_SECONDS):
+        cluster(user_agent)
+
+
 def cluster(user_agent: str) -> Cluster:
     """The operator's API access under ``user_agent``: made on first use, then shared.
 

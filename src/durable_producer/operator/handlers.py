@@ -6,7 +6,7 @@ Run with::
         --liveness=http://0.0.0.0:8080/healthz
 
 - ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf,
-  then ``register_feature_handlers``.
+  then ``register_feature_handlers`` and admission.prepare (the webhook's API clients).
 - ``reconcile_durable_producer`` (DurableProducer resume/create/update): reconcile (pure).
 - ``render_spark_templates`` (same events; feature sparkPodTemplates):
   spark_actions.handle_spark_templates.
@@ -64,6 +64,7 @@ def start_operator(
     memo[CONFIG_KEY] = config
     startup.configure_kopf(settings, config, logger)
     register_feature_handlers(config, kopf.get_default_registry(), logger)
+    admission.prepare(config, logger)
 
 
 def register_feature_handlers(
