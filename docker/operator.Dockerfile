@@ -33,4 +33,4 @@ EXPOSE 8080 9443
 HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=4)"]
 ENTRYPOINT ["kopf"]
-CMD ["run", "-m", "durable_producer.operator.handlers", "--standalone", "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz"]
+CMD ["run", "-m", "durable_producer.operator.handlers", "--standalone", "--all-namespaces", "--liveness=http://localhost:8080/healthz"]

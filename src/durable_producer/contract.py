@@ -37,6 +37,9 @@ KAFKA_PORT: Final = 9092
 """The agent's Kafka-protocol listener (applications produce to ``127.0.0.1:9092``)."""
 METRICS_PORT: Final = 9644
 """The agent's /metrics, /healthz and /readyz."""
+METRICS_HOST: Final = "::"
+"""Where the agent's metrics listener binds: every address, IPv6 and IPv4 (one dual-stack
+socket; IPv4 only on a kernel without IPv6), so probes at the pod IP of either family reach it."""
 AGENT_BOOTSTRAP: Final = f"{AGENT_HOST}:{KAFKA_PORT}"
 BACKLOG_METRIC: Final = "durable_agent_backlog_bytes"
 """The agent's Prometheus gauge of bytes not yet acknowledged by Kafka (the operator scrapes it)."""

@@ -3,8 +3,9 @@ RBAC rules, kept in one place so that ClusterRole (all namespaces) and Role (wat
 namespaces) grant exactly the same verbs. The base rules are the operator's
 KUBERNETES_API_ACCESS (src/durable_producer/operator/api_access.py), verb for verb; a test keeps
 them equal. rbac.features.* add the permissions of optional features, declared in the same
-module: podAudit, volumePool and drainJobs grant exactly POOL_API_ACCESS; sparkPodTemplates
-grants exactly SPARK_TEMPLATES_API_ACCESS.
+module, flag by flag: FEATURE_API_ACCESS (podAudit, volumePool and drainJobs together are the
+volume pool's POOL_API_ACCESS; sparkPodTemplates is SPARK_TEMPLATES_API_ACCESS). The operator is
+told the same flags (DURABLE_PRODUCER_FEATURES) and registers only their handlers.
 */}}
 
 {{/*
@@ -53,6 +54,14 @@ Rules in the watched namespaces.
 - apiGroups: ["batch"]
   resources: ["jobs"]
   verbs: ["list", "create", "delete"]
+{{- end }}
+{{- if or .volumePool .drainJobs .sparkPodTemplates }}
+# PVCs, drain Jobs and the Spark templates ConfigMap are created with an owner reference that
+# sets blockOwnerDeletion: under the OwnerReferencesPermissionEnforcement admission plugin
+# that takes update on the owner's finalizers subresource (OWNER_FINALIZERS_ACCESS).
+- apiGroups: ["durable.dev"]
+  resources: ["durableproducers/finalizers"]
+  verbs: ["update"]
 {{- end }}
 {{- end }}
 {{- end }}

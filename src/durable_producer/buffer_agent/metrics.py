@@ -8,8 +8,10 @@ and writable") from a background thread.
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -209,10 +211,42 @@ class RateEstimator:
         return self.rate
 
 
+ANY_ADDRESS_V6 = "::"
+ANY_ADDRESS_V4 = "0.0.0.0"
+# The kernel has no IPv6 (module absent or disabled): serve IPv4 only.
+NO_IPV6_ERRNOS = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)
+
+
+class _IPv6HTTPServer(ThreadingHTTPServer):
+    """An IPv6 socket; bound to ``::`` it also takes IPv4 (IPV6_V6ONLY off: dual stack)."""
+
+    address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        if self.server_address[0] == ANY_ADDRESS_V6:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def http_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    """An HTTP server on ``host``: ``::`` is every address of both families (one dual-stack
+    socket), falling back to ``0.0.0.0`` on a kernel without IPv6; an IPv6 literal gets an
+    IPv6 socket, anything else an IPv4 one."""
+    if ":" not in host:
+        return ThreadingHTTPServer((host, port), handler)
+    try:
+        return _IPv6HTTPServer((host, port), handler)
+    except OSError as error:
+        if host != ANY_ADDRESS_V6 or error.errno not in NO_IPV6_ERRNOS:
+            raise
+        return ThreadingHTTPServer((ANY_ADDRESS_V4, port), handler)
+
+
 class MetricsServer:
     """``/metrics``, ``/healthz`` and ``/readyz`` on a background thread; port 0 picks one.
 
-    The agent's address comes from its settings (``--metrics-listen``)."""
+    The agent's address comes from its settings (``--metrics-listen``, default ``[::]``: every
+    address, so kubelet probes reach it at the pod IP in IPv4, IPv6 and dual-stack clusters)."""
 
     def __init__(
         self,
@@ -227,7 +261,7 @@ class MetricsServer:
         """``before_scrape`` runs before each /metrics answer (the agent brings its periodic
         figures up to date there, so one scrape never mixes a fresh and a stale count)."""
         handler = _make_handler(metrics, ready, alive, before_scrape)
-        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server = http_server(host, port, handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, name="metrics-http", daemon=True

@@ -92,7 +92,8 @@ class Option:
         if self.required or self.default is None:
             return ""
         if isinstance(self.default, tuple):
-            return ":".join(str(part) for part in self.default)
+            host, *rest = (str(part) for part in self.default)
+            return ":".join([f"[{host}]" if ":" in host else host, *rest])
         return str(self.default)
 
     def field_values(self, given: Any) -> dict[str, Any]:
@@ -209,7 +210,10 @@ def one_of(words: Sequence[str]) -> str:
 
 
 def host_port(text: str) -> tuple[str, int]:
+    """``HOST:PORT``; an IPv6 host in brackets (``[::]:9644``) comes back without them."""
     host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
     if not sep or not port.isdigit() or not host:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. {AGENT_BOOTSTRAP})")
     return host, int(port)

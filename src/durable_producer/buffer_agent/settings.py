@@ -32,7 +32,7 @@ from durable_producer.buffer_agent.options import (
     reference_table,
 )
 from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_FRAME_BYTES, WalConfig
-from durable_producer.contract import DATA_DIR, METRICS_PORT
+from durable_producer.contract import DATA_DIR, METRICS_HOST, METRICS_PORT
 
 FRAME_HEADROOM_BYTES = 64 * 1024
 """Room in a WAL frame beside the largest batch: the frame header and the topic name."""
@@ -47,9 +47,10 @@ class AgentConfig:
         metadata=option("the buffer volume: WAL, state and dead letters live here", parse=Path),
     )
     metrics_host: str = field(
-        default="0.0.0.0",
+        default=METRICS_HOST,
         metadata=option(
-            "HOST:PORT serving /metrics, /healthz and /readyz",
+            "HOST:PORT serving /metrics, /healthz and /readyz ([::]: every IPv6 and IPv4"
+            " address)",
             flag="--metrics-listen",
             parse=host_port,
             spans=("metrics_port",),

@@ -1,10 +1,15 @@
 """The mutating admission webhook: attach the agent, env and a pool volume to opted-in pods.
 
 kopf's webhook server calls the ``attach-buffer-agent`` handler (handlers.py) for every pod
-CREATE that carries the opt-in label; the MutatingWebhookConfiguration comes from the Helm
-chart and calls ``https://<service>/attach-buffer-agent``. ``handle_admission`` looks up the
-DurableProducer, claims a volume (claims.py) and answers with the JSONPatch of
+review that carries the opt-in label; the MutatingWebhookConfiguration comes from the Helm
+chart and calls ``https://<service>/attach-buffer-agent`` for CREATE only, and any other
+operation is admitted untouched here too (kopf does not filter by operation).
+``handle_admission`` looks up the DurableProducer, refuses a pod whose names clash with ours
+(pod_clashes.py), claims a volume (claims.py) and answers with the JSONPatch of
 pod_mutation.py. A second pass over an admitted pod (reinvocation) yields no operations.
+
+Every API call of one review shares a deadline under the API server's webhook timeout
+(cluster.api_deadline); an API failure is a refusal that says what failed, never a bare 500.
 """
 
 from __future__ import annotations
@@ -14,19 +19,28 @@ import copy
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 import kopf
+import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.contract import PRODUCER_LABEL
-from durable_producer.operator import claims, pod_mutation, reconcile
+from durable_producer.operator import claims, pod_clashes, pod_mutation, reconcile
 from durable_producer.operator.api_access import POOL_USER_AGENT
-from durable_producer.operator.cluster import cluster
+from durable_producer.operator.cluster import (
+    ApiDeadlineExceeded,
+    api_deadline,
+    cluster,
+    prepare_clients,
+)
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 
 MUTATION_WEBHOOK_ID = "attach-buffer-agent"
+MUTATED_OPERATION: Final = "CREATE"
+API_FAILURES = (ApiException, ApiDeadlineExceeded, urllib3.exceptions.HTTPError)
 
 
 @dataclass(frozen=True)
@@ -60,12 +74,49 @@ def webhook_server(webhook: WebhookSettings) -> kopf.WebhookServer | NoWebhookSe
     if not webhook.enabled:
         return NoWebhookServer()
     return kopf.WebhookServer(
-        addr=webhook.addr, port=webhook.port, certfile=webhook.certfile, pkeyfile=webhook.keyfile
+        addr=webhook.addr or None,  # None: every interface, IPv4 and IPv6
+        port=webhook.port,
+        certfile=webhook.certfile,
+        pkeyfile=webhook.keyfile,
     )
+
+
+def prepare(config: OperatorConfig, logger: kopf.Logger) -> None:
+    """At startup, when the webhook is served: make its API clients before the first pod."""
+    if not (config.webhook.enabled and config.features.volume_pool):
+        return
+    try:
+        prepare_clients(POOL_USER_AGENT)
+    except kubernetes.config.ConfigException as error:
+        logger.warning("no Kubernetes API configuration yet (%s): made on first use", error)
 
 
 def _reject(message: str) -> kopf.AdmissionError:
     return kopf.AdmissionError(message, code=400)
+
+
+def api_failure(error: Exception, doing: str, namespace: str, budget: float) -> kopf.AdmissionError:
+    """A refusal saying which API call failed and what to do about it."""
+    if isinstance(error, ApiException) and error.status == 403:
+        return kopf.AdmissionError(
+            f"the durable-producer operator may not {doing} in namespace {namespace} (HTTP 403):"
+            " it is installed to watch other namespaces (the chart's operator.watchNamespaces)"
+            " or without the volume pool's permissions (rbac.features): add the namespace to"
+            f" operator.watchNamespaces, or remove the label {PRODUCER_LABEL} from the pod",
+            code=403,
+        )
+    if isinstance(error, ApiException):
+        return kopf.AdmissionError(
+            f"could not {doing} in namespace {namespace}: HTTP {error.status} {error.reason}:"
+            f" {error.body!r}",
+            code=500,
+        )
+    return kopf.AdmissionError(
+        f"the Kubernetes API did not answer within {budget:g}s (under the webhook timeout)"
+        f" while the operator tried to {doing} in namespace {namespace}: {error}; the pod's"
+        " controller retries",
+        code=504,
+    )
 
 
 def _producer_spec(namespace: str, producer: str) -> tuple[dict[str, Any], DurableProducerSpec]:
@@ -85,36 +136,56 @@ def _producer_spec(namespace: str, producer: str) -> tuple[dict[str, Any], Durab
 
 
 def handle_admission(
-    body: Mapping[str, Any], *, dryrun: bool, config: OperatorConfig, logger: kopf.Logger
+    body: Mapping[str, Any],
+    *,
+    operation: str | None,
+    dryrun: bool,
+    config: OperatorConfig,
+    logger: kopf.Logger,
 ) -> AdmissionAnswer:
     """Add the agent, env and a pool volume to an opted-in pod (idempotent on re-invocation).
 
-    Dry-run requests claim nothing: they are answered with the volume a real request would
-    likely get. Raises kopf.AdmissionError to refuse the pod, with a message saying why.
+    Only a pod being created is mutated. Dry-run requests claim nothing: they are answered
+    with the volume a real request would likely get. Raises kopf.AdmissionError to refuse the
+    pod, with a message saying why.
     """
+    if operation != MUTATED_OPERATION:
+        return AdmissionAnswer()  # an update, a delete: the agent is attached at creation only
+    if not config.features.volume_pool:
+        raise _reject(
+            "this durable-producer installation has the volume pool switched off (the chart's"
+            f" rbac.features): remove the label {PRODUCER_LABEL} from the pod"
+        )
     pod = copy.deepcopy(dict(body))
     producer_name = pod_mutation.producer_name(pod)
     namespace = (pod.get("metadata") or {}).get("namespace")
     if not producer_name or not namespace:
-        raise _reject(
-            f"an opted-in pod needs a namespace and a non-empty {PRODUCER_LABEL} label"
-        )
-    producer, spec = _producer_spec(namespace, producer_name)
-    now = datetime.now(UTC)
-    claim = pod_mutation.claimed_volume(pod)
-    if claim is None:
+        raise _reject(f"an opted-in pod needs a namespace and a non-empty {PRODUCER_LABEL} label")
+    budget = config.webhook.api_budget_seconds
+    with api_deadline(budget):
         try:
-            claim = (
-                claims.preview_volume(producer, namespace, now, config.pool)
-                if dryrun
-                else claims.claim_volume(producer, spec, namespace, now, config.pool)
+            producer, spec = _producer_spec(namespace, producer_name)
+        except API_FAILURES as error:
+            doing = f"read DurableProducer {producer_name}"
+            raise api_failure(error, doing, namespace, budget) from error
+        found = pod_clashes.clashes(pod, spec)
+        if found:
+            raise _reject(
+                f"pod cannot get the buffer agent of DurableProducer {namespace}/{producer_name}:"
+                f" {'; '.join(found)}"
             )
-        except ApiException as error:
-            raise kopf.AdmissionError(
-                f"could not claim a buffer volume for DurableProducer {namespace}/"
-                f"{producer_name}: HTTP {error.status} {error.reason}: {error.body!r}",
-                code=500,
-            ) from error
+        claim = pod_mutation.claimed_volume(pod)
+        if claim is None:
+            now = datetime.now(UTC)
+            try:
+                claim = (
+                    claims.preview_volume(producer, namespace, now, config.pool)
+                    if dryrun
+                    else claims.claim_volume(producer, spec, namespace, now, config.pool)
+                )
+            except API_FAILURES as error:
+                doing = f"claim a buffer volume for DurableProducer {producer_name}"
+                raise api_failure(error, doing, namespace, budget) from error
     warnings = ["dry run: no buffer volume was claimed"] if dryrun else []
     ops = pod_mutation.mutation_patch(pod, producer_name, spec, claim, config.agent_image)
     if ops:

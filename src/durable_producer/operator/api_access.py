@@ -9,8 +9,25 @@ it against the tuple of the feature that made it, told apart by User-Agent.
 from __future__ import annotations
 
 from durable_producer.contract import GROUP, PLURAL
+from durable_producer.operator.settings import (
+    DRAIN_JOBS,
+    POD_AUDIT,
+    SPARK_POD_TEMPLATES,
+    VOLUME_POOL,
+)
 
 ApiAccess = tuple[tuple[str, str, tuple[str, ...]], ...]
+
+
+def merged(*accesses: ApiAccess) -> ApiAccess:
+    """One entry per (group, resource), with the verbs of every entry for it, in order."""
+    verbs: dict[tuple[str, str], list[str]] = {}
+    for access in accesses:
+        for group, resource, entry_verbs in access:
+            known = verbs.setdefault((group, resource), [])
+            known.extend(verb for verb in entry_verbs if verb not in known)
+    return tuple((group, resource, tuple(v)) for (group, resource), v in verbs.items())
+
 
 # kopf itself (its own client and User-Agent): the always-on base rules of the chart.
 KUBERNETES_API_ACCESS: ApiAccess = (
@@ -24,15 +41,31 @@ KUBERNETES_API_ACCESS: ApiAccess = (
     ("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
 )
 
-# The webhook's volume claims, the volume pool, drain Jobs and the pod audit (pool_actions.py,
-# claims.py, admission.py); the chart grants them with rbac.features.podAudit, volumePool and
-# drainJobs.
-POOL_USER_AGENT = "durable-producer-operator"
-POOL_API_ACCESS: ApiAccess = (
+# Creating an object whose owner reference to its DurableProducer sets blockOwnerDeletion (PVCs,
+# drain Jobs, the Spark templates ConfigMap: manifests.owner_reference) needs `update` on the
+# owner's finalizers subresource where the OwnerReferencesPermissionEnforcement admission
+# plugin runs (OpenShift, hardened clusters): only that, not update on the DurableProducer.
+OWNER_FINALIZERS_ACCESS = (GROUP, f"{PLURAL}/finalizers", ("update",))
+
+# The chart's rbac.features.* flags, each with the access it grants (settings.ALL_FEATURES).
+# podAudit, volumePool and drainJobs together are the volume pool: the webhook's volume claims,
+# the pool timer, drain Jobs and the pod audit (pool_actions.py, claims.py, admission.py).
+POD_AUDIT_API_ACCESS: ApiAccess = (("", "pods", ("list",)),)
+VOLUME_POOL_API_ACCESS: ApiAccess = (
+    # The webhook reads the DurableProducer a pod names.
     (GROUP, PLURAL, ("get",)),
-    ("", "pods", ("list",)),
     ("", "persistentvolumeclaims", ("list", "create", "patch", "delete")),
+    OWNER_FINALIZERS_ACCESS,
+)
+DRAIN_JOBS_API_ACCESS: ApiAccess = (
     ("batch", "jobs", ("list", "create", "delete")),
+    OWNER_FINALIZERS_ACCESS,
+)
+
+# Everything the pool's own API calls may use (they carry this User-Agent).
+POOL_USER_AGENT = "durable-producer-operator"
+POOL_API_ACCESS: ApiAccess = merged(
+    POD_AUDIT_API_ACCESS, VOLUME_POOL_API_ACCESS, DRAIN_JOBS_API_ACCESS
 )
 
 # The Spark pod templates ConfigMap (spark_actions.py); the chart grants it with
@@ -40,4 +73,13 @@ POOL_API_ACCESS: ApiAccess = (
 SPARK_TEMPLATES_USER_AGENT = f"{POOL_USER_AGENT}/spark-templates"
 SPARK_TEMPLATES_API_ACCESS: ApiAccess = (
     ("", "configmaps", ("get", "create", "patch", "delete")),
+    OWNER_FINALIZERS_ACCESS,
 )
+
+# Feature flag name (settings.py) -> the access the chart grants for it.
+FEATURE_API_ACCESS: dict[str, ApiAccess] = {
+    POD_AUDIT: POD_AUDIT_API_ACCESS,
+    VOLUME_POOL: VOLUME_POOL_API_ACCESS,
+    DRAIN_JOBS: DRAIN_JOBS_API_ACCESS,
+    SPARK_POD_TEMPLATES: SPARK_TEMPLATES_API_ACCESS,
+}

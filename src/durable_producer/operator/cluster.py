@@ -3,13 +3,20 @@
 Objects are read and written as plain dicts, so no field the kubernetes client's models do
 not know is ever dropped. ``cluster(user_agent)`` is the one place an API client is made: one
 per User-Agent (one per feature, see api_access.py), created on first use and kept.
+
+Every call has a timeout. Inside ``api_deadline(seconds)`` (the admission webhook, which the
+API server gives up on after its own timeout) each call gets only the time left, and a client
+that never retries on its own; once the time is up a call raises ``ApiDeadlineExceeded``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import json
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
@@ -20,15 +27,57 @@ from durable_producer.operator.kube_objects import JsonObject
 from durable_producer.operator.volume_pool import POOL_LABEL
 
 MERGE_PATCH = "application/merge-patch+json"
+# Outside a deadline (the timers and handlers): a hung connection must not stall them for ever.
+DEFAULT_REQUEST_TIMEOUT_SECONDS = 60.0
+
+_deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "durable_producer_api_deadline", default=None
+)
 
 
-def api_client(user_agent: str) -> kubernetes.client.ApiClient:
-    """In-cluster configuration, else the kubeconfig; ``user_agent`` tells the callers apart."""
+class ApiDeadlineExceeded(TimeoutError):
+    """The time given to ``api_deadline`` ran out before an API call could be made."""
+
+
+@contextlib.contextmanager
+def api_deadline(seconds: float) -> Iterator[None]:
+    """Bound every API call made inside (in this context) to ``seconds`` in all."""
+    token = _deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _request_timeout() -> float:
+    """The timeout of the next call: what is left of the deadline, or the default."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return DEFAULT_REQUEST_TIMEOUT_SECONDS
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ApiDeadlineExceeded("no time left for the Kubernetes API call")
+    return left
+
+
+def _call_options() -> dict[str, Any]:
+    """Raw JSON answers (no model classes), within the timeout."""
+    return {"_preload_content": False, "_request_timeout": _request_timeout()}
+
+
+def api_client(user_agent: str, *, retries: bool = True) -> kubernetes.client.ApiClient:
+    """In-cluster configuration, else the kubeconfig; ``user_agent`` tells the callers apart.
+
+    ``retries=False``: urllib3 does not retry on its own (each retry would get the whole
+    timeout again, past a deadline).
+    """
     configuration = kubernetes.client.Configuration()
     try:
         kubernetes.config.load_incluster_config(client_configuration=configuration)
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config(client_configuration=configuration)
+    if not retries:
+        configuration.retries = False
     client = kubernetes.client.ApiClient(configuration)
     client.user_agent = user_agent
     return client
@@ -77,7 +126,7 @@ class Cluster:
         try:
             found: JsonObject = _json(
                 self.custom.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, _preload_content=False
+                    GROUP, VERSION, namespace, PLURAL, name, **_call_options()
                 )
             )
         except ApiException as error:
@@ -92,7 +141,7 @@ class Cluster:
         """The PVCs of the producer's volume pool."""
         return _labelled(
             self.core.list_namespaced_persistent_volume_claim(
-                namespace, label_selector=f"{POOL_LABEL}={producer}", _preload_content=False
+                namespace, label_selector=f"{POOL_LABEL}={producer}", **_call_options()
             ),
             POOL_LABEL,
             producer,
@@ -102,7 +151,7 @@ class Cluster:
         """The pods that opt in to the producer."""
         return _labelled(
             self.core.list_namespaced_pod(
-                namespace, label_selector=f"{PRODUCER_LABEL}={producer}", _preload_content=False
+                namespace, label_selector=f"{PRODUCER_LABEL}={producer}", **_call_options()
             ),
             PRODUCER_LABEL,
             producer,
@@ -112,7 +161,7 @@ class Cluster:
         """The drain Jobs working on the producer's pool."""
         return _labelled(
             self.batch.list_namespaced_job(
-                namespace, label_selector=f"{POOL_LABEL}={producer}", _preload_content=False
+                namespace, label_selector=f"{POOL_LABEL}={producer}", **_call_options()
             ),
             POOL_LABEL,
             producer,
@@ -123,14 +172,14 @@ class Cluster:
     def patch_volume(self, namespace: str, name: str, patch: JsonObject) -> JsonObject:
         patched: JsonObject = _json(
             self.core.patch_namespaced_persistent_volume_claim(
-                name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+                name, namespace, patch, _content_type=MERGE_PATCH, **_call_options()
             )
         )
         return patched
 
     def create_volume(self, namespace: str, manifest: JsonObject) -> None:
         self.core.create_namespaced_persistent_volume_claim(
-            namespace, _as_body(manifest), _preload_content=False
+            namespace, _as_body(manifest), **_call_options()
         )
 
     def delete_volume(self, namespace: str, name: str, resource_version: str | None) -> None:
@@ -138,24 +187,22 @@ class Cluster:
             preconditions=kubernetes.client.V1Preconditions(resource_version=resource_version)
         )
         self.core.delete_namespaced_persistent_volume_claim(
-            name, namespace, body=options, _preload_content=False
+            name, namespace, body=options, **_call_options()
         )
 
     def create_job(self, namespace: str, manifest: JsonObject) -> None:
-        self.batch.create_namespaced_job(namespace, _as_body(manifest), _preload_content=False)
+        self.batch.create_namespaced_job(namespace, _as_body(manifest), **_call_options())
 
     def delete_job(self, namespace: str, name: str) -> None:
         self.batch.delete_namespaced_job(
-            name, namespace, propagation_policy="Background", _preload_content=False
+            name, namespace, propagation_policy="Background", **_call_options()
         )
 
     # ------------------------------------------------------------------ ConfigMaps
 
     def read_configmap(self, namespace: str, name: str) -> JsonObject | None:
         try:
-            response = self.core.read_namespaced_config_map(
-                name, namespace, _preload_content=False
-            )
+            response = self.core.read_namespaced_config_map(name, namespace, **_call_options())
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -164,26 +211,36 @@ class Cluster:
         return found
 
     def create_configmap(self, namespace: str, manifest: JsonObject) -> None:
-        self.core.create_namespaced_config_map(
-            namespace, _as_body(manifest), _preload_content=False
-        )
+        self.core.create_namespaced_config_map(namespace, _as_body(manifest), **_call_options())
 
     def patch_configmap(self, namespace: str, name: str, patch: JsonObject) -> None:
         self.core.patch_namespaced_config_map(
-            name, namespace, patch, _content_type=MERGE_PATCH, _preload_content=False
+            name, namespace, patch, _content_type=MERGE_PATCH, **_call_options()
         )
 
     def delete_configmap(self, namespace: str, name: str) -> None:
-        self.core.delete_namespaced_config_map(name, namespace, _preload_content=False)
+        self.core.delete_namespaced_config_map(name, namespace, **_call_options())
 
 
-_clusters: dict[str, Cluster] = {}
+_clusters: dict[tuple[str, bool], Cluster] = {}
 _clusters_lock = threading.Lock()
 
 
+def prepare_clients(user_agent: str) -> None:
+    """Make both clients of ``user_agent`` now (at startup), so that the first admission does
+    not spend its deadline on loading the configuration."""
+    cluster(user_agent)
+    with api_deadline(DEFAULT_REQUEST_TIMEOUT_SECONDS):
+        cluster(user_agent)
+
+
 def cluster(user_agent: str) -> Cluster:
-    """The operator's API access under ``user_agent``: made on first use, then shared."""
+    """The operator's API access under ``user_agent``: made on first use, then shared.
+
+    Inside ``api_deadline`` a client that does not retry on its own, with the same User-Agent.
+    """
+    key = (user_agent, _deadline.get() is None)
     with _clusters_lock:
-        if user_agent not in _clusters:
-            _clusters[user_agent] = Cluster(api_client(user_agent))
-        return _clusters[user_agent]
+        if key not in _clusters:
+            _clusters[key] = Cluster(api_client(user_agent, retries=key[1]))
+        return _clusters[key]

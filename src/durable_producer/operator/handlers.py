@@ -5,17 +5,25 @@ Run with::
     kopf run -m durable_producer.operator.handlers --standalone --all-namespaces \\
         --liveness=http://0.0.0.0:8080/healthz
 
-- ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf.
+- ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf,
+  then ``register_feature_handlers`` and admission.prepare (the webhook's API clients).
 - ``reconcile_durable_producer`` (DurableProducer resume/create/update): reconcile (pure).
-- ``render_spark_templates`` (same events): spark_actions.handle_spark_templates.
-- ``maintain_volume_pool`` (timer, per DurableProducer): pool_actions.handle_pool_timer.
-- ``drain_volumes_before_deletion`` (deletion, our finalizer): pool_actions.handle_deletion.
-- ``attach_buffer_agent`` (webhook, pod CREATE with the opt-in label):
+- ``render_spark_templates`` (same events; feature sparkPodTemplates):
+  spark_actions.handle_spark_templates.
+- ``maintain_volume_pool`` (timer, per DurableProducer; feature volume pool):
+  pool_actions.handle_pool_timer.
+- ``drain_volumes_before_deletion`` (deletion, our finalizer; feature volume pool):
+  pool_actions.handle_deletion.
+- ``attach_buffer_agent`` (webhook, pod reviews with the opt-in label):
   admission.handle_admission.
 
 Nothing happens at import time but registration. The environment is read once, by the
-startup handler, into an ``OperatorConfig`` that reaches every handler through kopf's memo;
-the startup handler also registers the pool timer, whose interval is one of those settings.
+startup handler, into an ``OperatorConfig`` that reaches every handler through kopf's memo.
+The handlers of optional features (the chart's rbac.features.*) are registered by the startup
+handler, and only when their feature is on: a feature whose permissions the chart did not
+grant is never attempted, and with the volume pool off no finalizer is added (kopf removes
+ours from existing DurableProducers), so they stay deletable. kopf starts watching only
+after the startup handlers are done.
 """
 
 from __future__ import annotations
@@ -34,6 +42,8 @@ from durable_producer.operator.settings import OperatorConfig
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 POOL_TIMER_ID = "volume-pool"
+DRAIN_HANDLER_ID = "drain-volumes"
+SPARK_TEMPLATES_ID = "spark-templates"
 CONFIG_KEY = "config"
 
 
@@ -49,15 +59,37 @@ def config_of(memo: kopf.Memo) -> OperatorConfig:
 def start_operator(
     settings: kopf.OperatorSettings, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
-    """Read the settings, configure kopf, and start the pool timer at the configured interval."""
+    """Read the settings, configure kopf, and register the handlers of the features on."""
     config = OperatorConfig.from_environ(os.environ)
     memo[CONFIG_KEY] = config
     startup.configure_kopf(settings, config, logger)
-    # A timer's interval is fixed when it is registered, so this one is registered here, once
-    # the interval is known (kopf starts watching only after the startup handlers are done).
-    kopf.timer(*RESOURCE, id=POOL_TIMER_ID, interval=config.pool_interval_seconds)(
-        maintain_volume_pool
-    )
+    register_feature_handlers(config, kopf.get_default_registry(), logger)
+    admission.prepare(config, logger)
+
+
+def register_feature_handlers(
+    config: OperatorConfig, registry: kopf.OperatorRegistry, logger: kopf.Logger
+) -> None:
+    """The handlers of the optional features that are on (settings.OperatorFeatures)."""
+    features = config.features
+    if features.spark_pod_templates:
+        for on_event in (kopf.on.resume, kopf.on.create, kopf.on.update):
+            on_event(*RESOURCE, id=SPARK_TEMPLATES_ID, registry=registry)(render_spark_templates)
+    else:
+        logger.warning("Spark pod templates are switched off: spec.spark is not rendered")
+    if features.volume_pool:
+        # A timer's interval is fixed when it is registered: known only now.
+        kopf.timer(
+            *RESOURCE, id=POOL_TIMER_ID, interval=config.pool_interval_seconds, registry=registry
+        )(maintain_volume_pool)
+        kopf.on.delete(*RESOURCE, id=DRAIN_HANDLER_ID, registry=registry)(
+            drain_volumes_before_deletion
+        )
+    else:
+        logger.warning(
+            "the volume pool is switched off: no buffer volumes, no drain on deletion, no"
+            " finalizer, and opted-in pods are not mutated"
+        )
 
 
 @kopf.on.resume(*RESOURCE)
@@ -84,13 +116,12 @@ def reconcile_durable_producer(
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
 
 
-@kopf.on.resume(*RESOURCE, id="spark-templates")
-@kopf.on.create(*RESOURCE, id="spark-templates")
-@kopf.on.update(*RESOURCE, id="spark-templates")
 def render_spark_templates(
     body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any
 ) -> None:
-    """Create, re-render or remove the templates ConfigMap; record its name in status."""
+    """Create, re-render or remove the templates ConfigMap; record its name in status.
+
+    Registered by start_operator (resume, create, update) when the feature is on."""
     patch.status.update(spark_actions.handle_spark_templates(body, logger))
 
 
@@ -106,11 +137,12 @@ def maintain_volume_pool(
         kopf.warn(body, reason=REASON_POOL_PROBLEM, message=warning)
 
 
-@kopf.on.delete(*RESOURCE, id="drain-volumes")
 def drain_volumes_before_deletion(
     body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
-    """Hold the DurableProducer (our finalizer) until each volume is drained and deleted."""
+    """Hold the DurableProducer (our finalizer) until each volume is drained and deleted.
+
+    Registered by start_operator (deletion) when the volume pool is on."""
     pool_actions.handle_deletion(body, config_of(memo), logger)
 
 
@@ -118,7 +150,7 @@ def drain_volumes_before_deletion(
     "v1",
     "pods",
     id=admission.MUTATION_WEBHOOK_ID,
-    operations=["CREATE"],
+    operations=[admission.MUTATED_OPERATION],
     labels={PRODUCER_LABEL: kopf.PRESENT},
 )
 def attach_buffer_agent(
@@ -128,10 +160,14 @@ def attach_buffer_agent(
     warnings: list[str],
     memo: kopf.Memo,
     logger: kopf.Logger,
-    **_: Any,
+    **kwargs: Any,
 ) -> None:
-    """Add the agent, env and a pool volume to an opted-in pod (served only with a certificate)."""
-    answer = admission.handle_admission(body, dryrun=dryrun, config=config_of(memo), logger=logger)
+    """Add the agent, env and a pool volume to a pod being created (served with a certificate
+    and the volume pool on). kopf calls it for every operation the configuration sends."""
+    operation = kwargs.get("operation")  # kopf passes it; its handler protocol omits it
+    answer = admission.handle_admission(
+        body, operation=operation, dryrun=dryrun, config=config_of(memo), logger=logger
+    )
     warnings.extend(answer.warnings)
     if answer.ops:
         patch.fns.append(lambda target: jsonpatch.apply_patch(target, answer.ops, in_place=True))

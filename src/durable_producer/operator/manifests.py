@@ -69,6 +69,19 @@ def new_volume_manifest(
     }
 
 
+def drain_pod_security_context() -> dict[str, Any]:
+    """Pod Security "restricted" at pod level too (the agent container sets it as well); the
+    volume is made writable for the agent's group."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": pod_mutation.AGENT_USER_ID,
+        "runAsGroup": pod_mutation.AGENT_USER_ID,
+        "fsGroup": pod_mutation.AGENT_USER_ID,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
 def drain_job_manifest(
     producer: Object,
     spec: DurableProducerSpec,
@@ -82,6 +95,8 @@ def drain_job_manifest(
     container = pod_mutation.agent_base_container(
         spec, pod_mutation.agent_drain_args(spec, policy.drain_timeout_seconds), agent_image
     )
+    secrets = pod_mutation.image_pull_secrets(None, agent_image)
+    pull_secrets = {"imagePullSecrets": secrets} if secrets else {}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -98,7 +113,10 @@ def drain_job_manifest(
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
-                    "securityContext": {"fsGroup": pod_mutation.AGENT_USER_ID},
+                    # The agent talks to Kafka only: no Kubernetes API token in the pod.
+                    "automountServiceAccountToken": False,
+                    "securityContext": drain_pod_security_context(),
+                    **pull_secrets,
                     "containers": [container],
                     "volumes": [
                         {

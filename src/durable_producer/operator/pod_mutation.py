@@ -22,6 +22,7 @@ from durable_producer.contract import (
     BUFFER_VOLUME_NAME,
     DATA_DIR,
     INJECTED_ANNOTATION,
+    METRICS_HOST,
     PRODUCER_LABEL,
 )
 from durable_producer.operator.model import DurableProducerSpec
@@ -99,7 +100,7 @@ def agent_run_args(spec: DurableProducerSpec) -> list[str]:
         "run",
         *_connection_args(spec),
         f"--listen={AGENT_HOST}:{ports.kafka}",
-        f"--metrics-listen=0.0.0.0:{ports.metrics}",
+        f"--metrics-listen=[{METRICS_HOST}]:{ports.metrics}",
         f"--fsync={spec.fsync.policy}",
         f"--fsync-interval-ms={spec.fsync.interval_ms}",
         f"--full-disk-policy={spec.full_disk.policy}",
@@ -162,6 +163,8 @@ def _secret_mounts(spec: DurableProducerSpec) -> list[dict[str, Any]]:
 
 
 def agent_security_context() -> dict[str, Any]:
+    """Pod Security "restricted" on the container itself, whatever the pod sets: non-root,
+    no privilege escalation, no capabilities, the runtime's default seccomp profile."""
     return {
         "runAsNonRoot": True,
         "runAsUser": AGENT_USER_ID,
@@ -169,7 +172,16 @@ def agent_security_context() -> dict[str, Any]:
         "readOnlyRootFilesystem": True,
         "allowPrivilegeEscalation": False,
         "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
     }
+
+
+def image_pull_secrets(existing: list[Any] | None, agent_image: AgentImage) -> list[Any] | None:
+    """The pod's imagePullSecrets with the agent image's ones added (None: none at all)."""
+    secrets: list[Any] = list(existing or [])
+    names = {item.get("name") for item in secrets if isinstance(item, dict)}
+    secrets += [{"name": name} for name in agent_image.pull_secrets if name not in names]
+    return secrets or None
 
 
 def agent_resources(spec: DurableProducerSpec) -> dict[str, Any]:
@@ -301,6 +313,9 @@ def mutated_pod(
     for secret_volume in secret_volumes(spec):
         volumes = _upsert_by_name(volumes, secret_volume, first=False)
     pod_spec["volumes"] = volumes
+    pull_secrets = image_pull_secrets(pod_spec.get("imagePullSecrets"), agent_image)
+    if pull_secrets is not None:
+        pod_spec["imagePullSecrets"] = pull_secrets
 
     grace = pod_spec.get("terminationGracePeriodSeconds")
     if not isinstance(grace, int) or grace < MINIMUM_GRACE_SECONDS:

@@ -29,8 +29,28 @@ WEBHOOK_ADDR_ENV = "DURABLE_PRODUCER_WEBHOOK_ADDR"
 WEBHOOK_PORT_ENV = "DURABLE_PRODUCER_WEBHOOK_PORT"
 WEBHOOK_CERT_FILE_ENV = "DURABLE_PRODUCER_WEBHOOK_CERT_FILE"
 WEBHOOK_KEY_FILE_ENV = "DURABLE_PRODUCER_WEBHOOK_KEY_FILE"
-DEFAULT_WEBHOOK_ADDR = "0.0.0.0"
+WEBHOOK_TIMEOUT_ENV = "DURABLE_PRODUCER_WEBHOOK_TIMEOUT_SECONDS"
+# Empty: every address of every family (IPv4 and IPv6), so IPv6-only clusters reach it too.
+DEFAULT_WEBHOOK_ADDR = ""
 DEFAULT_WEBHOOK_PORT = 9443
+# The API server's default webhook timeout (the chart's webhook.timeoutSeconds).
+DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 5.0
+# Kept back from the webhook timeout for our own work and the answer's way back.
+WEBHOOK_ANSWER_MARGIN_SECONDS = 1.0
+MINIMUM_ADMISSION_API_SECONDS = 0.5
+
+FEATURES_ENV = "DURABLE_PRODUCER_FEATURES"
+# The chart's rbac.features.* flags; DURABLE_PRODUCER_FEATURES lists the ones switched on.
+POD_AUDIT = "podAudit"
+VOLUME_POOL = "volumePool"
+DRAIN_JOBS = "drainJobs"
+SPARK_POD_TEMPLATES = "sparkPodTemplates"
+ALL_FEATURES = (POD_AUDIT, VOLUME_POOL, DRAIN_JOBS, SPARK_POD_TEMPLATES)
+# The volume pool lists pods (which volumes are in use), claims PVCs and drains them with
+# Jobs: it works with all three flags or not at all.
+VOLUME_POOL_FEATURES = (POD_AUDIT, VOLUME_POOL, DRAIN_JOBS)
+
+AGENT_IMAGE_PULL_SECRETS_ENV = "DURABLE_PRODUCER_AGENT_IMAGE_PULL_SECRETS"
 
 POOL_INTERVAL_ENV = "DURABLE_PRODUCER_POOL_INTERVAL_SECONDS"
 DEFAULT_POOL_INTERVAL_SECONDS = 10.0
@@ -75,10 +95,18 @@ class WebhookSettings:
     port: int = DEFAULT_WEBHOOK_PORT
     certfile: str | None = None
     keyfile: str | None = None
+    timeout_seconds: float = DEFAULT_WEBHOOK_TIMEOUT_SECONDS
 
     @property
     def enabled(self) -> bool:
         return bool(self.certfile and self.keyfile)
+
+    @property
+    def api_budget_seconds(self) -> float:
+        """How long one admission may spend on API calls: under the API server's timeout."""
+        return max(
+            self.timeout_seconds - WEBHOOK_ANSWER_MARGIN_SECONDS, MINIMUM_ADMISSION_API_SECONDS
+        )
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> WebhookSettings:
@@ -86,12 +114,46 @@ class WebhookSettings:
             port = int(environ.get(WEBHOOK_PORT_ENV, str(DEFAULT_WEBHOOK_PORT)))
         except ValueError:
             port = DEFAULT_WEBHOOK_PORT
+        try:
+            timeout = float(environ.get(WEBHOOK_TIMEOUT_ENV, str(DEFAULT_WEBHOOK_TIMEOUT_SECONDS)))
+        except ValueError:
+            timeout = DEFAULT_WEBHOOK_TIMEOUT_SECONDS
         return cls(
             addr=environ.get(WEBHOOK_ADDR_ENV, DEFAULT_WEBHOOK_ADDR),
             port=port,
             certfile=environ.get(WEBHOOK_CERT_FILE_ENV) or None,
             keyfile=environ.get(WEBHOOK_KEY_FILE_ENV) or None,
+            timeout_seconds=timeout if timeout > 0 else DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
         )
+
+
+@dataclass(frozen=True)
+class OperatorFeatures:
+    """Which optional features the installation allows (the chart's rbac.features.*).
+
+    The operator registers a feature's handlers only when it is on, so a feature switched off
+    in the chart's RBAC is never attempted (no 403 loops, no finalizer that cannot finish).
+    Unset: every feature (a development run with full access); unknown names are ignored.
+    """
+
+    enabled: frozenset[str] = frozenset(ALL_FEATURES)
+
+    @property
+    def volume_pool(self) -> bool:
+        """Volume pool, drain Jobs and pod audit: the webhook, the pool timer, drain on delete."""
+        return all(name in self.enabled for name in VOLUME_POOL_FEATURES)
+
+    @property
+    def spark_pod_templates(self) -> bool:
+        return SPARK_POD_TEMPLATES in self.enabled
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> OperatorFeatures:
+        raw = environ.get(FEATURES_ENV)
+        if raw is None:
+            return cls()
+        names = {name.strip() for name in raw.split(",")}
+        return cls(enabled=frozenset(name for name in ALL_FEATURES if name in names))
 
 
 @dataclass(frozen=True)
@@ -148,13 +210,17 @@ class AgentImage:
 
     image: str = DEFAULT_AGENT_IMAGE
     pull_policy: str = DEFAULT_PULL_POLICY
+    # Secrets (names, in the pod's namespace) for pulling the agent image (agent.imagePullSecrets).
+    pull_secrets: tuple[str, ...] = ()
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> AgentImage:
         pull_policy = environ.get(AGENT_IMAGE_PULL_POLICY_ENV)
+        secrets = environ.get(AGENT_IMAGE_PULL_SECRETS_ENV, "").split(",")
         return cls(
             image=environ.get(AGENT_IMAGE_ENV) or DEFAULT_AGENT_IMAGE,
             pull_policy=pull_policy if pull_policy in PULL_POLICIES else DEFAULT_PULL_POLICY,
+            pull_secrets=tuple(dict.fromkeys(name.strip() for name in secrets if name.strip())),
         )
 
     def image_for(self, agent: AgentSidecarSettings) -> str:
@@ -175,6 +241,7 @@ class OperatorConfig:
     pool: PoolPolicy = field(default_factory=PoolPolicy)
     pool_interval_seconds: float = DEFAULT_POOL_INTERVAL_SECONDS
     agent_image: AgentImage = field(default_factory=AgentImage)
+    features: OperatorFeatures = field(default_factory=OperatorFeatures)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -184,4 +251,5 @@ class OperatorConfig:
             pool=PoolPolicy.from_environ(environ),
             pool_interval_seconds=pool_interval_from_environ(environ),
             agent_image=AgentImage.from_environ(environ),
+            features=OperatorFeatures.from_environ(environ),
         )

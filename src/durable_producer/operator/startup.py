@@ -37,10 +37,14 @@ def configure_kopf(
     settings.networking.request_timeout = tuning.request_timeout
     settings.networking.connect_timeout = tuning.connect_timeout
     settings.admission.managed = None
-    settings.admission.server = admission.webhook_server(config.webhook)
-    if not config.webhook.enabled:
-        logger.warning(
-            "no webhook certificate configured (%s, %s): pods are not mutated",
-            WEBHOOK_CERT_FILE_ENV,
-            WEBHOOK_KEY_FILE_ENV,
-        )
+    if not config.features.volume_pool:
+        # No volumes to give: the webhook is not served (the chart renders no configuration).
+        settings.admission.server = admission.NoWebhookServer()
+    else:
+        settings.admission.server = admission.webhook_server(config.webhook)
+        if not config.webhook.enabled:
+            logger.warning(
+                "no webhook certificate configured (%s, %s): pods are not mutated",
+                WEBHOOK_CERT_FILE_ENV,
+                WEBHOOK_KEY_FILE_ENV,
+            )

@@ -160,6 +160,23 @@ def test_chart_with_watched_namespaces_applies(kubeconfig: Path) -> None:
     assert sum(o["kind"] == "Role" for o in objects) == 2
 
 
+@pytest.mark.parametrize("values", [
+    # docs/install.md's kubectl route: the certificate made once, the same on every render.
+    {"webhook": {"tls": {"existingSecret": "durable-producer-webhook-cert",
+                         "caBundle": "QUJDRA=="}}},
+    # The volume pool switched off: no webhook, RBAC of the core and the Spark templates only.
+    {"webhook": {"enabled": False},
+     "rbac": {"features": {"podAudit": False, "volumePool": False, "drainJobs": False}}},
+], ids=["provided-certificate", "volume-pool-off"])
+def test_chart_variants_apply(kubeconfig: Path, values: dict[str, Any]) -> None:
+    objects = render_chart(values)
+    result = kubectl_dry_run_apply(kubeconfig, objects)
+
+    assert result.returncode == 0, result.stderr
+    assert set(result.stdout.splitlines()) == expected_lines(objects)
+    assert not [o for o in objects if o["kind"] == "Secret"]
+
+
 def test_the_install_docs_example_applies_once_the_crd_is_known(kubeconfig: Path) -> None:
     text = (REPO_ROOT / "docs" / "install.md").read_text()
     blocks = [block.split("```", 1)[0] for block in text.split("```yaml\n")[1:]]

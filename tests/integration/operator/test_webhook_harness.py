@@ -100,15 +100,21 @@ class WebhookOperator:
         except urllib.error.HTTPError as error:
             return error.code, error.read().decode(errors="replace")
 
-    def review(self, pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-        """Send an AdmissionReview for creating the pod; the `response` part of the answer."""
-        status, answer = self.post(json.dumps(admission_review(pod, dry_run=dry_run)).encode())
+    def review(self, pod: dict[str, Any], *, dry_run: bool = False,
+               operation: str = "CREATE") -> dict[str, Any]:
+        """Send an AdmissionReview for the pod (created by default); the `response` part."""
+        review = admission_review(pod, dry_run=dry_run, operation=operation)
+        status, answer = self.post(json.dumps(review).encode())
         assert status == 200, answer
         return answer["response"]
 
 
-def admission_review(pod: dict[str, Any], *, dry_run: bool = False) -> dict[str, Any]:
-    """What the API server sends for `kubectl create` of a pod (admission.k8s.io/v1)."""
+def admission_review(pod: dict[str, Any], *, dry_run: bool = False,
+                     operation: str = "CREATE") -> dict[str, Any]:
+    """What the API server sends for `kubectl create` of a pod (admission.k8s.io/v1); for an
+    UPDATE, the pod is both the new and the old object."""
+    options = {"CREATE": "CreateOptions", "UPDATE": "UpdateOptions"}.get(operation,
+                                                                         "DeleteOptions")
     return {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -118,13 +124,13 @@ def admission_review(pod: dict[str, Any], *, dry_run: bool = False) -> dict[str,
             "resource": {"group": "", "version": "v1", "resource": "pods"},
             "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
             "requestResource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": NAMESPACE,
-            "operation": "CREATE",
+            "namespace": (pod.get("metadata") or {}).get("namespace", NAMESPACE),
+            "operation": operation,
             "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller"},
             "object": pod,
-            "oldObject": None,
+            "oldObject": None if operation == "CREATE" else pod,
             "dryRun": dry_run,
-            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": options},
         },
     }
 
@@ -183,6 +189,19 @@ def items(kubernetes_api: KubernetesApi, path: str) -> dict[str, dict[str, Any]]
     return {item["metadata"]["name"]: item for item in listing.get("items") or []}
 
 
+def answer_with(kubernetes_api: KubernetesApi, request: str, *payload: Any) -> None:
+    """Make the emulator answer ``request`` ("get /api/v1/...", any query) with ``payload``
+    (e.g. 403 and a Status), as an API server would without RBAC for it."""
+    reactions = kubernetes_api._emulator[request]
+    for item in payload:
+        reactions = reactions << item
+
+
+def forbidden(resource: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden",
+            "code": 403, "message": f"{resource} is forbidden: RBAC: access denied"}
+
+
 def _webhook_accepts_tls(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=1):
@@ -201,7 +220,9 @@ def start_webhook_operator(
     cert, key = make_certificate(tmp_path)
     started: list[WebhookOperator] = []
 
-    def start(**pool_env: str) -> WebhookOperator:
+    def start(*, serve_webhook: bool = True, **pool_env: str) -> WebhookOperator:
+        """``serve_webhook=False``: wait for the liveness endpoint instead (no webhook server
+        runs when the volume pool is switched off)."""
         port = _free_port()
         env = {
             **os.environ,
@@ -233,9 +254,14 @@ def start_webhook_operator(
             ca_file=cert,
         )
         started.append(operator)
-        wait_for(lambda: process.poll() is not None or _webhook_accepts_tls(port),
-                 timeout=operator_harness.OPERATOR_START_TIMEOUT_SECONDS,
-                 what="the operator's webhook server")
+        if serve_webhook:
+            wait_for(lambda: process.poll() is not None or _webhook_accepts_tls(port),
+                     timeout=operator_harness.OPERATOR_START_TIMEOUT_SECONDS,
+                     what="the operator's webhook server")
+        else:
+            wait_for(lambda: process.poll() is not None or operator_harness._liveness_ok(
+                liveness_url), timeout=operator_harness.OPERATOR_START_TIMEOUT_SECONDS,
+                what="the operator's liveness endpoint")
         assert process.poll() is None, f"the operator exited early:\n{operator.process.log()}"
         return operator
 

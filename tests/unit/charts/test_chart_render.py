@@ -21,8 +21,8 @@ from support.tools import (
     single_object,
 )
 
-# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the kubectl we ship.
-KUBERNETES_VERSIONS = ("1.29.0", "1.35.0")
+# The oldest Kubernetes the chart supports (Chart.yaml kubeVersion), 1.30 and the kubectl we ship.
+KUBERNETES_VERSIONS = ("1.29.0", "1.30.0", "1.35.0")
 
 NON_DEFAULT_VALUES: dict[str, Any] = {
     "fullnameOverride": "buffering",
@@ -98,7 +98,18 @@ def custom_objects() -> list[dict[str, Any]]:
     return render_chart(NON_DEFAULT_VALUES)
 
 
-@pytest.mark.parametrize("values", [None, NON_DEFAULT_VALUES], ids=["default", "non-default"])
+LINTED_VALUES: dict[str, dict[str, Any] | None] = {
+    "default": None,
+    "non-default": NON_DEFAULT_VALUES,
+    "provided-certificate": {"webhook": {"tls": {"existingSecret": "dp-webhook-cert",
+                                                 "caBundle": "QUJDRA=="}}},
+    "cert-manager": {"webhook": {"certManager": {"enabled": True}}},
+    "volume-pool-off": {"webhook": {"enabled": False}, "rbac": {"features": {
+        "podAudit": False, "volumePool": False, "drainJobs": False}}},
+}
+
+
+@pytest.mark.parametrize("values", LINTED_VALUES.values(), ids=LINTED_VALUES.keys())
 def test_helm_lint_passes_strictly(values: dict[str, Any] | None) -> None:
     result = run_helm(["lint", "--strict", str(CHART_DIR)], values=values)
 
@@ -116,12 +127,14 @@ def test_default_render_has_the_expected_objects(default_objects: list[dict[str,
 
 
 @pytest.mark.parametrize("kubernetes_version", KUBERNETES_VERSIONS)
-@pytest.mark.parametrize("objects_fixture", ["default_objects", "custom_objects"])
+@pytest.mark.parametrize("values", LINTED_VALUES.values(), ids=LINTED_VALUES.keys())
 def test_rendered_objects_validate_against_kubernetes_schemas(
-    objects_fixture: str, kubernetes_version: str, request: pytest.FixtureRequest
+    values: dict[str, Any] | None, kubernetes_version: str
 ) -> None:
-    objects = request.getfixturevalue(objects_fixture)
+    objects = render_chart(values)
     for obj in objects:
+        if obj["apiVersion"].startswith("cert-manager.io/"):
+            continue  # not a Kubernetes API: cert-manager's own CRDs
         # strict: unknown fields are errors, as with kubectl's default field validation
         kubernetes_validate.validate(obj, kubernetes_version, strict=True)
 
@@ -160,14 +173,16 @@ def test_operator_deployment_is_single_recreate_non_root_read_only(
 def test_liveness_probe_targets_the_kopf_liveness_endpoint(
     default_objects: list[dict[str, Any]], custom_objects: list[dict[str, Any]]
 ) -> None:
+    """From inside the pod, at localhost (127.0.0.1 and ::1): kopf binds one address family per
+    socket, so an httpGet at the pod IP fails in an IPv4-only or IPv6-only cluster."""
     for objects, port in ((default_objects, 8080), (custom_objects, 8081)):
         container = operator_container(objects)
-        probe = container["livenessProbe"]["httpGet"]
-        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        command = container["livenessProbe"]["exec"]["command"]
 
-        assert probe["path"] == "/healthz"
-        assert ports[probe["port"]] == port
-        assert f"--liveness=http://0.0.0.0:{port}/healthz" in container["command"]
+        assert command[:2] == ["python", "-c"]
+        assert f"urlopen('http://localhost:{port}/healthz', timeout=4)" in command[2]
+        assert f"--liveness=http://localhost:{port}/healthz" in container["command"]
+        assert "httpGet" not in container["livenessProbe"]
 
 
 def test_default_command_is_the_documented_kopf_invocation(
@@ -175,7 +190,7 @@ def test_default_command_is_the_documented_kopf_invocation(
 ) -> None:
     assert operator_container(default_objects)["command"] == [
         "kopf", "run", "-m", "durable_producer.operator.handlers", "--standalone",
-        "--all-namespaces", "--liveness=http://0.0.0.0:8080/healthz",
+        "--all-namespaces", "--liveness=http://localhost:8080/healthz",
     ]
 
 
@@ -190,14 +205,15 @@ def test_non_default_values_reach_the_deployment(custom_objects: list[dict[str, 
     assert container["imagePullPolicy"] == "Always"
     assert "--all-namespaces" not in container["command"]
     assert container["command"][-5:] == [
-        "--namespace=team-a", "--namespace=team-b", "--liveness=http://0.0.0.0:8081/healthz",
+        "--namespace=team-a", "--namespace=team-b", "--liveness=http://localhost:8081/healthz",
         "--debug", "--log-format=json",
     ]
     assert env["DURABLE_PRODUCER_AGENT_IMAGE"] == "registry.example:5000/dp/agent:9.9.9"
     assert env["DURABLE_PRODUCER_WATCH_SERVER_TIMEOUT"] == "120"
     assert env["EXTRA"] == "1"
     assert pod["metadata"]["labels"]["team"] == "data"
-    assert pod["metadata"]["annotations"] == {"prometheus.io/scrape": "false"}
+    assert pod["metadata"]["annotations"]["prometheus.io/scrape"] == "false"
+    assert set(pod["metadata"]["annotations"]) == {"prometheus.io/scrape", "checksum/webhook-tls"}
     assert pod["spec"]["serviceAccountName"] == "dp-operator"
     assert pod["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["spec"]["priorityClassName"] == "system-cluster-critical"
@@ -228,14 +244,51 @@ def test_a_feature_flag_off_removes_only_its_own_permissions(
     custom_objects: list[dict[str, Any]],
 ) -> None:
     granted = rbac_grants(all_role_rules(custom_objects))
-    spark_templates = {
+    spark_only = {
         (group, resource, verb)
         for group, resource, verbs in api_access.SPARK_TEMPLATES_API_ACCESS
         for verb in verbs
+    } - pool_access()
+
+    assert {resource for _, resource, _ in spark_only} == {"configmaps"}
+    assert granted == declared_operator_access() - spark_only
+
+
+def pool_access() -> set[Grant]:
+    return {(group, resource, verb)
+            for group, resource, verbs in api_access.POOL_API_ACCESS for verb in verbs}
+
+
+FEATURE_COMBINATIONS = [
+    {"podAudit": True, "volumePool": True, "drainJobs": True, "sparkPodTemplates": True},
+    {"podAudit": True, "volumePool": True, "drainJobs": True, "sparkPodTemplates": False},
+    {"podAudit": False, "volumePool": False, "drainJobs": False, "sparkPodTemplates": True},
+    {"podAudit": False, "volumePool": False, "drainJobs": False, "sparkPodTemplates": False},
+]
+
+
+@pytest.mark.parametrize("features", FEATURE_COMBINATIONS,
+                         ids=lambda f: ",".join(k for k, v in f.items() if v) or "none")
+def test_rbac_grants_exactly_the_access_of_the_features_the_operator_runs(
+    features: dict[str, bool],
+) -> None:
+    """The chart's rules equal the api_access tuples of the flags on, and the operator is told
+    the same flags (DURABLE_PRODUCER_FEATURES), so it runs nothing it may not do."""
+    objects = render_chart({"rbac": {"features": features},
+                            "webhook": {"enabled": features["volumePool"]}})
+    env = {item["name"]: item.get("value", "") for item in operator_container(objects)["env"]}
+    on = settings.OperatorFeatures.from_environ(env)
+    expected = {
+        (group, resource, verb)
+        for group, resource, verbs in (
+            *api_access.KUBERNETES_API_ACCESS,
+            *(entry for name in on.enabled for entry in api_access.FEATURE_API_ACCESS[name]))
+        for verb in verbs
     }
 
-    assert {resource for _, resource, _ in spark_templates} == {"configmaps"}
-    assert granted == declared_operator_access() - spark_templates
+    assert on.enabled == {name for name, flag in features.items() if flag}
+    assert on.volume_pool == features["volumePool"]
+    assert rbac_grants(all_role_rules(objects)) == expected
 
 
 def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_crds(
@@ -298,7 +351,7 @@ def test_webhook_can_be_switched_off() -> None:
     assert not objects_of_kind(objects, "Service")
     assert not objects_of_kind(objects, "MutatingWebhookConfiguration")
     assert not objects_of_kind(objects, "Secret")
-    assert "webhook" not in {p["name"] for p in container["ports"]}
+    assert "webhook" not in {p["name"] for p in container.get("ports", [])}
     assert "DURABLE_PRODUCER_WEBHOOK_CERT_FILE" not in {e["name"] for e in container["env"]}
 
 

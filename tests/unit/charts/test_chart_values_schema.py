@@ -33,6 +33,16 @@ BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
      "at '/operator/resources/limits/memory': 'lots' does not match pattern"),
     ("feature flag type", {"rbac": {"features": {"volumePool": "yes"}}},
      "at '/rbac/features/volumePool': got string, want boolean"),
+    # The webhook gives pods pool volumes: without the pool it could only refuse them.
+    ("webhook without the volume pool", {"webhook": {"enabled": True}, "rbac": {"features": {
+        "podAudit": False, "volumePool": False, "drainJobs": False}}},
+     "at '/rbac/features/volumePool': value must be true"),
+    # The pool is three flags of one feature: half a pool cannot drain (deletion would hang).
+    ("volume pool without drain jobs", {"webhook": {"enabled": False}, "rbac": {"features": {
+        "drainJobs": False}}}, "at '/rbac/features/drainJobs': value must be true"),
+    ("drain jobs without the volume pool", {"webhook": {"enabled": False}, "rbac": {
+        "features": {"volumePool": False, "podAudit": False}}},
+     "at '/rbac/features/volumePool': value must be true"),
 ]
 
 
@@ -92,3 +102,14 @@ def test_helm_lint_rejects_bad_values_too() -> None:
 
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("values", [
+    {"webhook": {"enabled": False}, "rbac": {"features": {
+        "podAudit": False, "volumePool": False, "drainJobs": False}}},
+    {"rbac": {"features": {"sparkPodTemplates": False}}},
+])  # fmt: skip
+def test_consistent_feature_combinations_are_accepted(values: dict[str, Any]) -> None:
+    result = run_helm(["template", "dp", str(CHART_DIR)], values=values)
+
+    assert result.returncode == 0, result.stderr

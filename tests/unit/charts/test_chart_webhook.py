@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -177,3 +179,113 @@ def test_pool_timings_reach_the_operator(default_objects: list[dict[str, Any]]) 
     assert settings.PoolPolicy.from_environ(env_of(default_objects)) == (
         settings.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
                                idle_ttl_seconds=900, drain_timeout_seconds=600))
+
+
+def webhook_of(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (webhook,) = single_object(objects, "MutatingWebhookConfiguration")["webhooks"]
+    return dict(webhook)
+
+
+def test_watched_namespaces_narrow_the_webhook_to_them() -> None:
+    """Elsewhere the operator may not read DurableProducers: it must not be asked at all."""
+    objects = render_chart({"operator": {"watchNamespaces": ["team-a", "team-b"]}})
+
+    expressions = webhook_of(objects)["namespaceSelector"]["matchExpressions"]
+
+    assert {"key": "kubernetes.io/metadata.name", "operator": "In",
+            "values": ["team-a", "team-b"]} in expressions
+    assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+            "values": ["kube-system", "kube-node-lease"]} in expressions  # kept: ANDed
+
+
+def test_watched_namespaces_narrow_a_custom_selector_too() -> None:
+    objects = render_chart({"operator": {"watchNamespaces": ["team-a"]}, "webhook": {
+        "namespaceSelector": {"matchExpressions": None,
+                              "matchLabels": {"durable.dev/inject": "enabled"}}}})
+
+    assert webhook_of(objects)["namespaceSelector"] == {
+        "matchLabels": {"durable.dev/inject": "enabled"},
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                              "values": ["team-a"]}]}
+
+
+def test_all_namespaces_keep_the_configured_selector(
+    default_objects: list[dict[str, Any]],
+) -> None:
+    assert webhook_of(default_objects)["namespaceSelector"] == {"matchExpressions": [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+         "values": ["kube-system", "kube-node-lease"]}]}
+
+
+def test_operator_is_told_the_webhook_timeout_and_the_features() -> None:
+    env = env_of(render_chart({"webhook": {"timeoutSeconds": 3},
+                               "rbac": {"features": {"sparkPodTemplates": False}},
+                               "agent": {"imagePullSecrets": [{"name": "a"}, {"name": "b"}]}}))
+
+    config = settings.OperatorConfig.from_environ(env)
+
+    assert config.webhook.timeout_seconds == 3
+    assert config.webhook.api_budget_seconds == 2
+    assert config.features.volume_pool and not config.features.spark_pod_templates
+    assert config.agent_image.pull_secrets == ("a", "b")
+
+
+TLS_VALUES = {"webhook": {"tls": {"existingSecret": "dp-webhook-cert",
+                                  "caBundle": base64.b64encode(b"-----BEGIN CERTIFICATE-----"
+                                                               b"\nMIIB\n").decode()}}}
+
+
+def test_a_provided_certificate_renders_the_same_every_time() -> None:
+    """`helm template` (kubectl, GitOps) has no cluster to look the Secret up in: with
+    webhook.tls the output is the same on every render, so re-applying it changes nothing."""
+    first = render_chart(TLS_VALUES)
+    second = render_chart(TLS_VALUES)
+    pod_spec = single_object(first, "Deployment")["spec"]["template"]["spec"]
+    (volume,) = [v for v in pod_spec["volumes"] if v["name"] == "webhook-tls"]
+
+    assert first == second
+    assert not objects_of_kind(first, "Secret")  # the admin's Secret is mounted as it is
+    assert volume["secret"]["secretName"] == "dp-webhook-cert"
+    assert webhook_of(first)["clientConfig"]["caBundle"] == TLS_VALUES["webhook"]["tls"][
+        "caBundle"]
+
+
+def test_a_generated_certificate_is_new_on_each_template_render_and_restarts_the_operator(
+) -> None:
+    """The documented limit of the generated certificate: `helm install`/`upgrade` reuse the
+    Secret (lookup); `helm template` cannot, so each render has a new CA. The Deployment
+    carries the certificate's checksum, so applying a new render restarts the operator with
+    the certificate the new caBundle trusts, instead of serving the old one."""
+    first, second = render_chart(), render_chart()
+
+    def tls(objects: list[dict[str, Any]]) -> dict[str, str]:
+        secret = single_object(objects, "Secret")["data"]
+        return {"caBundle": webhook_of(objects)["clientConfig"]["caBundle"],
+                "tls.crt": secret["tls.crt"], "tls.key": secret["tls.key"]}
+
+    def checksum(objects: list[dict[str, Any]]) -> str:
+        pod = single_object(objects, "Deployment")["spec"]["template"]
+        return str(pod["metadata"]["annotations"]["checksum/webhook-tls"])
+
+    assert tls(first)["caBundle"] != tls(second)["caBundle"]
+    for objects in (first, second):
+        material = json.dumps(tls(objects), sort_keys=True, separators=(",", ":"))
+        assert checksum(objects) == hashlib.sha256(material.encode()).hexdigest()
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"webhook": {"tls": {"existingSecret": "mine"}}}, "at '/webhook/tls/caBundle'"),
+    ({"webhook": {"tls": {"existingSecret": "mine", "caBundle": "QUJD"},
+                  "certManager": {"enabled": True}}}, "at '/webhook/certManager/enabled'"),
+    ({"webhook": {"tls": {"existingSecret": "Not_A_Name", "caBundle": "QUJD"}}},
+     "at '/webhook/tls/existingSecret'"),
+    ({"webhook": {"tls": {"existingSecret": "mine", "caBundle": "not base64!"}}},
+     "at '/webhook/tls/caBundle'"),
+])  # fmt: skip
+def test_contradictory_certificate_values_are_refused(
+    values: dict[str, Any], message: str
+) -> None:
+    result = run_helm(["template", "dp", str(CHART_DIR)], values=values)
+
+    assert result.returncode != 0
+    assert message in result.stderr

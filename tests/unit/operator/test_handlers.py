@@ -27,23 +27,65 @@ def test_every_kopf_handler_is_declared_in_handlers_py() -> None:
     assert declaring == {"handlers.py"}
 
 
-def test_import_registers_each_handler_once_and_one_delete_handler() -> None:
-    registry = kopf.get_default_registry()
-    changing = {
+def changing_handlers(registry: kopf.OperatorRegistry) -> set[tuple[str, str]]:
+    return {
         (handler.id, str(handler.reason.value) if handler.reason else "resume")
         for handler in registry._changing.get_all_handlers()
     }
+
+
+def test_import_registers_the_always_on_handlers_once() -> None:
+    registry = kopf.get_default_registry()
     webhooks = [handler.id for handler in registry._webhooks.get_all_handlers()]
     startup_handlers = [handler.id for handler in registry._activities.get_all_handlers()]
 
-    assert changing == {
+    assert {
         ("reconcile_durable_producer", "create"), ("reconcile_durable_producer", "update"),
-        ("reconcile_durable_producer", "resume"), ("spark-templates", "create"),
-        ("spark-templates", "update"), ("spark-templates", "resume"),
-        ("drain-volumes", "delete"),
-    }  # fmt: skip
+        ("reconcile_durable_producer", "resume"),
+    } <= changing_handlers(registry)  # fmt: skip
     assert webhooks == [admission.MUTATION_WEBHOOK_ID]  # whether or not a certificate is set
     assert "start_operator" in startup_handlers
+
+
+def register(features: str | None) -> kopf.OperatorRegistry:
+    """What start_operator registers for DURABLE_PRODUCER_FEATURES (None: unset)."""
+    environ = {} if features is None else {"DURABLE_PRODUCER_FEATURES": features}
+    registry = kopf.OperatorRegistry()
+    handlers.register_feature_handlers(
+        OperatorConfig.from_environ(environ), registry, logging.getLogger("test"))
+    return registry
+
+
+def test_every_feature_on_registers_each_handler_once_and_one_delete_handler() -> None:
+    registry = register(None)
+    timers = [(h.id, h.interval) for h in registry._spawning.get_all_handlers()]
+
+    assert changing_handlers(registry) == {
+        ("spark-templates", "create"), ("spark-templates", "update"),
+        ("spark-templates", "resume"), ("drain-volumes", "delete"),
+    }  # fmt: skip
+    assert timers == [(handlers.POOL_TIMER_ID, OperatorConfig().pool_interval_seconds)]
+    every_flag = register("podAudit,volumePool,drainJobs,sparkPodTemplates")
+    assert changing_handlers(every_flag) == changing_handlers(registry)
+
+
+@pytest.mark.parametrize(("features", "expected_ids"), [
+    ("", set()),
+    ("sparkPodTemplates", {"spark-templates"}),
+    ("podAudit,volumePool,drainJobs", {"drain-volumes", handlers.POOL_TIMER_ID}),
+    # One of the three pool flags off: no pool at all (the chart's schema refuses this).
+    ("podAudit,volumePool", set()),
+])  # fmt: skip
+def test_a_feature_off_registers_none_of_its_handlers(
+    features: str, expected_ids: set[str]
+) -> None:
+    registry = register(features)
+    ids = {h.id for h in registry._changing.get_all_handlers()} | {
+        h.id for h in registry._spawning.get_all_handlers()}
+
+    assert ids == expected_ids
+    finalizer_needed = any(h.requires_finalizer for h in registry._changing.get_all_handlers())
+    assert finalizer_needed == ("drain-volumes" in expected_ids)
 
 
 def test_handlers_read_the_config_the_startup_handler_left_in_the_memo() -> None:
@@ -76,6 +118,18 @@ def test_with_a_certificate_kopf_serves_the_webhook() -> None:
     assert isinstance(server, kopf.WebhookServer)
     assert (server.addr, server.port, server.certfile, server.pkeyfile) == (
         "127.0.0.1", 10443, "c.crt", "c.key")  # fmt: skip
+
+
+def test_with_the_volume_pool_off_no_webhook_is_served_even_with_a_certificate() -> None:
+    settings = kopf.OperatorSettings()
+    config = OperatorConfig.from_environ({
+        "DURABLE_PRODUCER_FEATURES": "sparkPodTemplates",
+        "DURABLE_PRODUCER_WEBHOOK_CERT_FILE": "c.crt", "DURABLE_PRODUCER_WEBHOOK_KEY_FILE": "c.key",
+    })  # fmt: skip
+
+    startup.configure_kopf(settings, config, logging.getLogger("test"))
+
+    assert isinstance(settings.admission.server, admission.NoWebhookServer)
 
 
 def test_without_a_certificate_the_webhook_server_serves_nothing(

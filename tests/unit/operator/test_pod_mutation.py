@@ -133,7 +133,7 @@ def test_sidecar_arguments_are_accepted_by_the_real_agent_cli() -> None:
     assert args.command == "run"
     assert args.kafka_bootstrap == "kafka:9093"
     assert args.listen == ("127.0.0.1", 19092)
-    assert args.metrics_listen == ("0.0.0.0", 19644)
+    assert args.metrics_listen == ("::", 19644)  # every address, IPv6 and IPv4
     assert args.fsync == "always"
     assert args.full_disk_policy == "block"
     assert args.block_timeout == 2.0
@@ -188,6 +188,25 @@ def test_app_bootstrap_env_is_overridden_not_duplicated() -> None:
     env = result["spec"]["containers"][0]["env"]
     assert [e["name"] for e in env].count("KAFKA_BOOTSTRAP_SERVERS") == 1
     assert env_of(result["spec"]["containers"][0])["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
+
+
+def test_agent_pull_secrets_are_added_once_and_the_pods_own_kept() -> None:
+    pod = deployment_pod()
+    pod["spec"]["imagePullSecrets"] = [{"name": "app-registry"}, {"name": "shared"}]
+    agent_image = AgentImage(image="registry.example/agent:1", pull_secrets=("shared", "agents"))
+
+    result = apply(pod, pod_mutation.mutation_patch(pod, "orders", make_spec(), CLAIM,
+                                                    agent_image))
+
+    assert result["spec"]["imagePullSecrets"] == [
+        {"name": "app-registry"}, {"name": "shared"}, {"name": "agents"}]
+    assert pod_mutation.mutation_patch(result, "orders", make_spec(), CLAIM, agent_image) == []
+
+
+def test_without_agent_pull_secrets_the_pod_gets_none() -> None:
+    result = apply(deployment_pod(), patch_for(deployment_pod()))
+
+    assert "imagePullSecrets" not in result["spec"]
 
 
 def test_longer_grace_period_and_fs_group_are_kept() -> None:

@@ -6,13 +6,18 @@ import pytest
 
 from durable_producer.operator import model
 from durable_producer.operator.settings import (
+    AGENT_IMAGE_PULL_SECRETS_ENV,
+    ALL_FEATURES,
+    FEATURES_ENV,
     POOL_INTERVAL_ENV,
     WATCH_SERVER_TIMEOUT_ENV,
     WEBHOOK_CERT_FILE_ENV,
     WEBHOOK_KEY_FILE_ENV,
     WEBHOOK_PORT_ENV,
+    WEBHOOK_TIMEOUT_ENV,
     AgentImage,
     OperatorConfig,
+    OperatorFeatures,
     OperatorTuning,
     PoolPolicy,
     WebhookSettings,
@@ -87,3 +92,44 @@ def test_one_config_holds_every_setting() -> None:
     assert config.pool.idle_ttl_seconds == 9.0
     assert config.agent_image.image == "reg/agent:1.2"
     assert OperatorConfig.from_environ({}) == OperatorConfig()
+
+
+@pytest.mark.parametrize(("raw", "pool", "spark"), [
+    (None, True, True),  # unset: a development run with full access
+    ("podAudit,volumePool,drainJobs,sparkPodTemplates", True, True),
+    ("drainJobs,podAudit,volumePool", True, False),
+    ("sparkPodTemplates", False, True),
+    ("volumePool,drainJobs", False, False),  # the pool needs its three flags
+    ("", False, False),
+    (" podAudit , volumePool,drainJobs,bogus", True, False),
+])  # fmt: skip
+def test_features_from_environment(raw: str | None, pool: bool, spark: bool) -> None:
+    environ = {} if raw is None else {FEATURES_ENV: raw}
+
+    features = OperatorFeatures.from_environ(environ)
+
+    assert (features.volume_pool, features.spark_pod_templates) == (pool, spark)
+    assert features.enabled <= set(ALL_FEATURES)
+
+
+@pytest.mark.parametrize(("raw", "timeout", "budget"), [
+    (None, 5.0, 4.0), ("3", 3.0, 2.0), ("1", 1.0, 0.5), ("0", 5.0, 4.0), ("x", 5.0, 4.0),
+])  # fmt: skip
+def test_admission_api_budget_stays_under_the_webhook_timeout(
+    raw: str | None, timeout: float, budget: float
+) -> None:
+    webhook = WebhookSettings.from_environ({} if raw is None else {WEBHOOK_TIMEOUT_ENV: raw})
+
+    assert (webhook.timeout_seconds, webhook.api_budget_seconds) == (timeout, budget)
+    assert webhook.api_budget_seconds < webhook.timeout_seconds
+
+
+def test_the_webhook_listens_on_every_address_family_by_default() -> None:
+    assert WebhookSettings().addr == ""  # kopf: None, every interface (IPv4 and IPv6)
+
+
+def test_agent_pull_secrets_from_environment() -> None:
+    image = AgentImage.from_environ({AGENT_IMAGE_PULL_SECRETS_ENV: "a, b,,a"})
+
+    assert image.pull_secrets == ("a", "b")
+    assert AgentImage.from_environ({}).pull_secrets == ()
