@@ -85,3 +85,31 @@ def test_bootstrap_addresses_parse_lists_schemes_and_ipv6() -> None:
 def test_bootstrap_addresses_reject_malformed_entries(bad: str) -> None:
     with pytest.raises(SinkOptionError, match="bootstrap"):
         bootstrap_addresses(bad)
+
+
+def test_default_partitioner_is_the_java_producers() -> None:
+    assert DEFAULT_PRODUCER_CONFIG["partitioner"] == "murmur2_random"
+    config = parse_options({"kafka.partitioner": "consistent_random"}).producer_config("a:1")
+    assert config["partitioner"] == "consistent_random"
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("topics", "topic"),
+        ("Tombstone", "tombstones"),
+        ("agentWaitSecond", "agentWaitSeconds"),
+        ("bootstrap.servers", "kafka.bootstrap.servers"),
+        ("kafak.linger.ms", "kafka.linger.ms"),
+    ],
+)
+def test_misspelt_option_says_what_was_meant(given: str, meant: str) -> None:
+    with pytest.raises(SinkOptionError) as raised:
+        parse_options({given: "x"})
+    assert str(raised.value) == (
+        f"durable-kafka: unknown option {given.lower()!r}: did you mean {meant!r}?"
+    )
+
+
+def test_unrelated_unknown_options_are_ignored_as_sparks_kafka_sink_does() -> None:
+    assert parse_options({"path": "/x", "checkpointLocation": "/c", "topic": "t"}).topic == "t"
