@@ -5,9 +5,10 @@ also those the failed attempt had already had acknowledged: those are in Kafka t
 has no rollback). The sink cannot tell which rows of a retry are duplicates, but it can count
 them from both ends, one log line each, all prefixed ``durable-kafka:``:
 
-- a failed attempt logs how many of its rows were acknowledged before it failed: the
-  duplicates its retry will write;
-- a retried attempt logs how many rows it re-sent;
+- a failed attempt logs how many of its rows were acknowledged before it failed: its retry
+  writes at least that many duplicates (more if rows reached the agent but their answer did
+  not reach the task, e.g. when the agent was killed);
+- a retried attempt logs how many rows it re-sent: at most that many duplicates;
 - the driver's commit logs the rows written by retried attempts for the whole write.
 """
 
@@ -56,11 +57,13 @@ def report_start(task: TaskAttempt) -> None:
 def report_failure(task: TaskAttempt, acknowledged: int, produced: int) -> None:
     log.warning(
         "durable-kafka: %s failed after %d of %d rows produced so far were acknowledged; "
-        "a retry of this task writes those %d rows again (duplicates)",
+        "a retry of this task writes them again: those %d become duplicates in Kafka, and up "
+        "to %d more if they reached the agent without an answer",
         task.describe(),
         acknowledged,
         produced,
         acknowledged,
+        produced - acknowledged,
     )
 
 

@@ -38,7 +38,8 @@ def test_first_attempts_say_nothing_retries_and_failures_count_rows(
     report_success(retry, 5000)
     assert caplog.messages[0] == (
         "durable-kafka: partition 3, attempt 1 failed after 400 of 1000 rows produced so far "
-        "were acknowledged; a retry of this task writes those 400 rows again (duplicates)"
+        "were acknowledged; a retry of this task writes them again: those 400 become "
+        "duplicates in Kafka, and up to 600 more if they reached the agent without an answer"
     )
     assert "partition 3, attempt 2: retrying a failed attempt" in caplog.messages[1]
     assert caplog.messages[2] == (
