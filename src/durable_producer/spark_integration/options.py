@@ -143,6 +143,25 @@ def resolve_bootstrap(explicit: str | None, environ: Mapping[str, str] | None = 
     return env.get(BOOTSTRAP_TWIN_ENV) or AGENT_BOOTSTRAP
 
 
+def agent_bypass_warning(
+    explicit: str | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """A warning when the ``bootstrap`` option points away from this pod's agent, else None.
+
+    Migrating from ``format("kafka")``, a kept ``kafka.bootstrap.servers`` naming the real
+    brokers would write around the agent, without its durability.
+    """
+    env = os.environ if environ is None else environ
+    agent = env.get(BOOTSTRAP_TWIN_ENV)
+    if not explicit or not agent or explicit == agent:
+        return None
+    return (
+        f"durable-kafka: writing to {explicit} (option 'bootstrap' or 'kafka.bootstrap.servers'), "
+        f"not to this pod's buffer agent at {agent} (${BOOTSTRAP_TWIN_ENV}): these writes are "
+        f"not buffered; drop the option to write through the agent"
+    )
+
+
 def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:
     """Split ``"host:port,host2:port"`` (optionally ``PLAINTEXT://host:port``) into pairs."""
     addresses: list[tuple[str, int]] = []

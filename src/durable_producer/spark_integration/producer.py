@@ -10,6 +10,7 @@ Nothing here depends on a running Spark: it takes ``pyarrow.RecordBatch`` object
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from durable_producer.spark_integration.errors import (
 )
 from durable_producer.spark_integration.options import (
     SinkOptions,
+    agent_bypass_warning,
     bootstrap_addresses,
     resolve_bootstrap,
 )
@@ -40,6 +42,8 @@ from durable_producer.spark_integration.task_attempts import (
     report_success,
 )
 from durable_producer.spark_integration.topic_names import TopicNameCheck
+
+log = logging.getLogger(__name__)
 
 # librdkafka's "use the partitioner" partition number (RD_KAFKA_PARTITION_UA).
 ANY_PARTITION = -1
@@ -91,6 +95,9 @@ class BatchProducer:
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self.bootstrap = resolve_bootstrap(options.bootstrap)
+        bypass = agent_bypass_warning(options.bootstrap)
+        if bypass is not None:
+            log.warning(bypass)
         self.options = options
         self.columns = columns
         self.produced = 0
