@@ -1,17 +1,25 @@
-"""Spark job throughput: ``format("durable-kafka")`` via the agent vs a direct writer.
+"""Spark job: ``format("durable-kafka")`` via the agent vs a direct writer, to "every row in Kafka".
 
-The same PySpark job (local mode) writes N generated rows, one run each, side by side on
-this machine, to a tansu broker behind a fault proxy:
+The same PySpark job (local mode) writes N generated rows, side by side on this machine, to a
+tansu broker behind a fault proxy:
 
 - ``noop``: Spark's no-op sink, the cost of the job itself (generation, Arrow transfer);
 - ``direct``: what a PySpark user writes without us: ``foreachPartition`` with a
   confluent-kafka producer (``acks=all``, idempotent) to the broker;
 - ``durable-kafka``: this project's data source to a real buffer agent process
-  (``durable-agent run``) forwarding to the broker (``--no-agent``: straight to the broker).
+  (``durable-agent run``) forwarding to the broker (``--no-agent``: straight to the broker);
+- ``durable-kafka, no agent``: the same data source with ``bootstrap`` set to the broker,
+  i.e. the same task code without the agent: the agent's own cost in isolation.
+
+Each of ``--repeat`` rounds runs the three writers and times two things: the
+job (until Spark returns: for durable-kafka, every row is in an agent's WAL) and the time to
+**every row in Kafka** (for the direct writer the same moment, ``acks=all``; for durable-kafka,
+until the agent's forwarder has had every row acknowledged by the broker, read from its
+``durable_agent_forwarded_records`` metric). Medians and their ratios are printed.
 
 Then, with ``--stall-seconds`` > 0, both writers again while the broker path hangs for
-that long early in the job (a slow/hung broker). Prints rows/s and the ratios, and
-counts every topic in the broker afterwards. Not a pass/fail test. Example::
+that long early in the job (a slow/hung broker). Counts every topic in the broker
+afterwards. Not a pass/fail test. Example::
 
     .venv/bin/python benchmarks/spark_bench.py --rows 1000000
 """
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import statistics
 import sys
 import threading
 import time
@@ -45,6 +54,7 @@ from support.fault_proxy import FaultProxy
 
 VALUE_BYTES = 100
 STALL_AFTER_SECONDS = 0.5
+FORWARDED_METRIC = "durable_agent_forwarded_records_total"
 
 
 def generated_rows(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
@@ -121,6 +131,31 @@ class Endpoints:
     durable: str  # where durable-kafka writes: the agent, or the broker without one
     via_agent: bool
     proxy: FaultProxy | None
+    agent: AgentProcess | None = None
+
+    def forwarded(self) -> float:
+        """Records the agent's forwarder has had acknowledged by the broker so far."""
+        assert self.agent is not None
+        return self.agent.metrics().get(FORWARDED_METRIC, 0.0)
+
+
+@dataclass(frozen=True)
+class Timing:
+    job_s: float  # until the Spark job returned
+    in_kafka_s: float  # until every row was acknowledged by the broker
+
+
+def time_to_kafka(job: Callable[[], None], rows: int, endpoints: Endpoints | None) -> Timing:
+    """Run ``job``; with ``endpoints`` (durable-kafka via an agent) also wait for forwarding."""
+    before = endpoints.forwarded() if endpoints is not None else 0.0
+    started = time.perf_counter()
+    job()
+    job_s = time.perf_counter() - started
+    if endpoints is None:
+        return Timing(job_s, job_s)
+    while endpoints.forwarded() - before < rows:
+        time.sleep(0.02)
+    return Timing(job_s, time.perf_counter() - started)
 
 
 def timed(
@@ -186,15 +221,21 @@ def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
             writer = direct_partition_writer(endpoints.broker, topic(name))
             return lambda: frame.foreachPartition(writer)
 
-        def durable(name: str) -> Callable[[], None]:
+        def durable(name: str, bootstrap: str | None = None) -> Callable[[], None]:
             target = topic(name)
-            return lambda: (
-                frame.write.format(SHORT_NAME).option("topic", target).mode("append").save()
-            )
+
+            def write() -> None:
+                writer = frame.write.format(SHORT_NAME).option("topic", target).mode("append")
+                if bootstrap is not None:
+                    writer = writer.option("bootstrap", bootstrap)
+                writer.save()
+
+            return write
 
         frame = generated_rows(spark, 20_000, args.partitions)
         direct("warmup-direct")()
         durable("warmup-durable")()
+        durable("warmup-no-agent", endpoints.broker)()
 
         frame = generated_rows(spark, args.rows, args.partitions)
         target = "buffer agent" if endpoints.via_agent else "broker, no agent"
@@ -208,9 +249,38 @@ def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
             args.rows,
             lambda: frame.write.format("noop").mode("overwrite").save(),
         )
-        direct_rate = timed("direct", args.rows, direct("direct"))
-        durable_rate = timed("durable-kafka", args.rows, durable("durable"))
-        print(f"{'ratio':>24}: durable-kafka / direct = {durable_rate / direct_rate:.2f}x")
+        forwarding = endpoints if endpoints.via_agent else None
+        direct_runs: list[Timing] = []
+        bare_runs: list[Timing] = []
+        durable_runs: list[Timing] = []
+        for n in range(1, args.repeat + 1):
+            direct_runs.append(time_to_kafka(direct(f"direct-{n}"), args.rows, None))
+            bare_runs.append(
+                time_to_kafka(durable(f"no-agent-{n}", endpoints.broker), args.rows, None)
+            )
+            durable_runs.append(time_to_kafka(durable(f"durable-{n}"), args.rows, forwarding))
+            print(
+                f"{'round ' + str(n):>24}: direct {direct_runs[-1].in_kafka_s:6.2f}s;"
+                f" durable-kafka no agent {bare_runs[-1].in_kafka_s:6.2f}s;"
+                f" via agent: job {durable_runs[-1].job_s:6.2f}s,"
+                f" every row in Kafka {durable_runs[-1].in_kafka_s:6.2f}s",
+                flush=True,
+            )
+        medians = {
+            "direct foreachPartition": statistics.median(r.in_kafka_s for r in direct_runs),
+            "durable-kafka, no agent": statistics.median(r.in_kafka_s for r in bare_runs),
+            "via agent, job": statistics.median(r.job_s for r in durable_runs),
+            "via agent, all in Kafka": statistics.median(r.in_kafka_s for r in durable_runs),
+        }
+        for label, seconds in medians.items():
+            print(f"{'median ' + label:>32}: {seconds:6.2f}s {args.rows / seconds:10,.0f} rows/s")
+        in_kafka = medians["via agent, all in Kafka"]
+        print(
+            f"{'time to every row in Kafka':>32}: via agent / direct foreachPartition = "
+            f"{in_kafka / medians['direct foreachPartition']:.2f}x; via agent / durable-kafka "
+            f"without agent = {in_kafka / medians['durable-kafka, no agent']:.2f}x",
+            flush=True,
+        )
         if args.stall_seconds > 0 and endpoints.proxy is not None:
             proxy, seconds = endpoints.proxy, args.stall_seconds
             label = f"broker hung {seconds:g}s"
@@ -243,6 +313,7 @@ def main() -> None:
     parser.add_argument(
         "--no-agent", action="store_true", help="durable-kafka straight to the broker"
     )
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of direct + durable-kafka")
     parser.add_argument(
         "--stall-seconds",
         type=float,
@@ -261,6 +332,7 @@ def main() -> None:
                 durable=agent.bootstrap if agent is not None else kafka.bootstrap,
                 via_agent=agent is not None,
                 proxy=kafka.proxy,
+                agent=agent,
             ),
         )
 

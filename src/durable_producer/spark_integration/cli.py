@@ -1,6 +1,6 @@
-"""``python -m durable_producer.spark_integration conf ...``: Spark conf for the pod templates.
+"""``python -m durable_producer.spark_integration conf|sparkapplication ...``.
 
-Prints the ``--conf`` flags for spark-submit (or ``spark-defaults.conf`` lines), e.g.::
+``conf`` prints the ``--conf`` flags for spark-submit (or ``spark-defaults.conf`` lines), e.g.::
 
     spark-submit $(python -m durable_producer.spark_integration conf \\
         --templates-dir /etc/durable-producer/spark) job.py
@@ -8,6 +8,13 @@ Prints the ``--conf`` flags for spark-submit (or ``spark-defaults.conf`` lines),
     # outside the cluster: fetch the templates of DurableProducer "orders" via the API
     spark-submit $(python -m durable_producer.spark_integration conf \\
         --producer orders --namespace data) job.py
+
+``sparkapplication`` prints a kubeflow spark-operator SparkApplication (v1beta2) that embeds
+the same templates, e.g.::
+
+    python -m durable_producer.spark_integration sparkapplication --producer orders \
+        --namespace data --name orders-batch --image registry/jobs:1 \
+        --main-application-file local:///opt/jobs/write_events.py | kubectl apply -f -
 """
 
 from __future__ import annotations
@@ -27,6 +34,13 @@ from durable_producer.spark_integration.conf import (
     spark_conf,
     templates_in_directory,
 )
+from durable_producer.spark_integration.spark_application import (
+    DEFAULT_SERVICE_ACCOUNT,
+    DEFAULT_SPARK_VERSION,
+    ApplicationSettings,
+    format_manifest,
+    spark_application,
+)
 
 DEFAULT_OUTPUT_DIR = "durable-producer-spark-templates"
 
@@ -41,7 +55,60 @@ def build_parser() -> argparse.ArgumentParser:
         "conf",
         help="print the Spark conf that makes executors use a DurableProducer's pod templates",
     )
-    source = conf.add_mutually_exclusive_group(required=True)
+    _add_template_source(conf)
+    conf.add_argument(
+        "--format",
+        choices=("flags", "properties"),
+        default="flags",
+        help="'flags': --conf flags for spark-submit (default); "
+        "'properties': spark-defaults.conf lines",
+    )
+    app = commands.add_parser(
+        "sparkapplication",
+        help="print a spark-operator SparkApplication (v1beta2) whose executors write "
+        "through agents",
+    )
+    _add_template_source(app)
+    app.add_argument("--name", required=True, help="name of the SparkApplication")
+    app.add_argument("--image", required=True, help="Spark image with durable-producer installed")
+    app.add_argument(
+        "--main-application-file",
+        required=True,
+        help="the PySpark job, e.g. local:///opt/jobs/write_events.py",
+    )
+    app.add_argument(
+        "--streaming",
+        action="store_true",
+        help="a Structured Streaming job: restartPolicy Always (batch: Never)",
+    )
+    app.add_argument("--arg", action="append", default=[], help="job argument (repeatable)")
+    app.add_argument(
+        "--spark-version", default=DEFAULT_SPARK_VERSION, help="Spark version of the image"
+    )
+    app.add_argument("--executor-instances", type=_positive, default=2)
+    app.add_argument("--executor-cores", type=_positive, default=1)
+    app.add_argument("--executor-memory", default="2g")
+    app.add_argument("--driver-cores", type=_positive, default=1)
+    app.add_argument("--driver-memory", default="1g")
+    app.add_argument(
+        "--service-account",
+        default=DEFAULT_SERVICE_ACCOUNT,
+        help=f"the driver's service account (default: {DEFAULT_SERVICE_ACCOUNT}, "
+        "created by the spark-operator's Helm chart)",
+    )
+    app.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark conf entry (repeatable)",
+    )
+    return parser
+
+
+def _add_template_source(command: argparse.ArgumentParser) -> None:
+    """Where the DurableProducer's rendered templates come from (both subcommands)."""
+    source = command.add_mutually_exclusive_group(required=True)
     source.add_argument(
         "--executor-template", type=Path, help="executor pod template file rendered by the operator"
     )
@@ -56,26 +123,63 @@ def build_parser() -> argparse.ArgumentParser:
         f"(ConfigMap NAME{SPARK_TEMPLATES_CONFIGMAP_SUFFIX})",
     )
     source.add_argument("--configmap", help="fetch the templates from this ConfigMap")
-    conf.add_argument("--namespace", default="default", help="namespace of the ConfigMap")
-    conf.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: usual lookup)")
-    conf.add_argument(
+    command.add_argument(
+        "--namespace",
+        default="default",
+        help="namespace of the ConfigMap (and of the SparkApplication)",
+    )
+    command.add_argument("--kubeconfig", type=Path, help="kubeconfig file (default: usual lookup)")
+    command.add_argument(
         "--output-dir",
         type=Path,
         default=Path(DEFAULT_OUTPUT_DIR),
         help="where fetched templates are written for spark-submit "
         f"(default: ./{DEFAULT_OUTPUT_DIR})",
     )
-    conf.add_argument("--driver-template", type=Path, help="driver pod template file (optional)")
-    conf.add_argument("--executor-container", help="Spark container name in the executor template")
-    conf.add_argument("--driver-container", help="Spark container name in the driver template")
-    conf.add_argument(
-        "--format",
-        choices=("flags", "properties"),
-        default="flags",
-        help="'flags': --conf flags for spark-submit (default); "
-        "'properties': spark-defaults.conf lines",
+    command.add_argument("--driver-template", type=Path, help="driver pod template file (optional)")
+    command.add_argument(
+        "--executor-container", help="Spark container name in the executor template"
     )
-    return parser
+    command.add_argument("--driver-container", help="Spark container name in the driver template")
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def _conf_entries(entries: list[str]) -> dict[str, str]:
+    conf: dict[str, str] = {}
+    for entry in entries:
+        key, separator, value = entry.partition("=")
+        if not separator or not key.strip():
+            raise TemplateError(f"--conf {entry!r} is not of the form KEY=VALUE")
+        conf[key.strip()] = value
+    return conf
+
+
+def _settings(args: argparse.Namespace) -> ApplicationSettings:
+    return ApplicationSettings(
+        name=args.name,
+        namespace=args.namespace,
+        image=args.image,
+        main_application_file=args.main_application_file,
+        spark_version=args.spark_version,
+        streaming=args.streaming,
+        arguments=tuple(args.arg),
+        executor_instances=args.executor_instances,
+        executor_cores=args.executor_cores,
+        executor_memory=args.executor_memory,
+        driver_cores=args.driver_cores,
+        driver_memory=args.driver_memory,
+        service_account=args.service_account,
+        extra_conf=_conf_entries(args.conf),
+    )
 
 
 def _templates(args: argparse.Namespace) -> PodTemplates:
@@ -112,11 +216,16 @@ def _templates(args: argparse.Namespace) -> PodTemplates:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        conf = spark_conf(_templates(args))
+        if args.command == "sparkapplication":
+            manifest = spark_application(_settings(args), _templates(args))
+        else:
+            conf = spark_conf(_templates(args))
     except TemplateError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.format == "properties":
+    if args.command == "sparkapplication":
+        sys.stdout.write(format_manifest(manifest))
+    elif args.format == "properties":
         sys.stdout.write(format_properties(conf))
     else:
         print(format_spark_submit_flags(conf))

@@ -31,6 +31,8 @@ from durable_producer.spark_integration.columns import SinkColumns, resolve_colu
 from durable_producer.spark_integration.errors import SinkOptionError
 from durable_producer.spark_integration.options import SinkOptions, parse_options
 from durable_producer.spark_integration.producer import produce_all
+from durable_producer.spark_integration.producer_settings import validate_producer_settings
+from durable_producer.spark_integration.task_attempts import TaskAttempt, report_retried_rows
 
 SHORT_NAME = "durable-kafka"
 
@@ -43,17 +45,32 @@ class DurableKafkaCommitMessage(WriterCommitMessage):
 
     partition_id: int
     records: int
+    attempt: int = 0
 
 
-def _partition_id() -> int:
-    from pyspark import TaskContext
+def _write(
+    iterator: Iterator[pa.RecordBatch], options: SinkOptions, columns: SinkColumns
+) -> DurableKafkaCommitMessage:
+    task = TaskAttempt.current()
+    records = produce_all(iterator, options, columns, task)
+    return DurableKafkaCommitMessage(
+        partition_id=task.partition, records=records, attempt=task.attempt
+    )
 
-    context = TaskContext.get()
-    return context.partitionId() if context is not None else -1
+
+def _ours(messages: list[WriterCommitMessage | None]) -> list[DurableKafkaCommitMessage]:
+    return [m for m in messages if isinstance(m, DurableKafkaCommitMessage)]
 
 
 def _total_records(messages: list[WriterCommitMessage | None]) -> int:
-    return sum(m.records for m in messages if isinstance(m, DurableKafkaCommitMessage))
+    return sum(m.records for m in _ours(messages))
+
+
+def _report_committed(messages: list[WriterCommitMessage | None], what: str) -> None:
+    total = _total_records(messages)
+    logger.info("durable-kafka: %s: %d records acknowledged", what, total)
+    retried = {m.partition_id: m.records for m in _ours(messages) if m.attempt > 0}
+    report_retried_rows(retried, total, what)
 
 
 class DurableKafkaBatchWriter(DataSourceArrowWriter):
@@ -64,11 +81,10 @@ class DurableKafkaBatchWriter(DataSourceArrowWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DurableKafkaCommitMessage:
-        records = produce_all(iterator, self.options, self.columns)
-        return DurableKafkaCommitMessage(partition_id=_partition_id(), records=records)
+        return _write(iterator, self.options, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        logger.info("durable-kafka: %d records acknowledged", _total_records(messages))
+        _report_committed(messages, "write")
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         logger.warning(
@@ -89,15 +105,10 @@ class DurableKafkaStreamWriter(DataSourceStreamArrowWriter):
         self.columns = columns
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> DurableKafkaCommitMessage:
-        records = produce_all(iterator, self.options, self.columns)
-        return DurableKafkaCommitMessage(partition_id=_partition_id(), records=records)
+        return _write(iterator, self.options, self.columns)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        logger.info(
-            "durable-kafka: micro-batch %d: %d records acknowledged",
-            batchId,
-            _total_records(messages),
-        )
+        _report_committed(messages, f"micro-batch {batchId}")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         logger.warning(
@@ -115,7 +126,9 @@ class DurableKafkaDataSource(DataSource):
         return SHORT_NAME
 
     def _validated(self, schema: StructType) -> tuple[SinkOptions, SinkColumns]:
+        """Options, ``kafka.*`` settings and columns, all checked here on the driver."""
         options = parse_options(dict(self.options))
+        validate_producer_settings(options)
         return options, resolve_columns(schema, options.topic)
 
     def writer(self, schema: StructType, overwrite: bool) -> DurableKafkaBatchWriter:

@@ -25,3 +25,11 @@ class AgentUnreachableError(DurableKafkaError, ConnectionError):
 
 class DeliveryError(DurableKafkaError, RuntimeError):
     """Some records were not acknowledged, so the task must not commit."""
+
+
+class InvalidTopicError(DurableKafkaError, ValueError):
+    """A topic name breaks Kafka's naming rule."""
+
+
+class MissingTopicError(DeliveryError):
+    """The topic does not exist on the Kafka cluster, and the cluster does not create it."""

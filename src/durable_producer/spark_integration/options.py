@@ -7,21 +7,30 @@ operator's webhook), which the driver cannot see. ``resolve_bootstrap`` runs in 
 
 from __future__ import annotations
 
+import difflib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from durable_producer.contract import AGENT_BOOTSTRAP, BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration.errors import SinkOptionError
+from durable_producer.spark_integration.topic_names import check_topic_name
 
 PRODUCER_PREFIX = "kafka."
 
 DEFAULT_AGENT_WAIT_SECONDS = 10.0
 DEFAULT_FLUSH_TIMEOUT_SECONDS = 330.0
 
+# The partitioner of Spark's Kafka sink and of every Java producer: murmur2 of the key
+# (librdkafka's own default, consistent_random, hashes with CRC32 and would put the same key
+# in a different partition). Null keys go to a random partition, sticky for a short while,
+# as in the Java producer.
+JAVA_COMPATIBLE_PARTITIONER = "murmur2_random"
+
 # librdkafka settings that make the task's "all acknowledged" check cheap and strict.
 # Users may override any of them with a ``kafka.``-prefixed option.
 DEFAULT_PRODUCER_CONFIG: dict[str, str] = {
+    "partitioner": JAVA_COMPATIBLE_PARTITIONER,
     "enable.idempotence": "true",
     "acks": "all",
     "linger.ms": "5",
@@ -42,6 +51,16 @@ _OPTION_TOPIC = "topic"
 _OPTION_TOMBSTONES = "tombstones"
 _OPTION_AGENT_WAIT = "agentWaitSeconds"
 _OPTION_FLUSH_TIMEOUT = "flushTimeoutSeconds"
+KNOWN_OPTIONS = (
+    _OPTION_BOOTSTRAP,
+    _OPTION_TOPIC,
+    _OPTION_TOMBSTONES,
+    _OPTION_AGENT_WAIT,
+    _OPTION_FLUSH_TIMEOUT,
+    PRODUCER_PREFIX + "bootstrap.servers",
+)
+# How alike an unknown option must be to a known one to be taken for a misspelling of it.
+_MISSPELLING_CUTOFF = 0.75
 
 
 @dataclass(frozen=True)
@@ -68,6 +87,8 @@ class SinkOptions:
 def parse_options(options: Mapping[str, str]) -> SinkOptions:
     """Validate the ``.option(...)`` values given to ``df.write.format("durable-kafka")``."""
     lowered = {key.lower(): value for key, value in options.items()}
+    for key in lowered:
+        _refuse_misspelling(key)
     producer_overrides = {
         key[len(PRODUCER_PREFIX) :]: value
         for key, value in lowered.items()
@@ -75,7 +96,9 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     }
     bootstrap = lowered.get(_OPTION_BOOTSTRAP) or producer_overrides.pop("bootstrap.servers", None)
     producer_overrides.pop("bootstrap.servers", None)
-    topic = lowered.get(_OPTION_TOPIC) or None
+    topic = lowered.get(_OPTION_TOPIC)
+    if topic is not None:
+        check_topic_name(topic, "option 'topic'")
     return SinkOptions(
         bootstrap=bootstrap or None,
         topic=topic,
@@ -92,12 +115,51 @@ def parse_options(options: Mapping[str, str]) -> SinkOptions:
     )
 
 
+def _refuse_misspelling(key: str) -> None:
+    """Refuse an unknown option that looks like a known one ("did you mean ...?").
+
+    Other unknown options are ignored, as Spark's own Kafka sink does (Spark itself passes
+    some, e.g. ``path``).
+    """
+    known = {name.lower(): name for name in KNOWN_OPTIONS}
+    if key in known or key.startswith(PRODUCER_PREFIX):
+        return
+    prefix, dot, rest = key.partition(".")
+    if dot and rest and difflib.get_close_matches(prefix, ["kafka"], 1, _MISSPELLING_CUTOFF):
+        suggestion = PRODUCER_PREFIX + rest
+    else:
+        matches = difflib.get_close_matches(key, list(known), 1, _MISSPELLING_CUTOFF)
+        if not matches:
+            return
+        suggestion = known[matches[0]]
+    raise SinkOptionError(f"durable-kafka: unknown option {key!r}: did you mean {suggestion!r}?")
+
+
 def resolve_bootstrap(explicit: str | None, environ: Mapping[str, str] | None = None) -> str:
     """The agent address: the option, else ``$DURABLE_PRODUCER_BOOTSTRAP``, else the default."""
     if explicit:
         return explicit
     env = os.environ if environ is None else environ
     return env.get(BOOTSTRAP_TWIN_ENV) or AGENT_BOOTSTRAP
+
+
+def agent_bypass_warning(
+    explicit: str | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """A warning when the ``bootstrap`` option points away from this pod's agent, else None.
+
+    Migrating from ``format("kafka")``, a kept ``kafka.bootstrap.servers`` naming the real
+    brokers would write around the agent, without its durability.
+    """
+    env = os.environ if environ is None else environ
+    agent = env.get(BOOTSTRAP_TWIN_ENV)
+    if not explicit or not agent or explicit == agent:
+        return None
+    return (
+        f"durable-kafka: writing to {explicit} (option 'bootstrap' or 'kafka.bootstrap.servers'), "
+        f"not to this pod's buffer agent at {agent} (${BOOTSTRAP_TWIN_ENV}): these writes are "
+        f"not buffered; drop the option to write through the agent"
+    )
 
 
 def bootstrap_addresses(bootstrap: str) -> list[tuple[str, int]]:

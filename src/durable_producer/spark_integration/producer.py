@@ -10,6 +10,7 @@ Nothing here depends on a running Spark: it takes ``pyarrow.RecordBatch`` object
 
 from __future__ import annotations
 
+import logging
 import socket
 import time
 from collections.abc import Iterable
@@ -25,19 +26,40 @@ from durable_producer.spark_integration.columns import SinkColumns
 from durable_producer.spark_integration.errors import (
     AgentUnreachableError,
     DeliveryError,
+    MissingTopicError,
     NullValueError,
 )
 from durable_producer.spark_integration.options import (
     SinkOptions,
+    agent_bypass_warning,
     bootstrap_addresses,
     resolve_bootstrap,
 )
+from durable_producer.spark_integration.task_attempts import (
+    TaskAttempt,
+    report_failure,
+    report_start,
+    report_success,
+)
+from durable_producer.spark_integration.topic_names import TopicNameCheck
+
+log = logging.getLogger(__name__)
 
 # librdkafka's "use the partitioner" partition number (RD_KAFKA_PARTITION_UA).
 ANY_PARTITION = -1
 _QUEUE_FULL_POLL_SECONDS = 0.05
 _PROBE_RETRY_SECONDS = 0.2
 _MAX_ERRORS_KEPT = 5
+# Delivery errors meaning "this topic does not exist and will not be created": the agent
+# answers TOPIC_AUTHORIZATION_FAILED when the cluster would not create it (as Kafka does for
+# a client that may not create it), a broker UNKNOWN_TOPIC_OR_PART after its own wait.
+_MISSING_TOPIC_ERRORS = frozenset(
+    {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+    }
+)
 
 
 def wait_for_agent(bootstrap: str, wait_seconds: float) -> None:
@@ -73,12 +95,17 @@ class BatchProducer:
 
     def __init__(self, options: SinkOptions, columns: SinkColumns) -> None:
         self.bootstrap = resolve_bootstrap(options.bootstrap)
+        bypass = agent_bypass_warning(options.bootstrap)
+        if bypass is not None:
+            log.warning(bypass)
         self.options = options
         self.columns = columns
         self.produced = 0
         self.failed = 0
         self.errors: list[str] = []
+        self.missing_topics: set[str] = set()
         self.last_client_error: str | None = None
+        self._topic_names = TopicNameCheck()
         wait_for_agent(self.bootstrap, options.agent_wait_seconds)
         config: dict[str, Any] = dict(options.producer_config(self.bootstrap))
         config["on_delivery"] = self._on_delivery
@@ -89,6 +116,8 @@ class BatchProducer:
         if error is None:
             return
         self.failed += 1
+        if error.code() in _MISSING_TOPIC_ERRORS:
+            self.missing_topics.add(str(message.topic()))
         if len(self.errors) < _MAX_ERRORS_KEPT:
             self.errors.append(f"{message.topic()}[{message.partition()}]: {error.str()}")
 
@@ -168,12 +197,26 @@ class BatchProducer:
         self._raise_if_failed()
         return self.produced
 
+    def acknowledged(self) -> int:
+        """Records acknowledged so far: produced, neither failed nor still waiting."""
+        return max(0, self.produced - self.failed - len(self._producer))
+
     def abandon(self) -> None:
         """Drop whatever is still queued (the task failed; Spark will retry it)."""
         self._producer.purge()
         self._producer.flush(0)
 
     def _raise_if_failed(self) -> None:
+        if self.missing_topics:
+            names = ", ".join(repr(name) for name in sorted(self.missing_topics))
+            raise MissingTopicError(
+                f"durable-kafka: topic {names} does not exist on the Kafka cluster and was not "
+                f"created: the cluster does not create topics on first use "
+                f"(auto.create.topics.enable=false, or the buffer agent's "
+                f"allow.auto.create.topics=false), or it does not let this client use the "
+                f"topic. Create the topic first (e.g. kafka-topics.sh --create --topic NAME) "
+                f"or correct the name; first errors: {self.errors}"
+            )
         if self.failed:
             raise DeliveryError(
                 f"durable-kafka: {self.failed} of {self.produced} records were not acknowledged "
@@ -205,6 +248,7 @@ class BatchProducer:
                 f"a topic, or set the option 'topic'"
             )
         topics: list[str] = column.to_pylist()
+        self._topic_names.check_all(topics)
         return topics
 
     def _partitions(self, batch: pa.RecordBatch, rows: int) -> Iterable[int]:
@@ -255,13 +299,26 @@ def first_null_row(column: pa.Array) -> int:
 
 
 def produce_all(
-    batches: Iterable[pa.RecordBatch], options: SinkOptions, columns: SinkColumns
+    batches: Iterable[pa.RecordBatch],
+    options: SinkOptions,
+    columns: SinkColumns,
+    task: TaskAttempt | None = None,
 ) -> int:
-    """Produce every row and wait for every acknowledgement; the number of rows written."""
+    """Produce every row and wait for every acknowledgement; the number of rows written.
+
+    With ``task``, a retried attempt and a failed one are reported (``task_attempts``).
+    """
+    if task is not None:
+        report_start(task)
     producer = BatchProducer(options, columns)
     try:
         producer.write_batches(batches)
-        return producer.finish()
+        rows = producer.finish()
     except BaseException:
+        if task is not None:
+            report_failure(task, producer.acknowledged(), producer.produced)
         producer.abandon()
         raise
+    if task is not None:
+        report_success(task, rows)
+    return rows

@@ -8,6 +8,7 @@ from durable_producer.contract import AGENT_BOOTSTRAP, BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration.errors import SinkOptionError
 from durable_producer.spark_integration.options import (
     DEFAULT_PRODUCER_CONFIG,
+    agent_bypass_warning,
     bootstrap_addresses,
     parse_options,
     resolve_bootstrap,
@@ -85,3 +86,42 @@ def test_bootstrap_addresses_parse_lists_schemes_and_ipv6() -> None:
 def test_bootstrap_addresses_reject_malformed_entries(bad: str) -> None:
     with pytest.raises(SinkOptionError, match="bootstrap"):
         bootstrap_addresses(bad)
+
+
+def test_default_partitioner_is_the_java_producers() -> None:
+    assert DEFAULT_PRODUCER_CONFIG["partitioner"] == "murmur2_random"
+    config = parse_options({"kafka.partitioner": "consistent_random"}).producer_config("a:1")
+    assert config["partitioner"] == "consistent_random"
+
+
+@pytest.mark.parametrize(
+    ("given", "meant"),
+    [
+        ("topics", "topic"),
+        ("Tombstone", "tombstones"),
+        ("agentWaitSecond", "agentWaitSeconds"),
+        ("bootstrap.servers", "kafka.bootstrap.servers"),
+        ("kafak.linger.ms", "kafka.linger.ms"),
+    ],
+)
+def test_misspelt_option_says_what_was_meant(given: str, meant: str) -> None:
+    with pytest.raises(SinkOptionError) as raised:
+        parse_options({given: "x"})
+    assert str(raised.value) == (
+        f"durable-kafka: unknown option {given.lower()!r}: did you mean {meant!r}?"
+    )
+
+
+def test_unrelated_unknown_options_are_ignored_as_sparks_kafka_sink_does() -> None:
+    assert parse_options({"path": "/x", "checkpointLocation": "/c", "topic": "t"}).topic == "t"
+
+
+def test_bootstrap_pointing_away_from_the_pods_agent_is_warned_about() -> None:
+    env = {BOOTSTRAP_TWIN_ENV: "127.0.0.1:9092"}
+    warning = agent_bypass_warning("kafka-0.kafka:9092", env)
+    assert warning is not None
+    assert warning.startswith("durable-kafka: writing to kafka-0.kafka:9092")
+    assert "not to this pod's buffer agent at 127.0.0.1:9092" in warning
+    assert agent_bypass_warning("127.0.0.1:9092", env) is None
+    assert agent_bypass_warning(None, env) is None
+    assert agent_bypass_warning("kafka-0.kafka:9092", {}) is None  # no agent in this pod

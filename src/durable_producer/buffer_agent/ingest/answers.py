@@ -6,7 +6,9 @@
 - **Metadata**: the agent is the only broker and the leader of every partition; partition
   counts come from :class:`MetadataCache`. Never-seen topics while the cluster is unreachable
   get LEADER_NOT_AVAILABLE (retriable) unless a default partition count is configured; topics
-  the cluster says do not exist get UNKNOWN_TOPIC_OR_PARTITION.
+  the cluster neither has nor creates on request get TOPIC_AUTHORIZATION_FAILED, Kafka's own
+  answer for a missing topic a client may not create: non-retriable, so clients fail at once
+  (UNKNOWN_TOPIC_OR_PARTITION would have them retry for 30 s or more).
 - **InitProducerId**: idempotent producers get a fresh producer id (epoch 0). Transactional
   ids are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions cannot be honoured
   through a buffer (the agent cannot make a commit atomic with the real cluster).
@@ -131,7 +133,7 @@ class Answers:
                 )
             else:
                 error = (
-                    ErrorCode.unknown_topic_or_partition
+                    ErrorCode.topic_authorization_failed
                     if info.status is TopicStatus.MISSING
                     else ErrorCode.leader_not_available
                 )
@@ -141,7 +143,7 @@ class Answers:
                     "metadata for topic %r: %s (%s)",
                     name,
                     error.name.upper(),
-                    "the cluster says it does not exist"
+                    "the cluster neither has it nor creates it on request: create it first"
                     if info.status is TopicStatus.MISSING
                     else "cluster unreachable and no cached or default partition count",
                 )

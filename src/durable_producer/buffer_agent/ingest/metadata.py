@@ -8,8 +8,15 @@ restart.
 
 A topic never seen before while the cluster is unreachable gets ``default_partitions`` if one is
 configured; otherwise it is answered ``UNAVAILABLE`` (the ingress maps that to the retriable
-LEADER_NOT_AVAILABLE, so clients keep retrying metadata until the cluster answers). A topic the
-cluster says does not exist is ``MISSING`` (UNKNOWN_TOPIC_OR_PARTITION).
+LEADER_NOT_AVAILABLE, so clients keep retrying metadata until the cluster answers).
+
+A topic the cluster does not have is treated as the cluster would treat it: the source asks for
+it the way a producer does (``kafka.cluster_metadata``), so a cluster that creates topics on
+first use creates it. While it is being created (the source reports 0 partitions) it is
+``UNAVAILABLE`` too, and the client's next metadata request gets the real partition count. A
+topic the cluster neither has nor creates is ``MISSING``: the ingress answers it with a
+non-retriable error, so clients fail at once instead of retrying for 30 s or more. A missing
+topic is asked about again after ``missing_recheck_s`` (it may have been created meanwhile).
 """
 
 from __future__ import annotations
@@ -38,7 +45,8 @@ class MetadataSource(Protocol):
     def __call__(self, topics: Sequence[str], /) -> Mapping[str, int]:
         """Partition counts of those ``topics`` that exist on the cluster.
 
-        Topics absent from the result do not exist. Raise any exception when the cluster
+        Topics absent from the result do not exist (and the cluster did not create them when
+        asked); a count of 0 means "being created". Raise any exception when the cluster
         cannot be reached. Called from a worker thread; may block up to its own timeout.
         """
         ...
@@ -71,6 +79,7 @@ class MetadataCache:
         *,
         default_partitions: int | None = None,
         refresh_after_s: float = 60.0,
+        missing_recheck_s: float = 5.0,
         source_timeout_s: float = 10.0,
         retry_after_s: float = 5.0,
         clock: Callable[[], float] = time.time,
@@ -81,6 +90,7 @@ class MetadataCache:
         self._source = source
         self._default_partitions = default_partitions
         self._refresh_after_s = refresh_after_s
+        self._missing_recheck_s = missing_recheck_s
         self._source_timeout_s = source_timeout_s
         self._retry_after_s = retry_after_s
         self._clock = clock
@@ -88,6 +98,7 @@ class MetadataCache:
         self._background: asyncio.Task[None] | None = None
         self._entries: dict[str, _Entry] = self._load()
         self._missing: dict[str, float] = {}
+        self._creating: set[str] = set()
         self._refresh_lock = asyncio.Lock()
 
     def _load(self) -> dict[str, _Entry]:
@@ -129,7 +140,7 @@ class MetadataCache:
         if entry is not None:
             return now - entry.refreshed_at < self._refresh_after_s
         missing_since = self._missing.get(topic)
-        return missing_since is not None and now - missing_since < self._refresh_after_s
+        return missing_since is not None and now - missing_since < self._missing_recheck_s
 
     def _answer(self, topic: str) -> TopicInfo:
         entry = self._entries.get(topic)
@@ -137,6 +148,8 @@ class MetadataCache:
             return TopicInfo(TopicStatus.KNOWN, entry.partitions)
         if topic in self._missing:
             return TopicInfo(TopicStatus.MISSING)
+        if topic in self._creating:
+            return TopicInfo(TopicStatus.UNAVAILABLE)
         if self._default_partitions is not None:
             return TopicInfo(TopicStatus.KNOWN, self._default_partitions, from_default=True)
         return TopicInfo(TopicStatus.UNAVAILABLE)
@@ -148,11 +161,17 @@ class MetadataCache:
         changed = False
         for topic in requested:
             count = counts.get(topic)
-            if count is None or count < 1:
+            if count is None:
+                self._creating.discard(topic)
                 self._missing[topic] = now
                 changed |= self._entries.pop(topic, None) is not None
                 continue
             self._missing.pop(topic, None)
+            if count < 1:
+                if topic not in self._entries:
+                    self._creating.add(topic)
+                continue
+            self._creating.discard(topic)
             previous = self._entries.get(topic)
             if previous is None or previous.partitions != count:
                 changed = True

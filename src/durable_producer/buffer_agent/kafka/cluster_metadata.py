@@ -3,36 +3,86 @@
 The result is a plain function ``topics -> {topic: partition count}``; it fits, by its shape
 alone, the ``MetadataSource`` the listener's metadata cache asks (so this layer needs nothing
 from the listener).
+
+A topic the cluster does not list is asked for by name, in a Metadata request that allows
+auto-creation exactly when a producer's would (librdkafka's ``allow.auto.create.topics``,
+true for producers unless the agent's Kafka settings turn it off). So the agent does what
+the cluster would do for a client writing to it directly:
+
+- ``auto.create.topics.enable=true``: the cluster creates the topic (answering
+  LEADER_NOT_AVAILABLE while it does); it is reported with its partition count, or with 0
+  while still being created after ``creation_wait_s``;
+- otherwise the cluster answers UNKNOWN_TOPIC_OR_PARTITION and the topic is left out of the
+  result: it does not exist and will not be created.
+
+A broker's ``auto.create.topics.enable`` cannot be read reliably instead (DescribeConfigs
+needs a broker id and the right ACL, and tansu answers it with no entries); asking is also
+what decides for a direct producer.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
-"""Partition counts of those of the given topics that exist (all topics if none are given)."""
+"""Partition counts of those of the given topics that exist (all topics if none are given);
+0 for a topic the cluster is creating."""
+
+# Errors with which a cluster says it is creating a topic a Metadata request asked for.
+_BEING_CREATED = frozenset({KafkaError.LEADER_NOT_AVAILABLE})
+_CREATION_POLL_S = 0.1
 
 
 def cluster_metadata_source(
-    client_config: Mapping[str, Any], timeout_s: float = 5.0
+    client_config: Mapping[str, Any], timeout_s: float = 5.0, creation_wait_s: float = 2.0
 ) -> PartitionCounts:
     """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable."""
     admin = AdminClient(dict(client_config))
 
     def partition_counts(topics: Sequence[str]) -> Mapping[str, int]:
-        try:
-            metadata = admin.list_topics(timeout=timeout_s)
-        except KafkaException as error:
-            raise ConnectionError(f"Kafka cluster unreachable: {error}") from error
+        metadata = _list_topics(admin, None, timeout_s)
         wanted = set(topics) if topics else None
-        return {
+        counts = {
             name: len(topic.partitions)
             for name, topic in metadata.topics.items()
             if topic.error is None and (wanted is None or name in wanted)
         }
+        for topic in dict.fromkeys(topics):
+            if topic not in counts:
+                count = _ask_for_topic(admin, topic, timeout_s, creation_wait_s)
+                if count is not None:
+                    counts[topic] = count
+        return counts
 
     return partition_counts
+
+
+def _ask_for_topic(
+    admin: AdminClient, topic: str, timeout_s: float, creation_wait_s: float
+) -> int | None:
+    """Partition count of ``topic`` as a producer's Metadata request finds it (see above)."""
+    deadline = time.monotonic() + creation_wait_s
+    while True:
+        found = _list_topics(admin, topic, timeout_s).topics.get(topic)
+        if found is not None and found.error is None and found.partitions:
+            return len(found.partitions)
+        being_created = found is not None and (
+            found.error is None or found.error.code() in _BEING_CREATED
+        )
+        if not being_created:
+            return None
+        if time.monotonic() >= deadline:
+            return 0
+        time.sleep(_CREATION_POLL_S)
+
+
+def _list_topics(admin: AdminClient, topic: str | None, timeout_s: float) -> Any:
+    try:
+        return admin.list_topics(topic, timeout=timeout_s)
+    except KafkaException as error:
+        raise ConnectionError(f"Kafka cluster unreachable: {error}") from error

@@ -192,7 +192,7 @@ def test_partition_counts_come_from_the_cluster(agent: RunningAgent) -> None:
         ("127.0.0.1", agent.server.port if agent.server else 0)
     ]
     missing = producer.list_topics("no-such-topic", timeout=10).topics["no-such-topic"]
-    assert missing.error is not None and missing.error.name() == "UNKNOWN_TOPIC_OR_PART"
+    assert missing.error is not None and missing.error.name() == "TOPIC_AUTHORIZATION_FAILED"
 
 
 def test_unknown_topic_during_outage_is_retriable_then_served(tmp_path: Path) -> None:

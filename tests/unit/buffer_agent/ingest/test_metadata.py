@@ -131,3 +131,25 @@ def test_corrupt_cache_file_is_ignored(tmp_path: Path) -> None:
 def test_default_partitions_must_be_positive(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         MetadataCache(tmp_path, None, default_partitions=0)
+
+
+def test_topic_being_created_is_unavailable_then_known(tmp_path: Path) -> None:
+    """A cluster that creates topics on request reports 0 partitions until it is done."""
+    cluster = Cluster({"fresh": 0})
+    cache = MetadataCache(tmp_path, cluster, default_partitions=9)
+    assert lookup(cache, ["fresh"])["fresh"] == TopicInfo(TopicStatus.UNAVAILABLE)
+    cluster.partitions["fresh"] = 3
+    assert lookup(cache, ["fresh"])["fresh"] == TopicInfo(TopicStatus.KNOWN, 3)
+    assert len(cluster.calls) == 2
+
+
+def test_missing_topic_is_asked_about_again_soon(tmp_path: Path) -> None:
+    cluster = Cluster({})
+    clock = Clock()
+    cache = MetadataCache(tmp_path, cluster, missing_recheck_s=5, refresh_after_s=60, clock=clock)
+    assert lookup(cache, ["later"])["later"].status is TopicStatus.MISSING
+    assert lookup(cache, ["later"])["later"].status is TopicStatus.MISSING
+    assert len(cluster.calls) == 1
+    cluster.partitions["later"] = 2  # created by hand meanwhile
+    clock.now += 6
+    assert lookup(cache, ["later"])["later"] == TopicInfo(TopicStatus.KNOWN, 2)

@@ -1,0 +1,90 @@
+"""A topic the cluster does not have: the agent does what the cluster would do (tansu).
+
+tansu creates a topic when a Metadata request allows it (as Kafka with
+``auto.create.topics.enable=true``) and answers UNKNOWN_TOPIC_OR_PARTITION when the request
+does not (as Kafka with it false). The agent's own ``allow.auto.create.topics=false``
+stands in for a cluster that does not create topics.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+
+from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
+from durable_producer.local.agent_process import AgentProcess
+from support.broker import TansuBroker, consume_all, create_topic, free_port
+
+pytestmark = pytest.mark.integration
+
+NO_AUTO_CREATE = {"allow.auto.create.topics": "false"}
+
+
+@pytest.fixture(scope="module")
+def broker() -> Iterator[TansuBroker]:
+    with TansuBroker() as running:
+        yield running
+
+
+def test_source_reports_existing_created_and_missing_topics(broker: TansuBroker) -> None:
+    create_topic(broker.bootstrap, "existing", 3)
+    creating = cluster_metadata_source({"bootstrap.servers": broker.bootstrap})
+    counts = creating(["existing", "made-on-request"])
+    assert counts["existing"] == 3
+    assert counts["made-on-request"] >= 1  # tansu created it with its default count
+
+    refusing = cluster_metadata_source({"bootstrap.servers": broker.bootstrap, **NO_AUTO_CREATE})
+    assert refusing(["existing", "never-made"]) == {"existing": 3}
+    assert "never-made" not in cluster_metadata_source({"bootstrap.servers": broker.bootstrap})([])
+
+
+def test_source_unreachable_cluster_is_a_connection_error() -> None:
+    source = cluster_metadata_source({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, 0.5)
+    with pytest.raises(ConnectionError):
+        source(["any"])
+
+
+def produce_one(bootstrap: str, topic: str) -> tuple[KafkaError | None, float]:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    outcome: list[KafkaError | None] = []
+
+    def delivered(error: KafkaError | None, _message: Message) -> None:
+        outcome.append(error)
+
+    started = time.monotonic()
+    producer.produce(topic, b"value", b"key", on_delivery=delivered)
+    assert producer.flush(60) == 0
+    return outcome[0], time.monotonic() - started
+
+
+def test_agent_lets_a_new_topic_through_when_the_cluster_creates_it(
+    broker: TansuBroker, tmp_path: Path
+) -> None:
+    with AgentProcess(tmp_path / "volume", broker.bootstrap) as agent:
+        error, seconds = produce_one(agent.bootstrap, "auto-created")
+        forwarded = consume_all(broker.bootstrap, "auto-created", expected=1)
+    assert error is None
+    assert seconds < 10  # no metadata retries: before, a new topic took 31 s to fail
+    assert [record.value for record in forwarded] == [b"value"]
+
+
+def test_agent_fails_fast_when_the_cluster_would_not_create_the_topic(
+    broker: TansuBroker, tmp_path: Path
+) -> None:
+    extra = [
+        arg
+        for name, value in NO_AUTO_CREATE.items()
+        for arg in ("--kafka-setting", f"{name}={value}")
+    ]
+    with AgentProcess(tmp_path / "volume", broker.bootstrap, extra_args=extra) as agent:
+        error, seconds = produce_one(agent.bootstrap, "not-created")
+        log = agent.log_path.read_text()
+    assert error is not None
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert not error.retriable()
+    assert seconds < 10
+    assert "neither has it nor creates it on request: create it first" in log
