@@ -107,7 +107,7 @@ def handle_admission(
             claim = (
                 claims.preview_volume(producer, namespace, now, config.pool)
                 if dryrun
-                else claims.claim_volume(producer, spec, namespace, now, config.pool)
+                else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
             )
         except ApiException as error:
             raise kopf.AdmissionError(

@@ -41,3 +41,9 @@ SPARK_TEMPLATES_USER_AGENT = f"{POOL_USER_AGENT}/spark-templates"
 SPARK_TEMPLATES_API_ACCESS: ApiAccess = (
     ("", "configmaps", ("get", "create", "patch", "delete")),
 )
+
+# Reading StorageClasses (cluster-scoped) to learn whether a pool volume that became too small
+# for the spec can be grown (allowVolumeExpansion; pool_actions.py). Without this access such
+# volumes are drained and retired instead of grown.
+STORAGE_CLASSES_USER_AGENT = f"{POOL_USER_AGENT}/storage-classes"
+STORAGE_CLASSES_API_ACCESS: ApiAccess = (("storage.k8s.io", "storageclasses", ("get",)),)
