@@ -215,11 +215,9 @@ def pool_status_update(
         return PoolStatusUpdate(changes)
     changes["conditions"] = conditions
     degraded = next(c for c in conditions if c["type"] == DEGRADED)
-    if degraded["reason"] == REASON_POOL_PROBLEM:
-        return PoolStatusUpdate(changes, list(problems))
-    if degraded["reason"] == REASON_VOLUMES_BELOW_SPEC:
-        return PoolStatusUpdate(changes, [str(degraded["message"])])
-    return PoolStatusUpdate(changes)
+    # Events for the spec's own warnings (VolumesBelowSpec too) come from the reconcile handler.
+    warnings = problems if degraded["reason"] == REASON_POOL_PROBLEM else []
+    return PoolStatusUpdate(changes, list(warnings))
 
 
 def deleting_status(
