@@ -210,7 +210,6 @@ def handle_deletion(
         update = pool_status.deleting_status(producer, run.plan, remaining, datetime.now(UTC))
         if status is not None:
             status.update(update.changes)
-        logger.warning(update.message)
         raise kopf.TemporaryError(update.message, delay=config.pool_interval_seconds)
     metadata = producer.get("metadata") or {}
     logger.info("DurableProducer %s/%s released", metadata.get("namespace"), metadata.get("name"))
