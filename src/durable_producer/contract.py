@@ -57,6 +57,9 @@ DEFAULT_FSYNC_POLICY: Final = "interval"
 FULL_DISK_POLICIES: Final = ("reject", "block")
 DEFAULT_FULL_DISK_POLICY: Final = "reject"
 DEFAULT_CHECKPOINT_INTERVAL_SECONDS: Final = 5.0
+DEFAULT_MAX_BATCH_BYTES: Final = 1_048_588
+"""The agent's ``--max-batch-bytes`` default (Kafka's ``message.max.bytes``); the operator
+budgets a volume's reserve with it (volume_budget.reserve_bytes)."""
 
 # --------------------------------------------------------------------- Spark pod templates
 SPARK_TEMPLATES_CONFIGMAP_SUFFIX: Final = "-spark-templates"

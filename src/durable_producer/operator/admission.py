@@ -181,7 +181,7 @@ def handle_admission(
                 claim = (
                     claims.preview_volume(producer, namespace, now, config.pool)
                     if dryrun
-                    else claims.claim_volume(producer, spec, namespace, now, config.pool)
+                    else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
                 )
             except API_FAILURES as error:
                 doing = f"claim a buffer volume for DurableProducer {producer_name}"

@@ -138,12 +138,12 @@ def maintain_volume_pool(
 
 
 def drain_volumes_before_deletion(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     """Hold the DurableProducer (our finalizer) until each volume is drained and deleted.
 
     Registered by start_operator (deletion) when the volume pool is on."""
-    pool_actions.handle_deletion(body, config_of(memo), logger)
+    pool_actions.handle_deletion(body, config_of(memo), logger, patch.status)
 
 
 @kopf.on.mutate(

@@ -94,7 +94,7 @@ def test_create_converges_to_ready_with_computed_size(
     assert ready["status"] == "True"
     assert ready["reason"] == reconcile.REASON_RECONCILED
     assert obj["status"]["observedGeneration"] == 1
-    assert obj["status"]["bufferSize"] == expected.size_quantity == "6Gi"
+    assert obj["status"]["bufferSize"] == expected.size_quantity == "5Gi"
     assert obj["status"]["runwaySeconds"] == expected.runway_seconds >= 3600
     assert condition(obj, reconcile.DEGRADED)["status"] == "False"  # type: ignore[index]
     assert startup.FINALIZER in obj["metadata"]["finalizers"]
@@ -129,7 +129,7 @@ def test_update_of_throughput_recomputes_size_and_generation(
         ),
         what="observedGeneration 2",
     )
-    assert obj["status"]["bufferSize"] == "45Gi"
+    assert obj["status"]["bufferSize"] == "48Gi"
     assert obj["status"]["runwaySeconds"] >= 3600
     ready = condition(obj, reconcile.READY)
     assert ready is not None and ready["status"] == "True"
