@@ -17,6 +17,7 @@ from durable_producer.buffer_agent.forward.failure_policy import (
     Verdict,
     batch_failure,
 )
+from durable_producer.buffer_agent.forward.health import ForwarderHealth
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import Frame
 
@@ -35,14 +36,26 @@ class FailureHandler:
         *,
         unknown_topic_wait_s: float,
         retry_backoff_s: float,
+        retry_backoff_max_s: float | None = None,
+        dead_letter_after_s: float = 0.0,
+        health: ForwarderHealth | None = None,
     ) -> None:
         self._dead_letters = dead_letters
         self._mode = mode
         self._metrics = metrics
-        self._policy = RecordFailurePolicy(unknown_topic_wait_s)
+        self._health = health
         self._retry_backoff_s = retry_backoff_s
+        self._retry_backoff_max_s = retry_backoff_max_s or retry_backoff_s
+        self._policy = RecordFailurePolicy(
+            unknown_topic_wait_s,
+            dead_letter_after_s,
+            longest_retry_gap_s=2 * self._retry_backoff_max_s,
+        )
         # (due time, frame, record index) of records to produce again, in failure order.
         self.retries: deque[tuple[float, FrameDelivery, int]] = deque()
+        # Failed attempts of records retried, by (WAL offset, record index); forgotten below
+        # the checkpoint.
+        self._attempts: dict[tuple[int, int], int] = {}
         # Records dead-lettered by this run, by WAL offset: skipped when a reset re-forwards
         # their frame (no second dead letter, and no endless loop on a broker that fences a
         # producer after a permanent error); forgotten below the checkpoint.
@@ -55,6 +68,7 @@ class FailureHandler:
         """Record ``index`` of a current frame failed: raised by ``produce()``
         (``synchronous``) or reported failed."""
         now = time.monotonic()
+        self._note(error)
         verdict = self._policy.judge(
             error.code(),
             delivery.topic,
@@ -66,7 +80,10 @@ class FailureHandler:
         if verdict is Verdict.DEAD_LETTER:
             self._dead_letter_record(delivery, index, error)
         elif verdict is Verdict.RETRY:
-            self.retries.append((now + self._retry_backoff_s, delivery, index))
+            attempt = self._attempts.get((delivery.offset, index), 0)
+            self._attempts[(delivery.offset, index)] = attempt + 1
+            backoff = min(self._retry_backoff_s * 2**attempt, self._retry_backoff_max_s)
+            self.retries.append((now + backoff, delivery, index))
         else:
             self._mode.request_reset(
                 f"{error.name()}: {error.str()} ({delivery.topic}/{delivery.partition})",
@@ -79,11 +96,16 @@ class FailureHandler:
         if not delivery.unreported:  # the report was about that one record only
             self.record_failed(delivery, delivery.reporter, error)
             return
+        self._note(error)
         self._mode.request_reset(
             f"{error.name()}: {error.str()} (sparse frame {delivery.offset},"
             f" {delivery.topic}/{delivery.partition})",
             isolate=batch_failure(error.code()) is Verdict.ISOLATE,
         )
+
+    def _note(self, error: KafkaError) -> None:
+        if self._health is not None:
+            self._health.error("delivery", error.code(), error.name(), error.str())
 
     # ----------------------------------------------------------------- retries
     def retry_due(self, now: float) -> bool:
@@ -117,6 +139,8 @@ class FailureHandler:
     # ----------------------------------------------------------------- dead letters
     def forget_below(self, checkpoint: int) -> None:
         """Frames below the checkpoint are never forwarded again."""
+        if self._attempts:
+            self._attempts = {k: n for k, n in self._attempts.items() if k[0] >= checkpoint}
         if self.dead_lettered:
             self.dead_lettered = {
                 offset: indexes
@@ -139,6 +163,7 @@ class FailureHandler:
             error_code=error.name(),
         )
         self.dead_lettered.setdefault(delivery.offset, set()).add(index)
+        self._attempts.pop((delivery.offset, index), None)
         self._count_dead_letter(error.name())
         delivery.dead += 1
         log.error(
