@@ -9,6 +9,7 @@ of each arrived (``grade``).
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import Counter
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from durable_producer.local.topics import ConsumedRecord
 
@@ -59,6 +60,9 @@ class ProducerLoad:
     acked: set[int] = field(default_factory=set)
     ack_times: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    fatal: str | None = None
+    """A fatal error that ended the client (it stops producing, as an application would
+    have to make a new producer)."""
     sent: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -126,8 +130,17 @@ class ProducerLoad:
                     break
                 index += 1
             self.sent = index
-            producer.poll(0.01)
-        self._unflushed = producer.flush(120)
+            try:
+                producer.poll(0.01)
+            except KafkaException as exception:
+                self.fatal = str(exception.args[0] if exception.args else exception)
+                self._unflushed = len(producer)
+                return
+        try:
+            self._unflushed = producer.flush(120)
+        except KafkaException as exception:
+            self.fatal = str(exception.args[0] if exception.args else exception)
+            self._unflushed = len(producer)
 
 
 @dataclass(frozen=True)
@@ -146,6 +159,8 @@ class Grade:
     """Copies beyond the first."""
     order_violations: list[str]
     """(client, partition) whose first copies are not in produce order."""
+    displaced: int
+    """Records that must move for every client's partition to be in order (first copies)."""
     low_watermarks: dict[int, int]
 
     @property
@@ -156,7 +171,7 @@ class Grade:
         return (
             f"acknowledged {self.acknowledged}, delivered {self.delivered}, lost {len(self.lost)},"
             f" duplicates {self.duplicates}, damaged {len(self.damaged)},"
-            f" order violations {len(self.order_violations)}"
+            f" out of order {self.displaced} in {len(self.order_violations)} partitions"
         )
 
 
@@ -204,5 +219,20 @@ def grade(
         unexpected=unexpected,
         duplicates=sum(copies.values()) - len(copies),
         order_violations=violations,
+        displaced=sum(
+            len(indexes) - _longest_increasing(indexes) for indexes in first_seen.values()
+        ),
         low_watermarks=dict(low_watermarks or {}),
     )
+
+
+def _longest_increasing(values: list[int]) -> int:
+    """Length of the longest strictly increasing subsequence (patience sorting)."""
+    tails: list[int] = []
+    for value in values:
+        position = bisect.bisect_left(tails, value)
+        if position == len(tails):
+            tails.append(value)
+        else:
+            tails[position] = value
+    return len(tails)

@@ -115,16 +115,18 @@ class SequenceAnomalies:
     """What the mock accepted that a real broker refuses, per producer id and epoch."""
 
     gap_records: int
-    """Sequence numbers skipped: records its producer was told were delivered, never written."""
+    """Sequence numbers never stored below a stored one: records their producer was told
+    were delivered (implicitly, by a later batch's success) and that were never written."""
     rewritten_records: int
     """Records of batches written again although their sequences were already stored."""
-    rewritten_keys: tuple[bytes | None, ...] = ()
+    reordered_batches: int = 0
+    """Batches stored ahead of a sequence gap (filled later or never)."""
 
     def __add__(self, other: SequenceAnomalies) -> SequenceAnomalies:
         return SequenceAnomalies(
             self.gap_records + other.gap_records,
             self.rewritten_records + other.rewritten_records,
-            self.rewritten_keys + other.rewritten_keys,
+            self.reordered_batches + other.reordered_batches,
         )
 
 
@@ -138,17 +140,20 @@ def _by_producer(batches: list[StoredBatch]) -> Iterator[list[StoredBatch]]:
 
 
 def sequence_anomalies(batches: list[StoredBatch]) -> SequenceAnomalies:
-    gaps = rewritten = 0
-    rewritten_keys: list[bytes | None] = []
+    """Every producer id and epoch starts its sequences at 0 and a broker stores each
+    sequence number once, in order; what the log shows otherwise."""
+    gaps = rewritten = reordered = 0
     for group in _by_producer(batches):
-        expected = 0  # every producer id and epoch starts its sequences at 0
+        stored: set[int] = set()
+        contiguous = 0  # the lowest sequence number not stored
         for batch in group:
             base, count = batch.header.base_sequence, batch.header.record_count
-            if base > expected:
-                gaps += base - expected
-            elif base < expected:
-                overlap = min(count, expected - base)
-                rewritten += overlap
-                rewritten_keys.extend(batch.keys[:overlap])
-            expected = max(expected, base + count)
-    return SequenceAnomalies(gaps, rewritten, tuple(rewritten_keys))
+            sequences = set(range(base, base + count))
+            if base > contiguous:
+                reordered += 1
+            rewritten += len(sequences & stored)
+            stored |= sequences
+            while contiguous in stored:
+                contiguous += 1
+        gaps += max(stored) + 1 - len(stored)
+    return SequenceAnomalies(gaps, rewritten, reordered)

@@ -32,9 +32,10 @@ at least every ``reconnect.backoff.max.ms``, 10 s by default, while they last)."
 
 class ForwarderState(StrEnum):
     IDLE = "idle"
-    """Nothing waits to be forwarded."""
+    """Nothing waits to be forwarded, and nothing was delivered for ``stall_after_s``."""
     DELIVERING = "delivering"
-    """Kafka acknowledged records within the last ``stall_after_s``."""
+    """Kafka acknowledged records within the last ``stall_after_s`` (or records wait for
+    less than that since the forwarder started)."""
     KAFKA_UNREACHABLE = "kafka_unreachable"
     """Records wait; the client reports connection failures (Kafka down, network, TLS/SASL)."""
     KAFKA_REFUSING = "kafka_refusing"
@@ -118,6 +119,8 @@ class ForwarderHealth:
         waiting = self.in_flight or self.unread or self.refused_waiting
         if now - self.heartbeat > stall:
             return ForwarderState.STUCK if waiting else ForwarderState.IDLE
+        if self.delivered_once and now - self.last_delivery < stall:
+            return ForwarderState.DELIVERING
         if not waiting:
             return ForwarderState.IDLE
         if now - self.last_delivery < stall:
@@ -141,7 +144,7 @@ class ForwarderHealth:
         return {
             kind: note
             for kind, note in notes.items()
-            if note.at > self.last_delivery and now - note.at <= ERROR_FRESH_S
+            if note.at >= self.last_delivery and now - note.at <= ERROR_FRESH_S
         }
 
     def check(self) -> ForwarderState:

@@ -16,11 +16,9 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.health import ForwarderHealth
-from durable_producer.buffer_agent.kafka.client_log import ClientLog
+from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
 
 log = logging.getLogger(__name__)
-CLIENT_LOGGER = "durable_producer.buffer_agent.kafka.client"
-"""Where librdkafka's own log lines go (filtered by ``client_log``)."""
 
 
 def producer_config(

@@ -8,8 +8,9 @@ configuration warning the forwarder causes on purpose. Here:
 - connection failures (facility ``FAIL`` and the like) make one WARNING when a spell of
   them begins; the rest are counted, a reminder with the count is logged every
   ``reminder_s`` while the spell lasts, and ``recovered()`` (the owner saw the client
-  succeed) ends the spell with one INFO line saying how long it lasted and how many lines
-  were suppressed;
+  succeed) ends the spell, once no failure was seen for ``quiet_s`` (records in flight are
+  still acknowledged while brokers go down), with one INFO line saying how long it lasted
+  and how many lines were suppressed;
 - expected configuration warnings (``EXPECTED_WARNINGS``) go to DEBUG;
 - anything else keeps its level, at most one line per facility every ``repeat_s``
   (``log_limits.RateLimitedLog`` says how many were suppressed).
@@ -21,6 +22,8 @@ import logging
 import time
 from collections.abc import Callable
 
+CLIENT_LOGGER = "durable_producer.buffer_agent.kafka.client"
+"""The logger librdkafka's own lines go to."""
 CONNECTION_FACILITIES = frozenset({"FAIL", "REQTMOUT", "BROKERFAIL", "CONNECT", "TERMINATE"})
 EXPECTED_WARNINGS = ("enable.gapless.guarantee is experimental",)
 """Parts of librdkafka warnings about settings the agent makes deliberately."""
@@ -37,6 +40,7 @@ class ClientLog:
         on_connection_error: Callable[[str], None] | None = None,
         reminder_s: float = 300.0,
         repeat_s: float = 60.0,
+        quiet_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``client`` names the client in every line; ``on_connection_error`` is told every
@@ -46,8 +50,10 @@ class ClientLog:
         self._on_connection_error = on_connection_error
         self._reminder_s = reminder_s
         self._repeat_s = repeat_s
+        self._quiet_s = quiet_s
         self._clock = clock
         self._spell_started: float | None = None
+        self._last_failure = 0.0
         self._suppressed = 0
         self._next_reminder = 0.0
         self._last_by_facility: dict[str, tuple[float, int]] = {}
@@ -68,10 +74,12 @@ class ClientLog:
             self._limited(level, facility, text)
 
     def recovered(self) -> None:
-        """The client worked again: end a spell of connection failures with one line."""
-        started, self._spell_started = self._spell_started, None
-        if started is None:
+        """The client worked: end a spell of connection failures with one line, if none was
+        seen for ``quiet_s``."""
+        started = self._spell_started
+        if started is None or self._clock() - self._last_failure < self._quiet_s:
             return
+        self._spell_started = None
         self._logger.info(
             "Kafka client %s: connections work again after %.0f s (%d connection error"
             " lines suppressed)",
@@ -85,6 +93,7 @@ class ClientLog:
         if self._on_connection_error is not None:
             self._on_connection_error(text)
         now = self._clock()
+        self._last_failure = now
         if self._spell_started is None:
             self._spell_started = now
             self._suppressed = 0
