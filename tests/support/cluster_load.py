@@ -128,6 +128,8 @@ class ProducerLoad:
                     )
                 except BufferError:
                     break
+                except KafkaException as exception:  # refused at once: the caller is told
+                    self.errors.append(str(exception.args[0] if exception.args else exception))
                 index += 1
             self.sent = index
             try:

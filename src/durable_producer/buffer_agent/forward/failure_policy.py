@@ -13,8 +13,9 @@
   decoded). A permanent error *reported* for a batch may have hit innocent records batched
   with the bad one: the producer is reset to send one record per request (``ISOLATE``) and
   only a record refused on its own (or refused by ``produce()`` itself) is retried or
-  dead-lettered. A record refused and later accepted lands after records produced after it
-  to the same partition (as a re-sent dead letter would).
+  dead-lettered. While records wait for a retry the forwarder sends nothing newer (see
+  ``forwarder``), so a record refused and later accepted keeps its place in its partition;
+  only records already in flight when the refusal came back can overtake it.
 - a record whose topic or partition is unknown (``UNKNOWN_TOPIC_ERRORS``) is produced again
   every ``retry_backoff_s`` (failed records of one partition are retried in the order they
   failed); still unknown after ``unknown_topic_wait_s``, it is dead-lettered.

@@ -112,8 +112,9 @@ class FailureHandler:
         return bool(self.retries) and self.retries[0][0] <= now
 
     def produce_due_retries(self, producer: Producer, now: float, generation: int) -> None:
-        """Produce again records whose topic or partition was unknown, in failure order;
-        those of frames older than ``generation`` are dropped (their frame is replayed)."""
+        """Produce again records whose topic or partition was unknown or that were refused,
+        in failure order; those of frames older than ``generation`` are dropped (their frame
+        is replayed). A record ``produce()`` refuses again keeps its place at the head."""
         retries = self.retries
         while retries and retries[0][0] <= now:
             _, delivery, index = retries.popleft()
@@ -134,7 +135,11 @@ class FailureHandler:
                 retries.appendleft((now, delivery, index))
                 return
             except KafkaException as exception:
+                waiting = len(retries)
                 self.record_failed(delivery, index, exception.args[0], synchronous=True)
+                if len(retries) > waiting:  # retried later: back to the head, in order
+                    retries.appendleft(retries.pop())
+                    return
 
     # ----------------------------------------------------------------- dead letters
     def forget_below(self, checkpoint: int) -> None:

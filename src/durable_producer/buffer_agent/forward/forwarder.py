@@ -216,9 +216,9 @@ class Forwarder:
             producer, reader = self._producer, self._reader
             assert reader is not None and producer is not None
             in_flight = not ledger.tracker.idle
-            if len(failures.retries) >= config.max_in_flight_records:
-                # Refused records wait for a retry: read no more until they are settled
-                # (bounds memory while Kafka refuses a busy topic).
+            if failures.retries:
+                # Refused records wait for a retry: send nothing newer until they are
+                # through or dead-lettered, so they keep their place in their partition.
                 self._poll(0.02)
                 failures.produce_due_retries(producer, time.monotonic(), ledger.generation)
                 self._housekeeping(time.monotonic())
