@@ -147,5 +147,9 @@ def test_request_errors_on_produce(tmp_path: Path, error: str) -> None:
     outcome = run_scenario(tmp_path, request_errors(getattr(KafkaError, error)))
     _check(outcome, f"{error} x{INJECTED} on Produce", "request errors")
     # Refusals that clear within the retry window (ACLs propagating, a topic's size limit
-    # raised again) are retried, not dead-lettered.
+    # raised again) are retried, not dead-lettered, and keep their place: only records in
+    # flight behind a refused request (one record each, at most 5 requests per connection
+    # once the forwarder isolates records) can overtake a retried one.
     assert outcome.metric("durable_agent_dead_letters_total") == 0
+    assert outcome.agent.grade is not None
+    assert outcome.agent.grade.displaced <= 5 * INJECTED

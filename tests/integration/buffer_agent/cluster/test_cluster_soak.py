@@ -30,7 +30,12 @@ from support.cluster_load import ProducerLoad, grade
 from support.cluster_scenario import Side
 from support.raw_fetch import sequence_anomalies, stored_batches
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+MINUTES = float(os.environ.get("SOAK_MINUTES", "30"))
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout(int(MINUTES * 60) + 900),  # the soak, then up to 15 min to drain
+]
 
 TOPIC = "soak"
 PARTITIONS = 24  # the mock keeps ~5 MiB per partition: 30 min of this load is ~3 MiB each
@@ -154,7 +159,7 @@ def _faults(
 
 
 def test_chaos_soak(tmp_path: Path) -> None:
-    minutes = float(os.environ.get("SOAK_MINUTES", "30"))
+    minutes = MINUTES
     seed = int(os.environ.get("SOAK_SEED", time.time_ns() % 2**32))
     rng = random.Random(seed)
     applied: Counter[str] = Counter()
