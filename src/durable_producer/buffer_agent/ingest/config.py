@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_FRAME_BYTES
+from durable_producer.buffer_agent.kafka.record_validate import DEFAULT_MAX_DECOMPRESSED_BYTES
 from durable_producer.buffer_agent.options import host_port, option, positive_int
 from durable_producer.contract import AGENT_HOST, KAFKA_PORT
 
@@ -34,6 +35,14 @@ class IngressConfig:
         ),
     )
     """Largest record batch accepted (Kafka's default ``message.max.bytes``)."""
+    max_decompressed_batch_bytes: int = field(
+        default=DEFAULT_MAX_DECOMPRESSED_BYTES,
+        metadata=option(
+            "largest size a compressed record batch may decompress to (larger ones are"
+            " refused with MESSAGE_TOO_LARGE)",
+            parse=positive_int,
+        ),
+    )
     idle_timeout_s: float = 600.0
     read_timeout_s: float = 30.0
     write_timeout_s: float = 30.0
