@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import crc32c
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.serial import entity_reader
 
@@ -333,6 +334,42 @@ def recompress(batch: bytes, codec: int) -> bytes:
     }[codec]
     attributes = header_field(batch, "attributes") | codec
     return with_header(batch[:BATCH_HEADER_SIZE] + compress(records), attributes=attributes)
+
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10_000), st.integers(1, 255)),
+    st.tuples(st.just("truncate"), st.integers(0, 10_000), st.just(0)),
+    st.tuples(st.just("append"), st.binary(min_size=1, max_size=20), st.just(0)),
+    st.tuples(st.just("insert"), st.integers(0, 10_000), st.integers(0, 255)),
+    st.tuples(st.just("count"), st.integers(-2, 40), st.booleans()),
+    st.tuples(st.just("codec"), st.integers(0, 7), st.just(0)),
+    st.tuples(st.just("timestamps"), st.sampled_from([-1, -2, 0, 2**40]), st.booleans()),
+)
+"""One change to a batch, for ``mutate``: framing and CRC are fixed afterwards."""
+
+
+def mutate(batch: bytes, kind: str, a: Any, b: Any) -> bytes:
+    """``batch`` changed as a ``mutation`` says; its CRC and length fit the result."""
+    header, body = batch[:BATCH_HEADER_SIZE], bytearray(batch[BATCH_HEADER_SIZE:])
+    if kind == "flip" and body:
+        body[a % len(body)] ^= b
+    elif kind == "truncate":
+        del body[a % (len(body) + 1) :]
+    elif kind == "append":
+        body += a
+    elif kind == "insert":
+        body.insert(a % (len(body) + 1), b)
+    elif kind == "count":
+        fields = {"record_count": a}
+        if b:  # keep the header self-consistent: only the records disagree
+            fields["last_offset_delta"] = a - 1
+        return with_header(batch, **fields)
+    elif kind == "codec":
+        attributes = header_field(batch, "attributes") & ~0x07 | a
+        return with_header(batch, attributes=attributes)
+    elif kind == "timestamps":
+        return with_header(batch, base_timestamp=a, **({"max_timestamp": a} if b else {}))
+    return reframe(header + bytes(body))
 
 
 # ---------------------------------------------------------------------- connection-dropping proxy
