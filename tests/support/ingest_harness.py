@@ -12,6 +12,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+import crc32c
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.serial import entity_reader
 
@@ -20,8 +22,10 @@ from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.server import IngressServer
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
+    API_METADATA,
     API_PRODUCE,
     build,
+    nested_schema,
     request_schema,
     response_schema,
 )
@@ -202,6 +206,21 @@ class RawClient:
             build(schema, client_software_name="raw", client_software_version="1"),
         )
 
+    def metadata(self, topics: Sequence[str], version: int = 9) -> Any:
+        schema = request_schema(API_METADATA, version)
+        topic_schema = nested_schema(schema, "MetadataRequestTopic")
+        return self.request(
+            API_METADATA,
+            version,
+            build(
+                schema,
+                topics=tuple(build(topic_schema, name=name) for name in topics),
+                allow_auto_topic_creation=False,
+                include_cluster_authorized_operations=False,
+                include_topic_authorized_operations=False,
+            ),
+        )
+
     def produce(
         self,
         topic: str,
@@ -257,6 +276,100 @@ def record_batch(
     for index, value in enumerate(values):
         builder.append(index, timestamp_ms + index, None, value, [])
     return bytes(builder.build())
+
+
+# ---------------------------------------------------------------------- batches made invalid
+BATCH_HEADER_SIZE = 61
+_HEADER_FIELDS = {  # name: (offset, struct format) in a v2 batch
+    "batch_length": (8, ">i"),
+    "magic": (16, ">b"),
+    "attributes": (21, ">h"),
+    "last_offset_delta": (23, ">i"),
+    "base_timestamp": (27, ">q"),
+    "max_timestamp": (35, ">q"),
+    "record_count": (57, ">i"),
+}
+
+
+def reframe(batch: bytes | bytearray) -> bytes:
+    """``batch`` with its batchLength and CRC32C made to fit its (changed) bytes: framing and
+    CRC hold, whatever the content says."""
+    out = bytearray(batch)
+    struct.pack_into(">i", out, 8, len(out) - 12)
+    struct.pack_into(">I", out, 17, crc32c.crc32c(bytes(out[21:])))
+    return bytes(out)
+
+
+def with_header(batch: bytes, **fields: int) -> bytes:
+    """``batch`` with header fields replaced (names: ``_HEADER_FIELDS``), CRC fixed."""
+    out = bytearray(batch)
+    for name, value in fields.items():
+        offset, fmt = _HEADER_FIELDS[name]
+        struct.pack_into(fmt, out, offset, value)
+    return reframe(out)
+
+
+def header_field(batch: bytes, name: str) -> int:
+    offset, fmt = _HEADER_FIELDS[name]
+    return int(struct.unpack_from(fmt, batch, offset)[0])
+
+
+def recompress(batch: bytes, codec: int) -> bytes:
+    """An uncompressed ``batch`` with its records compressed with ``codec`` (0-4) by libraries
+    the agent does not use (stdlib gzip, python-snappy, lz4, zstandard)."""
+    import gzip
+
+    import lz4.frame
+    import snappy
+    import zstandard
+
+    assert header_field(batch, "attributes") & 0x07 == 0
+    records = batch[BATCH_HEADER_SIZE:]
+    compress = {
+        0: bytes,
+        1: gzip.compress,
+        2: snappy.compress,  # raw blocks, as librdkafka writes them
+        3: lz4.frame.compress,
+        4: zstandard.ZstdCompressor().compress,
+    }[codec]
+    attributes = header_field(batch, "attributes") | codec
+    return with_header(batch[:BATCH_HEADER_SIZE] + compress(records), attributes=attributes)
+
+
+mutation = st.one_of(
+    st.tuples(st.just("flip"), st.integers(0, 10_000), st.integers(1, 255)),
+    st.tuples(st.just("truncate"), st.integers(0, 10_000), st.just(0)),
+    st.tuples(st.just("append"), st.binary(min_size=1, max_size=20), st.just(0)),
+    st.tuples(st.just("insert"), st.integers(0, 10_000), st.integers(0, 255)),
+    st.tuples(st.just("count"), st.integers(-2, 40), st.booleans()),
+    st.tuples(st.just("codec"), st.integers(0, 7), st.just(0)),
+    st.tuples(st.just("timestamps"), st.sampled_from([-1, -2, 0, 2**40]), st.booleans()),
+)
+"""One change to a batch, for ``mutate``: framing and CRC are fixed afterwards."""
+
+
+def mutate(batch: bytes, kind: str, a: Any, b: Any) -> bytes:
+    """``batch`` changed as a ``mutation`` says; its CRC and length fit the result."""
+    header, body = batch[:BATCH_HEADER_SIZE], bytearray(batch[BATCH_HEADER_SIZE:])
+    if kind == "flip" and body:
+        body[a % len(body)] ^= b
+    elif kind == "truncate":
+        del body[a % (len(body) + 1) :]
+    elif kind == "append":
+        body += a
+    elif kind == "insert":
+        body.insert(a % (len(body) + 1), b)
+    elif kind == "count":
+        fields = {"record_count": a}
+        if b:  # keep the header self-consistent: only the records disagree
+            fields["last_offset_delta"] = a - 1
+        return with_header(batch, **fields)
+    elif kind == "codec":
+        attributes = header_field(batch, "attributes") & ~0x07 | a
+        return with_header(batch, attributes=attributes)
+    elif kind == "timestamps":
+        return with_header(batch, base_timestamp=a, **({"max_timestamp": a} if b else {}))
+    return reframe(header + bytes(body))
 
 
 # ---------------------------------------------------------------------- connection-dropping proxy

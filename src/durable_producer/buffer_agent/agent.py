@@ -57,6 +57,7 @@ class StatsPublisher:
             self.metrics.ingest_records.inc(stats.records_appended - records)
             self.metrics.ingest_bytes.inc(stats.bytes_appended - size)
             self._reported_ingest = (stats.records_appended, stats.bytes_appended)
+            self.metrics.publish_ingress(stats)
         self.metrics.refresh_buffer(
             size_bytes=wal.size_bytes,
             max_bytes=wal.max_bytes,

@@ -14,7 +14,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
@@ -94,6 +94,43 @@ class AgentMetrics:
             "Kafka producer re-creations followed by a replay from the watermark",
             registry=r,
         )
+
+        # -------------------------------------------- ingress limits and batch validation
+        self.ingest_invalid_batches = Counter(
+            f"{PREFIX}_ingest_invalid_batches",
+            "Record batches refused before acknowledgement as invalid (CRC, codec,"
+            " decompression, record count, records), by what was wrong; none is stored",
+            ["reason"],
+            registry=r,
+        )
+        self.ingest_connections = Gauge(
+            f"{PREFIX}_ingest_connections",
+            "Client connections open on the Kafka listener",
+            registry=r,
+        )
+        self.ingest_refused_connections = Counter(
+            f"{PREFIX}_ingest_refused_connections",
+            "Connections closed on arrival because --max-connections were open",
+            registry=r,
+        )
+        self.ingest_dropped_connections = Counter(
+            f"{PREFIX}_ingest_dropped_connections",
+            "Connections the agent closed: timeout (idle, or a request not complete within"
+            " --request-read-timeout), malformed or unsupported requests, errors",
+            ["reason"],
+            registry=r,
+        )
+        self.ingest_request_memory_bytes = Gauge(
+            f"{PREFIX}_ingest_request_memory_bytes",
+            "Bytes of requests held (being received or processed), of --max-request-memory-bytes",
+            registry=r,
+        )
+        self.ingest_request_memory_waits = Counter(
+            f"{PREFIX}_ingest_request_memory_waits",
+            "Times a connection stopped reading until request memory was free",
+            registry=r,
+        )
+        self._ingress_seen: dict[str, float] = {}
 
         self._fill_rate = RateEstimator()
         self._init_wal_recovery()
@@ -206,6 +243,25 @@ class AgentMetrics:
         self.seconds_since_last_delivery.set_function(seconds_since_delivery)
         self.refused_records.set_function(lambda: float(refused_records()))
 
+    def publish_ingress(self, figures: IngressFigures) -> None:
+        """Copy the listener's cumulative figures into the ingress metrics."""
+        self.ingest_connections.set(figures.connections_open)
+        self.ingest_request_memory_bytes.set(figures.request_memory_bytes)
+        self._advance(self.ingest_refused_connections, "refused", figures.refused_connections)
+        self._advance(self.ingest_request_memory_waits, "waits", figures.request_memory_waits)
+        for reason, count in figures.invalid_batches.items():
+            self._advance(self.ingest_invalid_batches.labels(reason), f"invalid:{reason}", count)
+        for reason, count in figures.dropped_connections.items():
+            counter = self.ingest_dropped_connections.labels(reason)
+            self._advance(counter, f"dropped:{reason}", count)
+
+    def _advance(self, counter: Counter, key: str, total: float) -> None:
+        """Bring ``counter`` up to the cumulative ``total`` last published under ``key``."""
+        delta = total - self._ingress_seen.get(key, 0)
+        if delta > 0:
+            counter.inc(delta)
+            self._ingress_seen[key] = total
+
     def refresh_buffer(
         self,
         *,
@@ -252,6 +308,23 @@ class WalRecoveryFigures(Protocol):
 
     @property
     def ignored_files(self) -> int: ...
+
+
+class IngressFigures(Protocol):
+    """What ``publish_ingress`` reads: the listener's counters (``ingest.stats``)."""
+
+    @property
+    def connections_open(self) -> int: ...
+    @property
+    def refused_connections(self) -> int: ...
+    @property
+    def request_memory_bytes(self) -> int: ...
+    @property
+    def request_memory_waits(self) -> int: ...
+    @property
+    def invalid_batches(self) -> Mapping[str, int]: ...
+    @property
+    def dropped_connections(self) -> Mapping[str, int]: ...
 
 
 def runway_seconds(free_bytes: int, net_fill_bytes_per_s: float) -> float:

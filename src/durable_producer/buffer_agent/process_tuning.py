@@ -48,6 +48,20 @@ def keep_freed_memory() -> bool:
     )
 
 
+def release_free_memory() -> bool:
+    """Hand free heap pages back to the kernel now (glibc's ``malloc_trim``).
+
+    ``keep_freed_memory`` makes glibc keep freed request buffers for reuse; after a burst
+    that will not come back (hundreds of connections closed, a request-memory peak) the
+    ingress calls this so the process returns near its baseline. False where the C library
+    is not glibc.
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return False
+    ctypes.CDLL(None).malloc_trim(0)
+    return True
+
+
 def freeze_startup_heap() -> None:
     """Exempt everything allocated so far from the cyclic garbage collector.
 

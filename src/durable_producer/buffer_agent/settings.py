@@ -131,7 +131,15 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "segment_bytes",
         "page_cache_window_bytes",
     ),
-    *options_of(IngressConfig, "max_batch_bytes"),
+    *options_of(
+        IngressConfig,
+        "max_batch_bytes",
+        "max_decompressed_batch_bytes",
+        "max_request_memory_bytes",
+        "max_connections",
+        "idle_timeout_s",
+        "read_timeout_s",
+    ),
     *options_of(WalConfig, "full_disk_policy", "block_timeout_s"),
     *options_of(AgentConfig, "default_partitions", "drain_timeout_s"),
 )

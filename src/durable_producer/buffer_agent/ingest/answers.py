@@ -9,6 +9,8 @@
   the cluster neither has nor creates on request get TOPIC_AUTHORIZATION_FAILED, Kafka's own
   answer for a missing topic a client may not create: non-retriable, so clients fail at once
   (UNKNOWN_TOPIC_OR_PARTITION would have them retry for 30 s or more).
+  Names Kafka does not allow (``kafka.topic_names``) get INVALID_TOPIC_EXCEPTION, which clients
+  do not retry, and are never looked up.
 - **InitProducerId**: idempotent producers get a fresh producer id (epoch 0). Transactional
   ids are refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED: transactions cannot be honoured
   through a buffer (the agent cannot make a commit atomic with the real cluster).
@@ -47,6 +49,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
     nested_schema,
     response_schema,
 )
+from durable_producer.buffer_agent.kafka.topic_names import topic_name_problem
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -100,6 +103,13 @@ class Answers:
             requested = None
         else:
             requested = [topic.name for topic in body.topics if topic.name is not None]
+        illegal: dict[str, str] = {}
+        if requested is not None:
+            for name in requested:
+                problem = topic_name_problem(name)
+                if problem is not None:
+                    illegal[name] = problem
+            requested = [name for name in requested if name not in illegal]
         infos = await self._metadata.lookup(requested)
         schema = response_schema(API_METADATA, request.api_version)
         broker_schema = nested_schema(schema, "MetadataResponseBroker")
@@ -155,6 +165,25 @@ class Answers:
                     topic_id=None,
                     is_internal=False,
                     partitions=partitions,
+                    topic_authorized_operations=_MIN_INT32,
+                )
+            )
+        for name, problem in illegal.items():
+            self._stats.refusals["invalid_topic_exception"] += 1
+            self._refusal_log.warning(
+                "metadata:invalid_topic",
+                "metadata for topic %r: INVALID_TOPIC_EXCEPTION (%s)",
+                name,
+                problem,
+            )
+            topics.append(
+                build(
+                    topic_schema,
+                    error_code=ErrorCode.invalid_topic_exception,
+                    name=name,
+                    topic_id=None,
+                    is_internal=False,
+                    partitions=(),
                     topic_authorized_operations=_MIN_INT32,
                 )
             )

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from durable_producer.buffer_agent.ingest.request_memory import DEFAULT_REQUEST_MEMORY_BYTES
 from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_FRAME_BYTES
-from durable_producer.buffer_agent.options import host_port, option, positive_int
+from durable_producer.buffer_agent.kafka.record_validate import DEFAULT_MAX_DECOMPRESSED_BYTES
+from durable_producer.buffer_agent.options import host_port, option, positive_float, positive_int
 from durable_producer.contract import AGENT_HOST, DEFAULT_MAX_BATCH_BYTES, KAFKA_PORT
 
 
@@ -34,8 +36,46 @@ class IngressConfig:
         ),
     )
     """Largest record batch accepted (Kafka's default ``message.max.bytes``)."""
-    idle_timeout_s: float = 600.0
-    read_timeout_s: float = 30.0
+    max_decompressed_batch_bytes: int = field(
+        default=DEFAULT_MAX_DECOMPRESSED_BYTES,
+        metadata=option(
+            "largest size a compressed record batch may decompress to (larger ones are"
+            " refused with MESSAGE_TOO_LARGE)",
+            parse=positive_int,
+        ),
+    )
+    max_request_memory_bytes: int = field(
+        default=DEFAULT_REQUEST_MEMORY_BYTES,
+        metadata=option(
+            "memory for requests being received or processed, all connections together;"
+            " connections wait for their turn beyond it (also the largest request accepted)",
+            parse=positive_int,
+        ),
+    )
+    max_connections: int = field(
+        default=512,
+        metadata=option(
+            "client connections served at once; more are closed on arrival",
+            parse=positive_int,
+        ),
+    )
+    idle_timeout_s: float = field(
+        default=600.0,
+        metadata=option(
+            "seconds a connection may stay without starting a request (Kafka's"
+            " connections.max.idle.ms)",
+            flag="--idle-timeout",
+            parse=positive_float,
+        ),
+    )
+    read_timeout_s: float = field(
+        default=30.0,
+        metadata=option(
+            "seconds a client has to send the rest of a request once its first byte arrived",
+            flag="--request-read-timeout",
+            parse=positive_float,
+        ),
+    )
     write_timeout_s: float = 30.0
     node_id: int = 0
     cluster_id: str = "durable-producer-agent"

@@ -1,7 +1,8 @@
 """The produce path: a Produce request's record batches into the WAL, answered once stored.
 
 **Produce** (v3+, record batch magic 2): every batch is validated (magic, lengths, CRC32C,
-``max_batch_bytes``) and checked for idempotent sequence; all accepted batches of one request
+``max_batch_bytes``, then every record: ``kafka.record_validate``, the forwarder's own decoder)
+and checked for idempotent sequence; all accepted batches of one request
 are appended with one ``append_many_async`` (one WAL frame per batch, the batch verbatim) and
 the response is sent only after it returns, i.e. with the durability the WAL's fsync policy
 promises. The ``base_offset`` in responses is the WAL offset of the partition's first batch.
@@ -13,8 +14,13 @@ specifies, no response is sent at all; refusals (full WAL, corrupt batch) are on
 and counted, and the client never learns about them.
 
 Refusals, per partition and all or nothing for a partition's batches, as in Kafka: corrupt
-CRC or malformed batch -> CORRUPT_MESSAGE; magic 0/1 -> UNSUPPORTED_FOR_MESSAGE_FORMAT; batch
-over ``max_batch_bytes`` -> MESSAGE_TOO_LARGE; unknown partition -> UNKNOWN_TOPIC_OR_PARTITION;
+CRC, malformed batch, compression codec 5-7 or records that do not decompress ->
+CORRUPT_MESSAGE; record count that disagrees with lastOffsetDelta or with the records present,
+malformed or truncated records, bytes left over -> INVALID_RECORD (Kafka's LogValidator and
+record iterator raise InvalidRecordException there); magic 0/1 ->
+UNSUPPORTED_FOR_MESSAGE_FORMAT; batch over ``max_batch_bytes``, or records decompressing to
+more than ``max_decompressed_batch_bytes`` -> MESSAGE_TOO_LARGE; illegal topic name ->
+INVALID_TOPIC_EXCEPTION; unknown partition -> UNKNOWN_TOPIC_OR_PARTITION;
 transactional produce or batches -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED; sequence gap ->
 OUT_OF_ORDER_SEQUENCE_NUMBER; older epoch -> INVALID_PRODUCER_EPOCH; WAL full ->
 NOT_ENOUGH_REPLICAS (retriable in librdkafka, the Java client and kafka-python, and unlike
@@ -46,6 +52,13 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     UnsupportedMagic,
     iter_batches,
 )
+from durable_producer.buffer_agent.kafka.record_validate import (
+    DecompressedTooLarge,
+    InvalidRecords,
+    RecordCountMismatch,
+    validate_batch,
+)
+from durable_producer.buffer_agent.kafka.topic_names import is_legal_topic_name, topic_name_problem
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.wal import (
     AppendItem,
@@ -59,6 +72,17 @@ log = logging.getLogger(__name__)
 
 WAL_FULL_ERROR = ErrorCode.not_enough_replicas
 """Answer to a produce request when the WAL is at its size limit (retriable everywhere)."""
+
+
+def invalid_batch_error(error: InvalidRecordBatch) -> ErrorCode:
+    """The Kafka error a broker answers for this invalid batch (module docstring)."""
+    if isinstance(error, UnsupportedMagic):
+        return ErrorCode.unsupported_for_message_format
+    if isinstance(error, DecompressedTooLarge):
+        return ErrorCode.message_too_large
+    if isinstance(error, InvalidRecords | RecordCountMismatch):
+        return ErrorCode.invalid_record
+    return ErrorCode.corrupt_message
 
 
 @dataclass(slots=True)
@@ -126,6 +150,10 @@ class ProduceHandler:
     ) -> None:
         """Validate the partition's batches and check sequences; all or nothing, like Kafka."""
         topic, partition = outcome.topic, outcome.partition
+        if not is_legal_topic_name(topic):
+            problem = topic_name_problem(topic) or ""
+            self._refuse(outcome, ErrorCode.invalid_topic_exception, problem)
+            return
         partitions = self._metadata.cached_partitions(topic)
         if partitions is None or not 0 <= partition < partitions:
             self._refuse(
@@ -139,14 +167,12 @@ class ProduceHandler:
             return
         try:
             batches = list(iter_batches(records))
-        except UnsupportedMagic as exc:
-            self._refuse(outcome, ErrorCode.unsupported_for_message_format, str(exc))
-            return
         except InvalidRecordBatch as exc:
-            self._refuse(outcome, ErrorCode.corrupt_message, str(exc))
+            self._refuse_invalid(outcome, exc)
             return
-        max_batch_bytes = self.config.max_batch_bytes
-        for header, _ in batches:
+        config = self.config
+        max_batch_bytes = config.max_batch_bytes
+        for header, view in batches:
             if header.size > max_batch_bytes:
                 self._refuse(
                     outcome,
@@ -161,6 +187,11 @@ class ProduceHandler:
                     ErrorCode.transactional_id_authorization_failed,
                     "transactional/control batches are not supported through a durable buffer",
                 )
+                return
+            try:
+                validate_batch(view, header, config.max_decompressed_batch_bytes)
+            except InvalidRecordBatch as exc:
+                self._refuse_invalid(outcome, exc)
                 return
         sequences = self._state.sequences
         single = len(batches) == 1
@@ -293,6 +324,11 @@ class ProduceHandler:
             error.name.upper(),
             message,
         )
+
+    def _refuse_invalid(self, outcome: _PartitionOutcome, error: InvalidRecordBatch) -> None:
+        """Refuse an invalid batch with a broker's answer; counted by what is wrong."""
+        self._stats.invalid_batches[error.reason] += 1
+        self._refuse(outcome, invalid_batch_error(error), str(error))
 
     def _forget(self, outcome: _PartitionOutcome) -> None:
         """Undo the sequence bookkeeping of a partition's accepted batches (not stored)."""

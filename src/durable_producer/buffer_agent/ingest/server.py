@@ -15,9 +15,12 @@ Unknown API keys or versions (other than ApiVersions, answered UNSUPPORTED_VERSI
 malformed frames close that connection only, as a Kafka broker does: there is no generic error
 response to send.
 
-Each connection is served by its own task; a frame's size is checked before its body is read
-(``frame_receiver``); idle and read timeouts drop stuck peers. Requests of one connection are
-answered in order.
+Each connection is served by its own task; requests of one connection are answered in order.
+Whatever clients do, memory stays bounded: request bytes come out of one shared budget
+(``request_memory``, ``max_request_memory_bytes``) as they arrive, never as a size prefix
+announces them (``frame_receiver``); at most ``max_connections`` are served (more are closed on
+arrival, with a rate-limited log line); a connection that starts no request for
+``idle_timeout_s``, or takes longer than ``read_timeout_s`` to send one it started, is closed.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.produce import ProduceHandler
 from durable_producer.buffer_agent.ingest.producer_ids import ProducerIdAllocator
 from durable_producer.buffer_agent.ingest.producer_state import ProducerState
+from durable_producer.buffer_agent.ingest.request_memory import RequestMemory
 from durable_producer.buffer_agent.ingest.stats import IngressStats
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
@@ -54,9 +58,17 @@ from durable_producer.buffer_agent.kafka.protocol import (
     peek_header,
 )
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
+from durable_producer.buffer_agent.process_tuning import release_free_memory
 from durable_producer.buffer_agent.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
+
+TRIM_AFTER_CLOSED = 32
+"""Connections closed since the last trim that make the next close schedule one."""
+TRIM_AFTER_PEAK_BYTES = 16 << 20
+"""A request-memory peak since the last trim that makes the next close schedule one."""
+TRIM_DELAY_S = 2.0
+TRIM_INTERVAL_S = 10.0
 
 _Handler = Callable[[Request], Awaitable[Any]]
 """An API's handler: a kio response entity to encode, bytes already encoded, or None."""
@@ -83,6 +95,7 @@ class IngressServer:
         self._metadata = metadata
         self._config = config or IngressConfig()
         self.stats = IngressStats()
+        self.request_memory = RequestMemory(self._config.max_request_memory_bytes, self.stats)
         state_dir = Path(state_dir)
         self._producer_ids = ProducerIdAllocator(state_dir, producer_id_block)
         self._producer_state = ProducerState(wal, state_dir)
@@ -104,6 +117,9 @@ class IngressServer:
         self._connections: set[asyncio.Task[None]] = set()
         self._snapshot_task: asyncio.Task[None] | None = None
         self._refusal_log = RateLimitedLog(log)
+        self._closed_since_trim = 0
+        self._last_trim = float("-inf")
+        self._trim_handle: asyncio.TimerHandle | None = None
 
     @property
     def config(self) -> IngressConfig:
@@ -136,6 +152,8 @@ class IngressServer:
         log.info("agent ingress listening on %s", self.bootstrap)
 
     async def stop(self) -> None:
+        if self._trim_handle is not None:
+            self._trim_handle.cancel()
         if self._server is not None:
             self._server.close()
         if self._snapshot_task is not None:
@@ -174,9 +192,25 @@ class IngressServer:
 
     # ------------------------------------------------------------------ connections
     def _new_connection(self) -> FrameReceiver:
-        return FrameReceiver(self._config.max_frame_bytes, on_connection_made=self._connected)
+        return FrameReceiver(
+            self._config.max_frame_bytes,
+            memory=self.request_memory,
+            on_connection_made=self._connected,
+        )
 
     def _connected(self, receiver: FrameReceiver) -> None:
+        limit = self._config.max_connections
+        if len(self._connections) >= limit:
+            self.stats.refused_connections += 1
+            self._refusal_log.warning(
+                "max_connections",
+                "closing a new connection from %s: %d connections are open, the limit"
+                " (--max-connections)",
+                receiver.peer,
+                limit,
+            )
+            receiver.abort()
+            return
         task = asyncio.get_running_loop().create_task(self._serve_connection(receiver))
         self._connections.add(task)
 
@@ -197,7 +231,16 @@ class IngressServer:
             )
         except TimeoutError:
             self.stats.dropped_connections["timeout"] += 1
-            log.info("closing connection from %s: idle, read or write timeout", peer)
+            if receiver.partial_frame:
+                self._refusal_log.warning(
+                    "read_timeout",
+                    "closing connection from %s: a request was not complete %g s after its"
+                    " first byte (--request-read-timeout)",
+                    peer,
+                    self._config.read_timeout_s,
+                )
+            else:
+                log.info("closing connection from %s: idle or write timeout", peer)
         except (ConnectionError, OSError):
             self.stats.dropped_connections["connection_error"] += 1
         except Exception:
@@ -207,6 +250,28 @@ class IngressServer:
             self.stats.connections_open -= 1
             self._connections.discard(task)
             receiver.close()
+            self._connection_closed()
+
+    def _connection_closed(self) -> None:
+        """After a burst of closed connections or a request-memory peak, give freed memory
+        back to the kernel (``process_tuning.release_free_memory``), at most every
+        TRIM_INTERVAL_S, so RSS returns near its baseline once hostile clients leave."""
+        self._closed_since_trim += 1
+        burst = self._closed_since_trim >= TRIM_AFTER_CLOSED
+        if self._trim_handle is not None or not (
+            burst or self.request_memory.peak >= TRIM_AFTER_PEAK_BYTES
+        ):
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(TRIM_DELAY_S, self._last_trim + TRIM_INTERVAL_S - loop.time())
+        self._trim_handle = loop.call_later(delay, self._trim)
+
+    def _trim(self) -> None:
+        self._trim_handle = None
+        self._closed_since_trim = 0
+        self._last_trim = asyncio.get_running_loop().time()
+        self.request_memory.reset_peak()
+        release_free_memory()
 
     async def _serve_requests(self, receiver: FrameReceiver, peer: object) -> None:
         config = self._config

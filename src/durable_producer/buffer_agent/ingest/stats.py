@@ -19,3 +19,12 @@ class IngressStats:
     """Refused requests or partitions by reason (a Kafka error name or the refused API)."""
     dropped_connections: collections.Counter[str] = field(default_factory=collections.Counter)
     """Connections closed by the agent by reason (exception name, timeout, ...)."""
+    invalid_batches: collections.Counter[str] = field(default_factory=collections.Counter)
+    """Record batches refused as invalid, by what was wrong (``InvalidRecordBatch.reason``);
+    also counted in ``refusals`` under the Kafka error answered."""
+    refused_connections: int = 0
+    """Connections closed on arrival because ``max_connections`` were open."""
+    request_memory_bytes: int = 0
+    """Bytes of request buffers held now (received, not yet processed)."""
+    request_memory_waits: int = 0
+    """Times a connection stopped reading because the request memory budget was used up."""

@@ -42,15 +42,24 @@ NO_SEQUENCE = -1
 
 
 class InvalidRecordBatch(ValueError):
-    """The bytes are not a well-formed v2 record batch; the message says what is wrong."""
+    """The bytes are not a well-formed v2 record batch; the message says what is wrong.
+
+    ``reason``: a short label of what is wrong, for metrics (each subclass has its own).
+    """
+
+    reason = "malformed"
 
 
 class UnsupportedMagic(InvalidRecordBatch):
     """The batch uses the legacy message format (magic 0 or 1), which is not accepted."""
 
+    reason = "magic"
+
 
 class CorruptRecordBatch(InvalidRecordBatch):
     """The CRC32C stored in the batch does not match its content."""
+
+    reason = "crc"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_producer.buffer_agent.ingest.frame_receiver import (
-    PREALLOCATE_BYTES,
+    CHUNK_BYTES,
     STAGING_BYTES,
     FrameReceiver,
 )
+from durable_producer.buffer_agent.ingest.request_memory import RequestMemory
 from durable_producer.buffer_agent.kafka.protocol import MalformedFrame
 
 Scenario = Callable[[FrameReceiver, socket.socket], Awaitable[object]]
@@ -27,7 +28,13 @@ def frame(body: bytes) -> bytes:
     return struct.pack(">i", len(body)) + body
 
 
-def run(scenario: Scenario, *, max_frame_bytes: int = 8 << 20, max_buffered: int = 4 << 20):
+def run(
+    scenario: Scenario,
+    *,
+    max_frame_bytes: int = 8 << 20,
+    max_buffered: int = 4 << 20,
+    memory: RequestMemory | None = None,
+):
     """Serve one connection with a FrameReceiver; ``scenario(receiver, client_socket)``."""
 
     async def main() -> object:
@@ -35,7 +42,10 @@ def run(scenario: Scenario, *, max_frame_bytes: int = 8 << 20, max_buffered: int
         connected: asyncio.Future[FrameReceiver] = loop.create_future()
         server = await loop.create_server(
             lambda: FrameReceiver(
-                max_frame_bytes, max_buffered, on_connection_made=connected.set_result
+                max_frame_bytes,
+                max_buffered,
+                memory=memory,
+                on_connection_made=connected.set_result,
             ),
             "127.0.0.1",
             0,
@@ -228,8 +238,8 @@ def test_send_times_out_when_the_peer_stops_reading() -> None:
     run(scenario)
 
 
-def test_frames_beyond_the_preallocation_grow_as_their_bytes_arrive() -> None:
-    body = os.urandom(PREALLOCATE_BYTES * 2 + 12345)
+def test_large_frames_grow_as_their_bytes_arrive() -> None:
+    body = os.urandom((8 << 20) + 12345)
 
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
         await send(client, frame(body) + frame(b"next one"))
@@ -239,16 +249,92 @@ def test_frames_beyond_the_preallocation_grow_as_their_bytes_arrive() -> None:
     run(scenario, max_frame_bytes=64 << 20)
 
 
-def test_a_size_prefix_alone_allocates_at_most_the_preallocation() -> None:
+def test_a_size_prefix_alone_allocates_nothing_beyond_the_staging_buffer() -> None:
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
         tracemalloc.start()
         try:
-            await send(client, struct.pack(">i", 90 << 20) + b"only the start")
+            await send(client, struct.pack(">i", 90 << 20) + b"only the start" * 500)
             await asyncio.sleep(0.3)
             assert receiver.partial_frame
+            assert receiver.held_bytes == 0
             return tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()
 
     peak = run(scenario, max_frame_bytes=100 << 20)
-    assert peak < PREALLOCATE_BYTES + (1 << 20)  # type: ignore[operator]
+    assert peak < CHUNK_BYTES  # type: ignore[operator]
+
+
+def test_memory_taken_follows_the_bytes_that_arrive_not_the_size_announced() -> None:
+    body = os.urandom(3 << 20)
+    memory = RequestMemory(64 << 20)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(body)[:200_000])
+        await asyncio.sleep(0.3)
+        assert receiver.partial_frame
+        assert 200_000 - 4 <= receiver.held_bytes <= 200_000 + CHUNK_BYTES
+        assert memory.used == receiver.held_bytes
+        await send(client, frame(body)[200_000:])
+        assert await receiver.next_frame(idle_timeout=5) == body
+        assert memory.used == len(body)  # held until the next frame is asked for
+        with pytest.raises(TimeoutError):
+            await receiver.next_frame(idle_timeout=0.1)
+        assert memory.used == 0
+
+    run(scenario, memory=memory)
+
+
+def test_connections_wait_for_the_shared_budget_and_lose_nothing() -> None:
+    memory = RequestMemory(1 << 20)
+    first_body, second_body = os.urandom(700_000), os.urandom(700_000)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        receivers: asyncio.Queue[FrameReceiver] = asyncio.Queue()
+        server = await loop.create_server(
+            lambda: FrameReceiver(8 << 20, memory=memory, on_connection_made=receivers.put_nowait),
+            "127.0.0.1",
+            0,
+        )
+        port = server.sockets[0].getsockname()[1]
+        clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
+        for client in clients:
+            client.setblocking(False)
+        try:
+            first = await asyncio.wait_for(receivers.get(), 5)
+            await send(clients[0], frame(first_body))
+            assert await first.next_frame(idle_timeout=5) == first_body  # held: not answered
+            second = await asyncio.wait_for(receivers.get(), 5)
+            sending = asyncio.create_task(send(clients[1], frame(second_body)))
+            await asyncio.sleep(0.5)
+            assert memory.waiting == 1 and second.partial_frame
+            assert memory.used <= memory.limit
+            with pytest.raises(TimeoutError):  # the first frame is answered: its bytes return
+                await first.next_frame(idle_timeout=0.1)
+            assert await second.next_frame(idle_timeout=5) == second_body
+            await sending
+            first.close()
+            second.close()
+            assert memory.used == 0 and memory.waiting == 0
+        finally:
+            for client in clients:
+                client.close()
+            server.close()
+            await server.wait_closed()
+
+    asyncio.run(main())
+
+
+def test_closing_a_connection_gives_back_everything_it_held() -> None:
+    memory = RequestMemory(64 << 20)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(b"small frame") + frame(os.urandom(300_000)))
+        await send(client, frame(os.urandom(2 << 20))[:500_000])
+        await asyncio.sleep(0.3)
+        assert memory.used > 800_000
+        receiver.close()
+        assert memory.used == 0 and receiver.held_bytes == 0
+
+    run(scenario, memory=memory)
