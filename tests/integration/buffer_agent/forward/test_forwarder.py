@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -14,7 +13,7 @@ import pytest
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
-from durable_producer.buffer_agent.forward.progress import HINT_FILE
+from durable_producer.buffer_agent.forward.progress import read_hint
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
@@ -207,10 +206,7 @@ time.sleep(600)
 
 
 def _hinted_delivered_high(data_dir: Path) -> int:
-    try:
-        return int(json.loads((data_dir / "state" / HINT_FILE).read_bytes())["delivered_high"])
-    except (OSError, ValueError):
-        return -1
+    return read_hint(data_dir / "state").get("delivered_high", -1)
 
 
 def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
