@@ -129,7 +129,7 @@ class BufferAgent:
                 self.settings.ingress.max_batch_bytes,
             )
         except VolumeTooSmall as error:
-            log.error("durable-agent: %s: %s", agent.data_dir, error)
+            log.error("%s: %s", agent.data_dir, error)
             return False
         if limit.warning is not None:
             log.warning("%s: %s", agent.data_dir, limit.warning)
