@@ -8,7 +8,8 @@ naming both numbers (``fit_wal_limit``): refusing to start would turn an estimat
 little off (the filesystem's overhead varies by type and version; the operator predicts it
 from the volume size) into a sidecar crash loop that takes the application's pod with it,
 while the lower limit is simply what the volume holds. Only a volume too small for two
-segments plus the reserve, even if nothing else were on it, is refused (``VolumeTooSmall``).
+segments plus the reserve, even if nothing else were on it, is refused (``VolumeTooSmall``);
+one that other files fill gets the room its WAL already holds (at least two segments).
 """
 
 from __future__ import annotations
@@ -93,13 +94,15 @@ def fit_wal_limit(
                 f" WAL: {error}. Give the agent a larger volume, or lower --segment-bytes"
                 f" ({segment_bytes}) or --max-batch-bytes ({max_batch_bytes})"
             ) from None
-        minimum = MIN_SEGMENTS * segment_bytes
+        # The room the WAL already holds, at least two segments: what it can count on.
+        held = space.segment_bytes // segment_bytes * segment_bytes
+        limit = min(configured, max(MIN_SEGMENTS * segment_bytes, held))
         return WalLimit(
-            minimum,
+            limit,
             f"only {usable} bytes of the volume are free for the WAL ({space.capacity_bytes}"
             f" writable; other files hold the rest, e.g. dead letters or quarantined"
-            f" segments): WAL limit {minimum} instead of --max-buffer-bytes {configured};"
-            " produce requests will meet a full disk until space is freed",
+            f" segments): WAL limit {limit} instead of --max-buffer-bytes {configured};"
+            " produce requests may meet a full disk until space is freed",
         )
     if configured <= budget.wal_bytes:
         return WalLimit(configured, None)

@@ -40,10 +40,13 @@ def test_a_limit_larger_than_the_volume_is_lowered_with_both_numbers() -> None:
     assert str(usable) in limit.warning
 
 
-def test_other_files_filling_a_large_enough_volume_leave_two_segments() -> None:
+def test_other_files_filling_a_large_enough_volume_leave_the_wal_its_room() -> None:
     limit = fit_wal_limit(32 * MIB, space(MIB, 64 * MIB), SEGMENT, BATCH)
     assert limit.max_bytes == 2 * SEGMENT
     assert limit.warning is not None and "other files" in limit.warning
+    # restarted on a volume another program filled: the segments it holds stay its own
+    held = fit_wal_limit(32 * MIB, space(0, 64 * MIB, segments=5 * MIB + 4096), SEGMENT, BATCH)
+    assert held.max_bytes == 5 * MIB
 
 
 def test_a_volume_too_small_for_two_segments_and_the_reserve_is_refused() -> None:
