@@ -2,8 +2,9 @@
 
 ``WriteAheadLog`` coordinates: it assigns offsets, keeps the size limit, has groups of frames
 written to its segments (``segment_list.py``, ``segment.py``), moves the checkpoint and drops
-delivered segments, runs the syncer, and lets readers see and wait for new frames. The files it
-writes are described in ``format.py``.
+delivered segments, runs the syncer, stops acknowledging after an I/O failure and reopens once
+its frames are delivered (``health.py``), and lets readers see and wait for new frames
+(``log_reading.py``). The files it writes are described in ``format.py``.
 
 Thread-safe. Writers append under one lock (offsets are assigned there); durability waits and
 fsyncs happen outside it (see ``syncer.py``), so concurrent appends share fsyncs (group commit).
@@ -21,12 +22,7 @@ from pathlib import Path
 
 from .checkpoint import CheckpointFile
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig
-from .errors import (
-    WalClosedError,
-    WalError,
-    WalFailedError,
-    WalFullError,
-)
+from .errors import WalClosedError, WalError, WalFailedError, WalFullError
 from .frame import AppendItem, PreparedFrame, encoded_size, prepare_frames
 from .health import DISK_FULL_ERRNOS, LogHealth
 from .lock import DirectoryLock
