@@ -1,14 +1,22 @@
 """The agent process: WAL + Kafka-protocol ingress + forwarder + metrics, and its lifecycle.
 
-``run``: serve until SIGTERM/SIGINT, then stop accepting, forward what is buffered until the
-drain deadline, checkpoint and exit 0; whatever is left stays on the volume for the next
-owner. ``drain``: no listener; forward everything on the volume and exit (for orphaned volumes).
+``run``: measure the volume and fit the WAL limit to it (``volume_space``; a volume too small
+for the WAL exits 2), serve until SIGTERM/SIGINT, then stop accepting, forward what is
+buffered until the drain deadline, checkpoint and exit 0; whatever is left stays on the volume
+for the next owner. ``drain``: no listener; forward everything on the volume and exit (for
+orphaned volumes; it needs no free space).
+
+A full or failing disk never stops the agent: produce requests get a retriable error while
+the WAL cannot take them (``wal/health.py``), forwarding goes on, and readiness stays true
+(``ready``), so the application's pod is not taken out of its Services for a condition the
+agent waits out by itself. The state is in ``durable_agent_refusing_appends{reason}``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import logging
 import os
@@ -16,6 +24,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from durable_producer.buffer_agent.errors import StartupError
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
@@ -27,6 +36,12 @@ from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadat
 from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
+from durable_producer.buffer_agent.volume_space import (
+    VolumeTooSmall,
+    fit_wal_limit,
+    free_bytes,
+    measure_volume,
+)
 from durable_producer.buffer_agent.wal import WriteAheadLog
 
 log = logging.getLogger(__name__)
@@ -41,6 +56,7 @@ class StatsPublisher:
     wal: WriteAheadLog
     metrics: AgentMetrics
     ingress: IngressServer | None = None
+    volume: Path | None = None
     _reported_ingest: tuple[int, int] = (0, 0)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -51,6 +67,9 @@ class StatsPublisher:
 
     def _publish(self) -> None:
         wal = self.wal.stats()
+        if self.volume is not None:
+            with contextlib.suppress(OSError):
+                self.metrics.volume_free_bytes.set(free_bytes(self.volume))
         if self.ingress is not None:
             stats = self.ingress.stats
             records, size = self._reported_ingest
@@ -63,6 +82,7 @@ class StatsPublisher:
             max_bytes=wal.max_bytes,
             quarantined_segments=wal.quarantined_segments,
             backlog_records=wal.backlog_records,
+            refusing=wal.refusing,
         )
 
 
@@ -116,11 +136,36 @@ class BufferAgent:
         return self.wal, self.forwarder
 
     def ready(self) -> bool:
-        """Readiness: the WAL is open and writable and the listener accepts."""
-        return self._accepting and self.wal is not None and self.wal.healthy
+        """Readiness: the listener accepts and the WAL is open. Not whether the WAL has room
+        or its disk works: those refuse produce requests with a retriable error and pass by
+        themselves (module docstring)."""
+        return self._accepting and self.wal is not None and not self.wal.closed
+
+    def _fit_wal_to_volume(self) -> bool:
+        """Lower ``--max-buffer-bytes`` to what the volume holds; False if it holds no WAL."""
+        agent, wal = self.settings.agent, self.settings.wal
+        try:
+            limit = fit_wal_limit(
+                wal.max_bytes,
+                measure_volume(agent.data_dir, agent.wal_dir),
+                wal.segment_bytes,
+                self.settings.ingress.max_batch_bytes,
+            )
+        except VolumeTooSmall as error:
+            log.error("%s: %s", agent.data_dir, error)
+            return False
+        if limit.warning is not None:
+            log.warning("%s: %s", agent.data_dir, limit.warning)
+        self.settings = dataclasses.replace(
+            self.settings, wal=dataclasses.replace(wal, max_bytes=limit.max_bytes)
+        )
+        return True
 
     async def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; the exit code (2: the volume is too small)."""
         self._loop = asyncio.get_running_loop()
+        if not self._fit_wal_to_volume():
+            return 2
         wal, forwarder = self._open_wal_and_forwarder()
         agent = self.settings.agent
         metadata = MetadataCache(
@@ -129,7 +174,7 @@ class BufferAgent:
             default_partitions=agent.default_partitions,
         )
         self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
-        publisher = StatsPublisher(wal, self.metrics, self.ingress)
+        publisher = StatsPublisher(wal, self.metrics, self.ingress, agent.data_dir)
         try:
             metrics_server = MetricsServer(
                 self.metrics,

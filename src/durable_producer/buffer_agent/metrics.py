@@ -25,6 +25,8 @@ log = logging.getLogger(__name__)
 PREFIX = "durable_agent"
 DUPLICATE_CAUSES = ("restart", "reset")
 ERROR_KINDS = ("delivery", "fatal", "transport")
+REFUSAL_REASONS = ("buffer_limit", "disk_full", "wal_failed")
+"""Why appends may be refused (``wal/health.py``: ``Refusal``)."""
 FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -92,6 +94,33 @@ class AgentMetrics:
         self.producer_resets = Counter(
             f"{PREFIX}_producer_resets",
             "Kafka producer re-creations followed by a replay from the watermark",
+            registry=r,
+        )
+        self.buffer_limit_bytes = Gauge(
+            f"{PREFIX}_buffer_limit_bytes",
+            "The WAL's size limit in effect (--max-buffer-bytes, lowered to fit the volume)",
+            registry=r,
+        )
+        self.volume_free_bytes = Gauge(
+            f"{PREFIX}_volume_free_bytes",
+            "Bytes the agent may still write on its volume (statvfs f_bavail)",
+            registry=r,
+        )
+        self.refusing_appends = Gauge(
+            f"{PREFIX}_refusing_appends",
+            "1 while produce requests are refused for this reason: buffer_limit (the WAL is at"
+            " its limit), disk_full (the volume is full), wal_failed (an fsync failed; accepting"
+            " resumes once what was written before it is in Kafka)",
+            ["reason"],
+            registry=r,
+        )
+        for reason in REFUSAL_REASONS:
+            self.refusing_appends.labels(reason=reason).set(0)
+        self.write_errors = Counter(
+            f"{PREFIX}_write_errors",
+            "Failed writes of the agent's files (checkpoint, hint, dead_letter); each is"
+            " retried later",
+            ["file"],
             registry=r,
         )
 
@@ -269,6 +298,7 @@ class AgentMetrics:
         max_bytes: int,
         quarantined_segments: int,
         backlog_records: int | None = None,
+        refusing: str | None = None,
         now: float | None = None,
     ) -> float:
         """Update the buffer gauges from a WAL snapshot (call every second or so).
@@ -286,6 +316,9 @@ class AgentMetrics:
         self.buffer_free_bytes.set(free)
         self.runway_seconds.set(runway)
         self.quarantined_segments.set(quarantined_segments)
+        self.buffer_limit_bytes.set(max_bytes)
+        for reason in REFUSAL_REASONS:
+            self.refusing_appends.labels(reason=reason).set(1 if reason == refusing else 0)
         if backlog_records is not None:
             self.backlog_records.set(backlog_records)
         return runway

@@ -20,14 +20,14 @@ from durable_producer.operator.volume_fit import VolumeFit
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300)
 SPEC = {"kafka": {"bootstrapServers": ["kafka:9092"]},
-        "throughput": {"peakBytesPerSecond": 5 * 2**20}}  # 24Gi for the default hour
+        "throughput": {"peakBytesPerSecond": 5 * 2**20}}  # 23Gi for the default hour
 
 
 def ago(seconds: float) -> str:
     return format_time(NOW - timedelta(seconds=seconds))
 
 
-def pvc(name: str, *, backlog: str = "unknown", deleted: bool = False, size: str = "24Gi",
+def pvc(name: str, *, backlog: str = "unknown", deleted: bool = False, size: str = "23Gi",
         finalizers: tuple[str, ...] = (vp.VOLUME_FINALIZER,), **annotations: str) -> dict:
     metadata: dict[str, Any] = {
         "name": name, "resourceVersion": "7", "finalizers": list(finalizers),
@@ -152,19 +152,19 @@ def test_the_pool_degraded_condition_carries_the_generation() -> None:
 
 
 def test_status_shows_sizes_by_state_and_the_runway_of_the_smallest_volume_in_use() -> None:
-    fit = VolumeFit(size_bytes=24 * GIB)
-    volumes = [pvc("old", size="6Gi"), pvc("new", size="24Gi"), pvc("spare", size="6Gi",
+    fit = VolumeFit(size_bytes=23 * GIB)
+    volumes = [pvc("old", size="6Gi"), pvc("new", size="23Gi"), pvc("spare", size="6Gi",
                                                                      backlog="empty")]
     pods = [running_pod("a", "old"), running_pod("b", "new")]
     plan = vp.plan_pool(volumes, pods, [], NOW, POLICY, fit=fit)
 
-    update = pool_status.pool_status_update(producer({"runwaySeconds": 3609}), plan, pods, 0, NOW)
+    update = pool_status.pool_status_update(producer({"runwaySeconds": 3640}), plan, pods, 0, NOW)
 
     assert update.changes["deployedVolumes"] == [
         {"size": "6Gi", "fitsSpec": False, "inUse": 1, "claimed": 0, "free": 1, "draining": 0},
-        {"size": "24Gi", "fitsSpec": True, "inUse": 1, "claimed": 0, "free": 0, "draining": 0},
+        {"size": "23Gi", "fitsSpec": True, "inUse": 1, "claimed": 0, "free": 0, "draining": 0},
     ]
-    assert 800 < update.changes["runwaySeconds"] < 1000  # 6Gi at 5 MiB/s, not 3609
+    assert 800 < update.changes["runwaySeconds"] < 1000  # 6Gi at 5 MiB/s, not 3640
     degraded = next(c for c in update.changes["conditions"] if c["type"] == "Degraded")
     assert degraded["reason"] == "VolumesBelowSpec" and "6Gi" in degraded["message"]
     assert update.warnings == []  # Warning events with reason VolumePoolProblem only
@@ -173,8 +173,8 @@ def test_status_shows_sizes_by_state_and_the_runway_of_the_smallest_volume_in_us
     # Once the old pod is gone and its volume retired, Degraded goes back to what it was.
     later = producer({"runwaySeconds": update.changes["runwaySeconds"],
                       "conditions": update.changes["conditions"]})
-    plan = vp.plan_pool([pvc("new", size="24Gi")], pods[1:], [], NOW, POLICY, fit=fit)
+    plan = vp.plan_pool([pvc("new", size="23Gi")], pods[1:], [], NOW, POLICY, fit=fit)
     cleared = pool_status.pool_status_update(later, plan, pods[1:], 0, NOW)
-    assert cleared.changes["runwaySeconds"] == 3609
+    assert cleared.changes["runwaySeconds"] == 3640
     degraded = next(c for c in cleared.changes["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("False", "AsExpected")

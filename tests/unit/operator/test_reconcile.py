@@ -41,8 +41,8 @@ def test_valid_spec_is_ready_with_size_runway_and_generation() -> None:
     status = outcome.status
     assert outcome.problem is None and outcome.problem_reason is None
     assert status["observedGeneration"] == 3
-    assert status["bufferSize"] == "24Gi"  # docs/sizing.md's worked example
-    assert status["runwaySeconds"] == 3609
+    assert status["bufferSize"] == "23Gi"  # docs/sizing.md's worked example
+    assert status["runwaySeconds"] == 3640
     # No agent has answered yet: the backlog is unknown, not 0 (the pool timer publishes it).
     assert status["attachedPods"] == 0 and "backlogBytes" not in status
     ready = find(status, READY)
@@ -50,7 +50,7 @@ def test_valid_spec_is_ready_with_size_runway_and_generation() -> None:
         "type": READY,
         "status": "True",
         "reason": REASON_RECONCILED,
-        "message": "buffer volumes of 24Gi survive 3609s of Kafka outage at peak rate",
+        "message": "buffer volumes of 23Gi survive 3640s of Kafka outage at peak rate",
         "lastTransitionTime": "2026-11-22T01:00:00Z",
         "observedGeneration": 3,
     }
@@ -63,7 +63,7 @@ def test_transition_time_kept_while_status_unchanged_and_moved_on_change() -> No
     again = desired_status({**SPEC, "outageSeconds": 7200}, first, 2, T1).status
     assert find(again, READY)["lastTransitionTime"] == "2026-11-22T01:00:00Z"
     assert find(again, READY)["observedGeneration"] == 2
-    assert again["bufferSize"] == "48Gi"
+    assert again["bufferSize"] == "46Gi"
 
     broken = desired_status({**SPEC, "outageSeconds": 0}, again, 3, T1).status
     assert find(broken, READY)["status"] == "False"
@@ -112,14 +112,14 @@ def test_short_override_is_degraded_but_ready() -> None:
     spec = {**SPEC, "storage": {"size": "16Gi"}}
     outcome = desired_status(spec, {}, 1, T0)
     assert outcome.status["bufferSize"] == "16Gi"
-    assert outcome.status["runwaySeconds"] == 2391
+    assert outcome.status["runwaySeconds"] == 2503
     assert find(outcome.status, READY)["status"] == "True"
     degraded = find(outcome.status, DEGRADED)
     assert degraded["status"] == "True"
     assert degraded["reason"] == REASON_RUNWAY_BELOW_TARGET
     assert degraded["message"] == outcome.problem
     assert outcome.problem_reason == REASON_RUNWAY_BELOW_TARGET
-    assert "use the computed 24Gi" in degraded["message"]
+    assert "use the computed 23Gi" in degraded["message"]
 
 
 def test_figures_owned_by_other_reconcilers_are_preserved() -> None:
@@ -200,14 +200,14 @@ def deployed(size: str, in_use: int, *, fits: bool) -> dict[str, Any]:
 def test_runway_is_the_smallest_volume_in_use_after_a_spec_change() -> None:
     """Defect: after raising the throughput, pods ran on the old 6Gi volumes while the status
     claimed the runway of the new size."""
-    spec = {**SPEC, "throughput": {"peakBytesPerSecond": 5 * 2**20}}  # 24Gi for an hour
-    current = {"deployedVolumes": [deployed("6Gi", 2, fits=False), deployed("24Gi", 1, fits=True)]}
+    spec = {**SPEC, "throughput": {"peakBytesPerSecond": 5 * 2**20}}  # 23Gi for an hour
+    current = {"deployedVolumes": [deployed("6Gi", 2, fits=False), deployed("23Gi", 1, fits=True)]}
 
     outcome = desired_status(spec, current, 2, T0)
 
     status = outcome.status
-    assert status["bufferSize"] == "24Gi"
-    assert 800 < status["runwaySeconds"] < 1000  # what 6Gi buys at 5 MiB/s, not 3609
+    assert status["bufferSize"] == "23Gi"
+    assert 800 < status["runwaySeconds"] < 1000  # what 6Gi buys at 5 MiB/s, not 3640
     degraded = find(status, DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "VolumesBelowSpec")
     assert "volumes of 6Gi still in use" in degraded["message"]
@@ -218,7 +218,7 @@ def test_runway_is_the_smallest_volume_in_use_after_a_spec_change() -> None:
     # Only free (not used) small volumes left: the spec's runway again.
     current = {"deployedVolumes": [{**deployed("6Gi", 0, fits=False), "free": 2}]}
     status = desired_status(spec, current, 2, T0).status
-    assert status["runwaySeconds"] == 3609
+    assert status["runwaySeconds"] == 3640
     assert find(status, DEGRADED)["reason"] == REASON_AS_EXPECTED
 
 

@@ -7,13 +7,16 @@ once the cause is fixed (``durable-agent dead-letters list|resend``; ``resend`` 
 
 Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
 bytes as base64, fsynced on every append: dead letters are rare) and ``resent.jsonl`` (ids
-re-sent successfully). A torn last line after a crash is ignored on reading.
+re-sent successfully). A torn last line after a crash is ignored on reading. An append the
+disk has no room for is cut back and raises ``OSError``: the forwarder keeps the record's
+frame in the WAL and tries again (``failures.py``).
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import errno
 import json
 import os
 import threading
@@ -135,8 +138,7 @@ class DeadLetterStore:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
                     line = b"\n" + line  # close a line torn by a crash, keep this one whole
-                os.write(fd, line)
-                os.fsync(fd)
+                _append_whole(fd, line, size)
             finally:
                 os.close(fd)
             if created:
@@ -146,6 +148,24 @@ class DeadLetterStore:
 
     def mark_resent(self, letter_id: str) -> None:
         self._append(RESENT_FILE, {"id": letter_id, "resent_ms": int(time.time() * 1000)})
+
+
+def _append_whole(fd: int, line: bytes, size: int) -> None:
+    """Append ``line`` and fsync, or cut the file back to ``size`` and raise ``OSError``: a
+    full disk (ENOSPC part way through) must not leave half a letter that counts as written.
+    The caller keeps the record in the WAL and tries again later."""
+    try:
+        view = memoryview(line)
+        while view:
+            written = os.write(fd, view)
+            if written == 0:
+                raise OSError(errno.ENOSPC, "no progress appending a dead letter")
+            view = view[written:]
+        os.fsync(fd)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def _to_json(letter: DeadLetter) -> dict[str, Any]:

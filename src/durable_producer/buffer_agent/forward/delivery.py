@@ -117,7 +117,9 @@ class FailureHandling(Protocol):
 
     def group_failed(self, delivery: FrameDelivery, error: KafkaError) -> None: ...
 
-    def dead_letter_frame(self, frame: Frame, reason: str) -> None: ...
+    def dead_letter_frame(
+        self, frame: Frame, reason: str, generation: int, settle: Callable[[], None]
+    ) -> None: ...
 
 
 class FrameDelivery:
@@ -316,8 +318,10 @@ class DeliveryLedger:
                 None,  # type: ignore[arg-type]
             )
         except InvalidRecordBatch as error:
-            self.tracker.register(frame.offset, 0)
-            self.failures.dead_letter_frame(frame, str(error))
+            tracker = self.tracker  # settled once the dead letter is written
+            tracker.register(frame.offset, 1)
+            settle = partial(tracker.ack, frame.offset)
+            self.failures.dead_letter_frame(frame, str(error), self.generation, settle)
             return 0
         total = delivery.count = len(calls)
         # Record index of each call; None: the identity (nothing skipped).

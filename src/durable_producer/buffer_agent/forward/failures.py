@@ -1,11 +1,18 @@
 """Carrying out the failure policy: dead-letter a record or frame, produce a record again
-later, or ask for a producer reset. ``failure_policy`` decides which."""
+later, or ask for a producer reset. ``failure_policy`` decides which.
+
+A dead letter that cannot be written (a full disk) keeps its frame unsettled, so the
+watermark, and with it the checkpoint, stays below the frame and the frame stays in the
+WAL; the letter is tried again every :data:`LETTER_RETRY_S` (letters after it wait their
+turn) until it is written. A crash meanwhile replays the frame and Kafka refuses it again.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from functools import partial
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -18,10 +25,14 @@ from durable_producer.buffer_agent.forward.failure_policy import (
     batch_failure,
 )
 from durable_producer.buffer_agent.forward.health import ForwarderHealth
+from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import Frame
 
 log = logging.getLogger(__name__)
+
+LETTER_RETRY_S = 1.0
+"""Seconds between attempts to write a dead letter the disk had no room for."""
 
 
 class FailureHandler:
@@ -61,6 +72,10 @@ class FailureHandler:
         # producer after a permanent error); forgotten below the checkpoint.
         self.dead_lettered: dict[int, set[int]] = {}
         self.dead_letter_count = 0
+        # Dead letters not yet written (generation, write), in failure order.
+        self.waiting_letters: deque[tuple[int, Callable[[], None]]] = deque()
+        self._letters_due = 0.0
+        self._letter_log = RateLimitedLog(log, interval_s=30.0)
 
     def record_failed(
         self, delivery: FrameDelivery, index: int, error: KafkaError, *, synchronous: bool = False
@@ -153,7 +168,50 @@ class FailureHandler:
                 if offset >= checkpoint
             }
 
+    def _write_or_wait(self, generation: int, write: Callable[[], None]) -> None:
+        """Write a dead letter now, or queue it if the disk refuses (or others wait)."""
+        if not self.waiting_letters:
+            try:
+                write()
+                return
+            except OSError as error:
+                self._letter_failed(error)
+        self.waiting_letters.append((generation, write))
+
+    def write_waiting_letters(self, now: float, generation: int) -> None:
+        """Try the dead letters the disk refused again (at most every LETTER_RETRY_S);
+        those of frames older than ``generation`` are dropped (their frame is replayed)."""
+        letters = self.waiting_letters
+        if not letters or now < self._letters_due:
+            return
+        self._letters_due = now + LETTER_RETRY_S
+        while letters:
+            letter_generation, write = letters[0]
+            if letter_generation == generation:
+                try:
+                    write()
+                except OSError as error:
+                    self._letter_failed(error)
+                    return
+            letters.popleft()
+
+    def _letter_failed(self, error: OSError) -> None:
+        self._letter_log.warning(
+            "letter",
+            "could not write a dead letter (%s); its frame stays in the WAL and is not"
+            " checkpointed until the letter is written (retried every %.0f s)",
+            error,
+            LETTER_RETRY_S,
+        )
+        if self._metrics is not None:
+            self._metrics.write_errors.labels(file="dead_letter").inc()
+
     def _dead_letter_record(self, delivery: FrameDelivery, index: int, error: KafkaError) -> None:
+        self._write_or_wait(
+            delivery.generation, partial(self._write_record_letter, delivery, index, error)
+        )
+
+    def _write_record_letter(self, delivery: FrameDelivery, index: int, error: KafkaError) -> None:
         record = delivery.records[index]
         self._dead_letters.add_record(
             wal_offset=delivery.offset,
@@ -181,7 +239,13 @@ class FailureHandler:
         )
         delivery.settle_one()
 
-    def dead_letter_frame(self, frame: Frame, reason: str) -> None:
+    def dead_letter_frame(
+        self, frame: Frame, reason: str, generation: int, settle: Callable[[], None]
+    ) -> None:
+        """Dead-letter an undecodable frame; ``settle`` once the letter is written."""
+        self._write_or_wait(generation, partial(self._write_frame_letter, frame, reason, settle))
+
+    def _write_frame_letter(self, frame: Frame, reason: str, settle: Callable[[], None]) -> None:
         self._dead_letters.add_frame(
             wal_offset=frame.offset,
             topic=frame.topic,
@@ -196,6 +260,7 @@ class FailureHandler:
             frame.offset,
             reason,
         )
+        settle()
 
     def _count_dead_letter(self, reason: str) -> None:
         self.dead_letter_count += 1

@@ -195,6 +195,7 @@ class Forwarder:
             self._failure = error
             log.exception("forwarder stopped by an unexpected error")
         finally:
+            self._progress.close()
             if self._reader is not None:
                 self._reader.close()
             if self._producer is not None:
@@ -280,7 +281,8 @@ class Forwarder:
         return not (self._stop.is_set() or self._mode.reset_reason is not None)
 
     def _housekeeping(self, now: float) -> None:
-        """Publish figures; write the checkpoint and the delivered hint when they are due.
+        """Publish figures; write waiting dead letters, the checkpoint and the delivered hint
+        when they are due.
 
         Besides every ``checkpoint_interval_s``, a checkpoint is written as soon as the frames
         replayed after a start or a reset are all delivered: an agent killed again within
@@ -296,6 +298,8 @@ class Forwarder:
         elif now >= self._next_hint:
             self._progress.write_hint(tracker, durable=False)
             self._next_hint = now + config.hint_interval_s
+        if self._failures.waiting_letters:  # after the checkpoint, which may free space
+            self._failures.write_waiting_letters(now, self._ledger.generation)
 
     def _checkpoint(self, *, durable_hint: bool) -> None:
         tracker = self._ledger.tracker

@@ -6,31 +6,43 @@ reset are delivered; the WAL deletes whole segments below it.
 
 Duplicates are counted conservatively. The forwarder persists a *sent high-water mark*
 (one past the last frame handed to the Kafka client) and, for information, the delivered
-one in ``state/forwarder.json`` (``{"sent_high": .., "delivered_high": ..}``), every
-``hint_interval_s`` (rename, no fsync) and at every checkpoint and stop (fsynced). On
-start, every record of a frame between the checkpoint and the sent mark is counted as a
-replayed (possible) duplicate: Kafka may have it even if the acknowledgement never
-arrived. A producer reset counts the same way. The count is an upper bound on the
-duplicates in Kafka, except for records sent within the last ``hint_interval_s`` before a
-crash; duplicates themselves are bounded by one checkpoint interval of traffic plus what
-was in flight.
+one in ``state/forwarder.hint`` every ``hint_interval_s`` (no fsync) and at every
+checkpoint and stop (fdatasync). On start, every record of a frame between the checkpoint
+and the sent mark is counted as a replayed (possible) duplicate: Kafka may have it even if
+the acknowledgement never arrived. A producer reset counts the same way. The count is an
+upper bound on the duplicates in Kafka, except for records sent within the last
+``hint_interval_s`` before a crash; duplicates themselves are bounded by one checkpoint
+interval of traffic plus what was in flight.
+
+**A full disk never stops the forwarder.** The hint is a preallocated two-slot file
+rewritten in place, like the WAL checkpoint (``wal/slot_file.py``; bytes in
+``wal/format.py``), so neither write needs a new block, and the checkpoint deletes
+delivered segments before anything else is written. Should a write fail anyway (EIO, or
+ENOSPC while the hint file is first created), it is logged, counted, and tried again at
+the next interval: the checkpoint keeps its segments until it is written; a missing hint
+only makes the duplicate count less exact.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
+from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.buffer_agent.wal import WriteAheadLog
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
+from durable_producer.buffer_agent.wal.format import HINT_FIELDS, HINT_MAGIC
+from durable_producer.buffer_agent.wal.slot_file import SlotFile, read_slots
 
 log = logging.getLogger(__name__)
 
-HINT_FILE = "forwarder.json"
+HINT_FILE = "forwarder.hint"
+LEGACY_HINT_FILES = ("forwarder.json", ".forwarder.json.fast")
+"""Where agents before the two-slot hint kept it (JSON, replaced by rename)."""
 HINT_KEYS = ("sent_high", "delivered_high")
 
 
@@ -38,24 +50,39 @@ def read_hint(state_dir: Path | None) -> dict[str, int]:
     """The marks a previous run left; empty if there are none or they cannot be read."""
     if state_dir is None:
         return {}
+    values = read_slots(state_dir / HINT_FILE, HINT_MAGIC, HINT_FIELDS)
+    if values is not None:
+        return dict(zip(HINT_KEYS, values, strict=True))
     try:
-        hint = json.loads((state_dir / HINT_FILE).read_bytes())
+        hint = json.loads((state_dir / LEGACY_HINT_FILES[0]).read_bytes())
         return {key: int(hint[key]) for key in HINT_KEYS}
     except (OSError, ValueError, KeyError, TypeError):
         return {}
 
 
-def write_hint(state_dir: Path, sent_high: int, delivered_high: int, *, durable: bool) -> None:
-    """Replace the hint: fsynced if ``durable``, else a plain rename (cheap, may be lost)."""
-    data = json.dumps({"sent_high": sent_high, "delivered_high": delivered_high}).encode()
-    state_dir.mkdir(parents=True, exist_ok=True)
-    path = state_dir / HINT_FILE
-    if durable:
-        write_atomic(path, data)
-    else:
-        temporary = path.with_name(f".{path.name}.fast")
-        temporary.write_bytes(data)
-        temporary.replace(path)
+class HintFile:
+    """The hint file, opened (and, the first time, created) when first written."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._state_dir = state_dir
+        self._file: SlotFile | None = None
+
+    def write(self, sent_high: int, delivered_high: int, *, durable: bool) -> None:
+        """Store the marks in place (fdatasync if ``durable``); ``OSError`` on failure."""
+        if self._file is None:
+            self._state_dir.mkdir(parents=True, exist_ok=True)
+            self._file = SlotFile(self._state_dir / HINT_FILE, HINT_MAGIC, HINT_FIELDS)
+            self._file.write((sent_high, delivered_high), sync=True)
+            for legacy in LEGACY_HINT_FILES:  # the new file holds the marks now
+                with contextlib.suppress(OSError):
+                    (self._state_dir / legacy).unlink()
+            return
+        self._file.write((sent_high, delivered_high), sync=durable)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 class Progress:
@@ -72,12 +99,15 @@ class Progress:
     ) -> None:
         """``before_checkpoint`` runs before every WAL checkpoint that deletes data (the agent
         persists the ingress's producer-sequence state there, which the deleted frames would
-        otherwise be needed to rebuild). If it fails, the checkpoint still happens: freeing
-        space matters more than exact duplicate detection after a restart."""
+        otherwise be needed to rebuild). If it fails, the checkpoint still happens (freeing
+        space matters more than exact duplicate detection after a restart) and the hook runs
+        once more right after it, when the deleted segments may have made room for it."""
         self._wal = wal
         self._state_dir = Path(state_dir) if state_dir is not None else None
+        self._hint = HintFile(self._state_dir) if self._state_dir is not None else None
         self._metrics = metrics
         self._before_checkpoint = before_checkpoint
+        self._log = RateLimitedLog(log, interval_s=30.0)
         hint = read_hint(self._state_dir)
         self.replay_until = max(wal.checkpoint_offset, hint.get("sent_high", 0))
         self._delivered_before = hint.get("delivered_high", 0)
@@ -92,27 +122,54 @@ class Progress:
 
     def checkpoint(self, tracker: AckTracker, *, durable_hint: bool) -> bool:
         """Checkpoint the WAL at the watermark if it moved, then write the hint; True if the
-        checkpoint moved."""
+        checkpoint moved. A write that fails is logged and retried next time."""
         watermark = tracker.watermark
-        moved = watermark > self._wal.checkpoint_offset
-        if moved:
-            if self._before_checkpoint is not None:
-                try:
-                    self._before_checkpoint()
-                except Exception as error:  # logged: the checkpoint must go on
-                    log.warning("before-checkpoint hook failed (%s); checkpointing anyway", error)
-            self._wal.checkpoint(watermark)
+        moved = False
+        if watermark > self._wal.checkpoint_offset:
+            hook_done = self._run_before_checkpoint()
+            try:
+                self._wal.checkpoint(watermark)
+                moved = True
+            except WalError as error:
+                self._write_failed("checkpoint", error)
+            if moved and not hook_done:
+                self._run_before_checkpoint()
         self.write_hint(tracker, durable=durable_hint)
         if self._metrics is not None:
             self._metrics.checkpoint_offset.set(self._wal.checkpoint_offset)
         return moved
 
+    def _run_before_checkpoint(self) -> bool:
+        if self._before_checkpoint is None:
+            return True
+        try:
+            self._before_checkpoint()
+        except Exception as error:  # logged: the checkpoint must go on
+            self._log.warning(
+                "hook", "before-checkpoint hook failed (%s); checkpointing anyway", error
+            )
+            return False
+        return True
+
     def write_hint(self, tracker: AckTracker, *, durable: bool) -> None:
-        if self._state_dir is None:
+        if self._hint is None:
             return
-        write_hint(
-            self._state_dir,
-            max(tracker.next_offset, self.replay_until),
-            max(tracker.delivered_high, self._delivered_before),
-            durable=durable,
+        try:
+            self._hint.write(
+                max(tracker.next_offset, self.replay_until),
+                max(tracker.delivered_high, self._delivered_before),
+                durable=durable,
+            )
+        except OSError as error:
+            self._write_failed("hint", error)
+
+    def _write_failed(self, file: str, error: Exception) -> None:
+        self._log.warning(
+            file, "could not write the forwarder's %s (%s); trying again later", file, error
         )
+        if self._metrics is not None:
+            self._metrics.write_errors.labels(file=file).inc()
+
+    def close(self) -> None:
+        if self._hint is not None:
+            self._hint.close()

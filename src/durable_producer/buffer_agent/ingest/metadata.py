@@ -6,6 +6,12 @@ a :class:`MetadataSource` (wired to the cluster, e.g. confluent-kafka's ``list_t
 kept in ``DATA/state/metadata.json`` so the agent keeps answering during an outage and after a
 restart.
 
+The cache file is replaced through a temporary copy, which needs new blocks: on a full disk
+the write is skipped with one log line and the previous file stays; the counts in memory are
+current and are written at the next refresh from the cluster once there is room. The
+consequence: an agent restarted before that answers from the older counts until the cluster
+is reachable again.
+
 A topic never seen before while the cluster is unreachable gets ``default_partitions`` if one is
 configured; otherwise it is answered ``UNAVAILABLE`` (the ingress maps that to the retriable
 LEADER_NOT_AVAILABLE, so clients keep retrying metadata until the cluster answers).
@@ -97,6 +103,7 @@ class MetadataCache:
         self._failed_at: float | None = None
         self._background: asyncio.Task[None] | None = None
         self._entries: dict[str, _Entry] = self._load()
+        self._save_failing = False
         self._missing: dict[str, float] = {}
         self._creating: set[str] = set()
         self._refresh_lock = asyncio.Lock()
@@ -122,8 +129,22 @@ class MetadataCache:
                 for name, entry in sorted(self._entries.items())
             },
         }
-        self._path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path, json.dumps(document, indent=1).encode())
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self._path, json.dumps(document, indent=1).encode())
+        except OSError as error:
+            if not self._save_failing:
+                self._save_failing = True
+                log.warning(
+                    "cannot write the metadata cache %s (%s); keeping the previous file and"
+                    " serving the current partition counts from memory",
+                    self._path,
+                    error,
+                )
+            return
+        if self._save_failing:
+            self._save_failing = False
+            log.info("metadata cache %s written again", self._path)
 
     def cached_partitions(self, topic: str) -> int | None:
         """Partition count known without asking the cluster (hot path: a dict lookup)."""
@@ -183,7 +204,7 @@ class MetadataCache:
                         count,
                     )
             self._entries[topic] = _Entry(count, now)
-        if changed:
+        if changed or self._save_failing:
             self._save()
 
     async def lookup(self, topics: Sequence[str] | None) -> dict[str, TopicInfo]:

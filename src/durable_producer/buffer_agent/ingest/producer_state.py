@@ -11,6 +11,13 @@ a producer whose history the agent no longer has.
 The offset a snapshot covers is the lowest WAL offset whose batch may be missing from it: the
 start of the oldest append still running (its batches are recorded but not yet confirmed, and
 snapshots keep confirmed batches only), else the WAL's next offset.
+
+A snapshot the disk has no room for (the file is replaced through a temporary copy, which
+needs new blocks) is skipped with one log line; the previous snapshot stays and the next
+periodic snapshot tries again. The consequence: if the agent restarts before a snapshot
+succeeds and a checkpoint has meanwhile deleted the frames after the old snapshot, sequence
+checks are lenient once per partition (a client's retry of a batch stored just before the
+restart could then be stored twice: a duplicate, never a loss).
 """
 
 from __future__ import annotations
@@ -61,7 +68,9 @@ class ProducerStateStore:
         self.save_document(tracker.to_json(), wal_offset)
 
     def save_document(self, state: dict[str, object], wal_offset: int) -> None:
-        """Write a :meth:`SequenceTracker.to_json` result (safe to call from a worker thread)."""
+        """Write a :meth:`SequenceTracker.to_json` result (safe to call from a worker thread).
+
+        Raises ``OSError`` (e.g. ENOSPC) with the previous file left as it was."""
         document = {"version": _FORMAT_VERSION, "wal_offset": wal_offset, **state}
         self._path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self._path, json.dumps(document, separators=(",", ":")).encode())
@@ -82,6 +91,7 @@ class ProducerState:
         """Batches were stored since the last snapshot."""
         self._inflight_starts: collections.Counter[int] = collections.Counter()
         self._snapshot_lock = asyncio.Lock()
+        self._save_failing = False
 
     def restore(self) -> None:
         """Load the snapshot and replay the WAL after it (blocking: run in a worker thread)."""
@@ -142,4 +152,19 @@ class ProducerState:
                 log.info("forgot the sequence state of %d idle producers", expired)
             document = self.sequences.to_json()  # taken in the loop: a consistent view
             self.dirty = False
-            await asyncio.to_thread(self._store.save_document, document, covered_below)
+            try:
+                await asyncio.to_thread(self._store.save_document, document, covered_below)
+            except OSError as error:
+                self.dirty = True  # the next periodic snapshot tries again
+                if not self._save_failing:
+                    self._save_failing = True
+                    log.warning(
+                        "cannot write the producer state snapshot (%s); keeping the previous"
+                        " one and retrying every snapshot interval. Until one is written, a"
+                        " restart may check sequences leniently once per partition",
+                        error,
+                    )
+                return
+            if self._save_failing:
+                self._save_failing = False
+                log.info("producer state snapshot written again")

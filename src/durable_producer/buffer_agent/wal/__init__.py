@@ -3,12 +3,15 @@
 The on-disk format (directory layout, segment and frame bytes, checkpoint, quarantine records,
 and the agent's other files on the volume) is documented in ``format.py``. One job per module:
 
-- ``writer.py``: ``WriteAheadLog``, the coordinator: offsets, size limit, checkpoint, readers
+- ``writer.py``: ``WriteAheadLog``, the coordinator: offsets, size limit, checkpoint, failures
+- ``log_reading.py``: the log's side readers use (segment views, waits for data)
 - ``segment_list.py``: the segments in order: writing groups of frames, rotation, roll-back
 - ``segment.py``: ``Segment``, one segment file: create, append, truncate, seal, delete
 - ``frame.py``: encoding and decoding frames
 - ``reader.py``: ``WalReader``, tail-following reads through the log's public methods
 - ``syncer.py``: fsync policies and group commit
+- ``health.py``: why appends are refused (limit, full disk, failed fsync) and when they resume
+- ``slot_file.py``: two-slot files rewritten in place (the checkpoint, the forwarder hint)
 - ``checkpoint.py``, ``lock.py``, ``stats.py``: the checkpoint file, the directory lock, figures
 - ``recovery.py``: repairing the directory on open; ``scan.py`` reads a segment back,
   ``damage.py`` decides (read-only) what is damaged, lost and done, ``quarantine.py`` moves

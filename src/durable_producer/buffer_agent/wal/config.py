@@ -56,7 +56,8 @@ class WalConfig:
     max_bytes: int = field(
         default=1024 * MIB,
         metadata=option(
-            "size limit of the WAL; keep it below the volume size",
+            "size limit of the WAL; lowered at start, with a warning, to what the volume "
+            "holds beside a reserve for the agent's other files",
             flag="--max-buffer-bytes",
             parse=positive_int,
         ),

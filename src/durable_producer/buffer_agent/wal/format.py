@@ -24,7 +24,7 @@ pod, see ``durable_producer.contract.DATA_DIR``). The agent keeps three director
         producer_ids.json
         producer_state.json
         metadata.json
-        forwarder.json
+        forwarder.hint
         delivery-marks                    binary: two slots, see forward/delivery_marks.py
       dead-letter/                        records Kafka refused for good
         dead-letters.jsonl
@@ -32,8 +32,9 @@ pod, see ``durable_producer.contract.DATA_DIR``). The agent keeps three director
 
 Transient names, removed or replaced whenever they are met: ``<segment>.rebuild`` (a salvaged
 segment being written, removed on open), ``.<name>.tmp`` (the temporary file of an atomic
-replace: write, fsync, rename over ``<name>``, fsync the directory; in ``wal/`` removed on open),
-``.forwarder.json.fast`` (the forwarder's un-fsynced hint before its rename).
+replace: write, fsync, rename over ``<name>``, fsync the directory; in ``wal/`` removed on open;
+elsewhere removed when the replace fails), and, from agents before ``forwarder.hint``,
+``forwarder.json`` and ``.forwarder.json.fast`` (removed once the new hint is written).
 
 All integers below are unsigned big-endian unless marked signed (the Kafka protocol's byte
 order). CRCs are CRC32C (Castagnoli), as Kafka record batches use.
@@ -159,8 +160,8 @@ gives ``"<first>..<last> (<problem>)"``. Offsets below the checkpoint (delivered
 Records written before ``reason``, ``damage`` and ``lost_frames`` existed lack them; their lost
 frames are counted from ``lost_offsets``.
 
-``state/`` (written by the ingest and forward parts with the atomic replace above)
-----------------------------------------------------------------------------------
+``state/`` (written by the ingest part with the atomic replace above, by the forwarder in place)
+-------------------------------------------------------------------------------------------
 Each name below is a constant of the package that owns the file (grep for it).
 
 - ``producer_ids.json`` (``PRODUCER_IDS_FILE``, ``ingest/``): ``{"next_unreserved": N}``.
@@ -172,12 +173,16 @@ Each name below is a constant of the package that owns the file (grep for it).
   up to date.
 - ``metadata.json`` (``METADATA_FILE``, ``ingest/``): the cluster's partition counts,
   ``{"version": 1, "topics": {"<topic>": {"partitions": N, "refreshed_at": <unix seconds>}}}``.
-- ``forwarder.json`` (``HINT_FILE``, ``forward/``): the forwarder's hint, ``{"sent_high": N,
-  "delivered_high": M}``: one past the last frame handed to the Kafka client, and one past the
-  last delivered. Rewritten every ``hint_interval_s`` without fsync (through
-  ``.forwarder.json.fast``) and at every checkpoint and stop with fsync. Without a
-  ``delivery-marks`` file, frames between the checkpoint and ``sent_high`` are counted as
-  possible duplicates when replayed.
+- ``forwarder.hint`` (``HINT_FILE``, ``forward/``): the forwarder's hint, a two-slot file like
+  ``wal/checkpoint`` (1024 bytes, slots at 0 and 512, rewritten in place, so it needs no new
+  block on a full disk) whose slot is 36 bytes: magic ``b"DPFWDHT1"`` (8), sequence (8),
+  ``sent_high`` (8), ``delivered_high`` (8), crc32c of the 32 bytes before it (4).
+  ``sent_high`` is one past the last frame handed to the Kafka client, ``delivered_high`` one
+  past the last delivered. Rewritten every ``hint_interval_s`` without fsync and at every
+  checkpoint and stop with fdatasync. Frames between the checkpoint and ``sent_high`` are
+  counted as possible duplicates when replayed. Agents before it kept the same two numbers
+  in ``forwarder.json`` (``{"sent_high": N, "delivered_high": M}``, replaced with a rename):
+  read when ``forwarder.hint`` has no valid slot, removed once it has one.
 - ``delivery-marks`` (``MARKS_FILE``, ``forward/delivery_marks.py``): what Kafka is known to
   hold above the checkpoint (delivered below N, per partition up to M, nothing sent at or
   above S), two CRC-checked slots of 32 KiB rewritten in place; it makes the duplicates
@@ -229,12 +234,27 @@ HEADER_SIZE: Final = FRAME_PREFIX.size + FRAME_BODY_HEAD.size
 MAX_TOPIC_BYTES: Final = 249 * 4  # Kafka topic names are at most 249 characters
 MAX_BODY_BYTES: Final = 1 << 31
 
+# ----------------------------------------------------------------- two-slot files
+SLOT_SPACING: Final = 512  # one slot per disk sector
+SLOT_FILE_SIZE: Final = 2 * SLOT_SPACING
+
+
+def slot_structs(fields: int) -> tuple[struct.Struct, struct.Struct]:
+    """(head, slot) of a two-slot file holding ``fields`` integers: magic, sequence, the
+    integers; the slot adds the crc32c of the head."""
+    head = ">8sQ" + "Q" * fields
+    return struct.Struct(head), struct.Struct(head + "I")
+
+
 # ----------------------------------------------------------------- checkpoint
 CHECKPOINT_MAGIC: Final = b"DPWALCK2"
-CHECKPOINT_SLOT_HEAD: Final = struct.Struct(">8sQQ")  # magic, sequence, offset
-CHECKPOINT_SLOT: Final = struct.Struct(">8sQQI")  # ... and crc32c of the head
-CHECKPOINT_SLOT_SPACING: Final = 512  # one slot per disk sector
-CHECKPOINT_FILE_SIZE: Final = 2 * CHECKPOINT_SLOT_SPACING
+CHECKPOINT_SLOT_HEAD, CHECKPOINT_SLOT = slot_structs(1)  # magic, sequence, offset (+ crc32c)
+CHECKPOINT_SLOT_SPACING: Final = SLOT_SPACING
+CHECKPOINT_FILE_SIZE: Final = SLOT_FILE_SIZE
+
+# ----------------------------------------------------------------- forwarder hint (state/)
+HINT_MAGIC: Final = b"DPFWDHT1"
+HINT_FIELDS: Final = 2  # sent_high, delivered_high
 
 
 def segment_name(base_offset: int) -> str:

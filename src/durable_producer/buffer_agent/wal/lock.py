@@ -40,8 +40,12 @@ class DirectoryLock:
                 "two agents must never share a buffer volume. Stop the other agent, or give "
                 "this one its own volume."
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid={os.getpid()} host={socket.gethostname()}\n".encode(), 0)
+        me = f"pid={os.getpid()} host={socket.gethostname()}\n".encode()
+        try:  # in place, then cut: on a full disk this needs no new block
+            os.pwrite(fd, me, 0)
+            os.ftruncate(fd, len(me))
+        except OSError:
+            pass  # informational only: a full or failing disk must not keep the agent down
         self._fd = fd
 
     def release(self) -> None:

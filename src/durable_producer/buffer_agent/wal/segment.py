@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic_file import fsync_directory
+from .errors import WalFailedError
 from .format import (
     MAX_OFFSET,
     SEGMENT_HEADER_SIZE,
@@ -61,7 +62,7 @@ class SegmentView:
 class Segment:
     """One segment file. Create the newest with :meth:`create`; wrap recovered ones directly."""
 
-    __slots__ = ("_fd", "_policy", "_released", "base_offset", "path", "size")
+    __slots__ = ("_fd", "_policy", "_released", "_sync_fd", "base_offset", "path", "size")
 
     def __init__(self, base_offset: int, path: Path, size: int, policy: SegmentPolicy) -> None:
         self.base_offset = base_offset
@@ -70,6 +71,8 @@ class Segment:
         """Bytes of complete frames (and the header): where the next append goes."""
         self._policy = policy
         self._fd = -1
+        self._sync_fd = -1
+        """The syncer's own open file (see :meth:`duplicate_fd`)."""
         self._released = 0
 
     @classmethod
@@ -77,7 +80,9 @@ class Segment:
         """A new, active segment holding only its header (durable unless the policy says not)."""
         path = directory / segment_name(base_offset)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        sync_fd = -1
         try:
+            sync_fd = os.open(path, os.O_RDONLY)
             header = encode_segment_header(base_offset)
             if os.write(fd, header) != len(header):
                 raise OSError(errno.ENOSPC, "short write of a segment header")
@@ -86,10 +91,12 @@ class Segment:
                 fsync_directory(directory)
         except OSError:
             os.close(fd)
+            if sync_fd >= 0:
+                os.close(sync_fd)
             path.unlink(missing_ok=True)
             raise
         segment = cls(base_offset, path, SEGMENT_HEADER_SIZE, policy)
-        segment._fd = fd
+        segment._fd, segment._sync_fd = fd, sync_fd
         return segment
 
     # ----------------------------------------------------------------- state
@@ -102,13 +109,22 @@ class Segment:
         return SegmentView(self.base_offset, self.path, self.size, sealed)
 
     def activate(self) -> None:
-        """Open the descriptor appends go through (the newest segment after opening the log)."""
+        """Open the descriptors appends and the syncer go through (the newest segment after
+        opening the log, or after a failure)."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_WRONLY)
+        if self._sync_fd < 0:
+            self._sync_fd = os.open(self.path, os.O_RDONLY)
 
     def duplicate_fd(self) -> int:
-        """A descriptor of the active segment that stays valid after sealing; caller closes it."""
-        return os.dup(self._fd)
+        """A descriptor of the active segment that stays valid after sealing; caller closes it.
+
+        It shares the open file the syncer uses, not the one appends and :meth:`seal` use:
+        Linux reports a writeback error once to each open file that existed when it happened,
+        so a failed fsync in :meth:`seal` cannot hide the error from the syncer's next fsync
+        (which would then report success for data that may be lost).
+        """
+        return os.dup(self._sync_fd)
 
     # ----------------------------------------------------------------- writing
     def write(self, buffers: Sequence[Buffer]) -> int:
@@ -147,15 +163,21 @@ class Segment:
             self.size = size
 
     def seal(self) -> None:
-        """No more appends: sync under the policy, drop old pages, close the descriptor."""
+        """No more appends: sync under the policy, drop old pages, close the descriptor.
+
+        Raises ``WalFailedError`` if the fsync fails: what the file holds is then unknown
+        (see ``health.py``), unlike a failed write, which a roll-back undoes.
+        """
         if self._fd < 0:
             return
         if self._policy.sync:
-            os.fdatasync(self._fd)
+            try:
+                os.fdatasync(self._fd)
+            except OSError as error:
+                raise WalFailedError(f"fsync of {self.path.name} failed: {error}") from error
             self._released = 0
             self.release_synced_pages(self._fd, self.size)
-        os.close(self._fd)
-        self._fd = -1
+        self.close()
 
     # ----------------------------------------------------------------- page cache and removal
     def release_synced_pages(self, fd: int, synced_bytes: int) -> None:
@@ -179,10 +201,13 @@ class Segment:
         self._released = release_to
 
     def close(self) -> None:
-        """Close the append descriptor without syncing (the log is closing or failed)."""
+        """Close the descriptors without syncing (the log is closing or failed)."""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+        if self._sync_fd >= 0:
+            os.close(self._sync_fd)
+            self._sync_fd = -1
 
     def delete(self) -> None:
         """Remove the file (delivered, or a rolled-back new segment). Open readers keep it."""

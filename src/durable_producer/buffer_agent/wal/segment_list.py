@@ -138,6 +138,21 @@ class SegmentList:
             active.size = active_size
             self.size_bytes = size_bytes
 
+    def restart_after_failure(self, next_offset: int) -> None:
+        """Leave the active segment's descriptor, whose fsync failed, and append to a fresh
+        one from ``next_offset`` (the failed log's frames are all delivered). A new
+        descriptor does not inherit the old one's error, so its fsyncs mean something again.
+        Raises ``OSError`` (nothing changed but the closed descriptor) if that fails."""
+        active = self._segments[-1]
+        active.close()
+        if active.base_offset == next_offset:  # it holds no frame: reuse the file
+            active.activate()
+            active.truncate(SEGMENT_HEADER_SIZE)  # anything a failed roll-back left after it
+            return
+        segment = Segment.create(self._directory, next_offset, self._policy)
+        self._segments.append(segment)
+        self.size_bytes += segment.size
+
     # ----------------------------------------------------------------- delivered segments
     def drop_delivered(self, checkpoint: int) -> list[Segment]:
         """Remove segments whose every frame is below ``checkpoint`` from the list; the caller

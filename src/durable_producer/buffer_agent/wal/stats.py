@@ -24,6 +24,9 @@ class WalStats:
     truncated_bytes_on_open: int
     backlog_records: int
     """Records in frames at or above the checkpoint (from the frames' record counts)."""
+    refusing: str | None = None
+    """Why the latest append was refused (``buffer_limit``, ``disk_full``, ``wal_failed``);
+    None once an append succeeded (``health.py``)."""
 
     @property
     def backlog_frames(self) -> int:

@@ -94,12 +94,19 @@ class Syncer:
         if self._error is None:
             self._sync_once()
 
+    def abandon(self) -> None:
+        """Let the thread end without a final fsync and without waiting for it (the log
+        replaces a syncer that failed; it may call this holding the lock ``target`` takes)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+
     def _run_group_commit(self) -> None:
         while True:
             with self._cond:
-                while not self._waiters and not self._stopping:
+                while not self._waiters and not self._stopping and self._error is None:
                     self._cond.wait()
-                if self._stopping:
+                if self._stopping or self._error is not None:
                     return
             if not self._sync_once():
                 return
@@ -110,7 +117,7 @@ class Syncer:
                 if self._stopping:
                     return
                 self._cond.wait(self._interval_s)
-                if self._stopping:
+                if self._stopping or self._error is not None:
                     return
             if not self._sync_once():
                 return
@@ -133,6 +140,8 @@ class Syncer:
             os.close(target.fd)
         ready = []
         with self._cond:
+            if self._error is not None:  # the log failed meanwhile: nothing is acknowledged
+                return False
             self.durable_offset = max(self.durable_offset, target.last_offset)
             while self._waiters and self._waiters[0][0] <= target.last_offset:
                 ready.append(self._waiters.popleft()[1])
@@ -143,10 +152,17 @@ class Syncer:
     def _failed(self, error: OSError) -> bool:
         failure = WalFailedError(f"fsync of the WAL failed: {error}")
         self._on_failure(failure)
+        self.fail(failure)
+        return False
+
+    def fail(self, failure: BaseException) -> None:
+        """Durability is unknown (an fsync failed here or elsewhere in the log): every append
+        waiting, and every later one, gets ``failure``; the thread ends."""
         with self._cond:
-            self._error = failure
+            if self._error is None:
+                self._error = failure
             failed = [callback for _, callback in self._waiters]
             self._waiters.clear()
+            self._cond.notify_all()
         for callback in failed:
             callback(failure)
-        return False

@@ -2,8 +2,9 @@
 
 ``WriteAheadLog`` coordinates: it assigns offsets, keeps the size limit, has groups of frames
 written to its segments (``segment_list.py``, ``segment.py``), moves the checkpoint and drops
-delivered segments, runs the syncer, and lets readers see and wait for new frames. The files it
-writes are described in ``format.py``.
+delivered segments, runs the syncer, stops acknowledging after an I/O failure and reopens once
+its frames are delivered (``health.py``), and lets readers see and wait for new frames
+(``log_reading.py``). The files it writes are described in ``format.py``.
 
 Thread-safe. Writers append under one lock (offsets are assigned there); durability waits and
 fsyncs happen outside it (see ``syncer.py``), so concurrent appends share fsyncs (group commit).
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import errno
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -23,17 +22,13 @@ from pathlib import Path
 
 from .checkpoint import CheckpointFile
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig
-from .errors import (
-    WalClosedError,
-    WalError,
-    WalFailedError,
-    WalFullError,
-)
+from .errors import WalClosedError, WalError, WalFailedError, WalFullError
 from .frame import AppendItem, PreparedFrame, encoded_size, prepare_frames
+from .health import DISK_FULL_ERRNOS, LogHealth
 from .lock import DirectoryLock
-from .reader import WalReader
+from .log_reading import LogReading
 from .recovery import recover_log
-from .segment import Segment, SegmentPolicy, SegmentView
+from .segment import Segment, SegmentPolicy
 from .segment_list import SegmentList
 from .stats import RecordBacklog, WalStats
 from .syncer import DurabilityCallback, Syncer, SyncTarget
@@ -47,10 +42,9 @@ Copying a large group into the page cache is the biggest single cost of ingest; 
 writer thread (``pwritev`` releases the GIL) it overlaps with the event loop receiving the
 next requests, so ingest uses a second core. Smaller groups are written inline: for them the
 thread hand-over would cost more latency than the copy."""
-_DISK_FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT}
 
 
-class WriteAheadLog:
+class WriteAheadLog(LogReading):
     """Open with ``WriteAheadLog.open(directory, config)``; close with ``close()`` (or ``with``)."""
 
     # ----------------------------------------------------------------- opening and closing
@@ -71,7 +65,8 @@ class WriteAheadLog:
         self._checkpoint_lock = threading.Lock()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal-writer")
         self._closed = False
-        self._failure: BaseException | None = None
+        self._health = LogHealth(directory)
+        self._fsync_observer = fsync_observer
         opened = recover_log(directory, config.fsync)
         self.recovery = opened.summary  # what opening found, for metrics
         result = opened.result
@@ -92,14 +87,7 @@ class WriteAheadLog:
         self._segments = SegmentList.resume(
             directory, config.segment_bytes, policy, recovered, self._next_offset
         )
-        self._syncer = Syncer(
-            config,
-            durable_offset=self._next_offset - 1,
-            target=self._sync_target,
-            on_failure=self._fail,
-            observer=fsync_observer,
-        )
-        self._syncer.start()
+        self._syncer = self._start_syncer()
         log.info(
             "opened WAL %s: %d segments, %d bytes, checkpoint %d, next offset %d, policy %s",
             directory,
@@ -234,17 +222,14 @@ class WriteAheadLog:
                 self._wait_for_space_locked(needed, self.config.block_timeout_s)
                 self._check_open()
             offsets = self._write_locked(prepared, now_ms)
+            if self._health.refusing is not None:
+                self._health.refusing = None
             self._syncer.register(offsets[-1], on_durable)
             self._data_available.notify_all()
         return offsets
 
     def _full_error(self, needed: int) -> WalFullError:
-        return WalFullError(
-            f"WAL {self.directory} is full: {self._segments.size_bytes} of "
-            f"{self.config.max_bytes} bytes used, {needed} more needed. Records are retained "
-            "until Kafka acknowledges them; retry later (the client's retries back off) or give "
-            "the buffer a larger volume"
-        )
+        return self._health.limit_error(self._segments.size_bytes, self.config.max_bytes, needed)
 
     def _wait_for_space(self, needed: int, timeout: float) -> None:
         with self._lock:
@@ -259,106 +244,85 @@ class WriteAheadLog:
             self._space_available.wait(remaining)
 
     def _check_open(self) -> None:
-        if self._failure is not None:
-            raise WalFailedError(
-                f"WAL {self.directory} stopped after an I/O failure ({self._failure}); restart "
-                "the agent so it recovers the log from disk"
-            )
         if self._closed:
             raise WalClosedError(f"WAL {self.directory} is closed (agent shutting down)")
+        health = self._health
+        if health.failure is not None:
+            if health.may_reopen(self._checkpoint_offset, from_append=True):
+                self._reopen_locked()
+            if health.failure is not None:
+                raise health.failed_error()
 
     def _write_locked(self, prepared: list[PreparedFrame], now_ms: int) -> list[int]:
-        """Write the group (one pwritev per segment touched); roll it all back on failure."""
+        """Write the group (one pwritev per segment touched); roll it all back on failure.
+
+        A failed write is rolled back and refused; a failed fsync of a sealed segment (or a
+        roll-back that fails) stops the log (``health.py``).
+        """
         segments = self._segments
         first_offset = self._next_offset
         mark = segments.mark()
         try:
             segments.write(prepared, first_offset, now_ms)
-        except OSError as error:
+        except (OSError, WalFailedError) as error:
             try:
                 segments.roll_back(mark)
             except OSError as rollback_error:
-                self._failure = rollback_error
-                log.error(
-                    "could not roll back a failed WAL write in %s: %s",
-                    self.directory,
-                    rollback_error,
-                )
-            if error.errno in _DISK_FULL_ERRNOS:
-                raise WalFullError(
-                    f"the disk under {self.directory} is full ({os.strerror(error.errno)}); the "
-                    "partial write was rolled back, nothing earlier is affected. Retry later or "
-                    "free space on the volume"
-                ) from error
+                self._fail_locked(rollback_error, "a failed write could not be rolled back")
+                raise self._health.failed_error() from error
+            if isinstance(error, WalFailedError):
+                self._fail_locked(error, "a sealed segment could not be synced")
+                raise self._health.failed_error() from error
+            if error.errno in DISK_FULL_ERRNOS:
+                raise self._health.disk_full_error(error) from error
             raise WalError(f"write to {segments.active.path} failed: {error}") from error
         self._next_offset = first_offset + len(prepared)
         self._backlog.add(first_offset, prepared)
         return list(range(first_offset, self._next_offset))
 
-    # ----------------------------------------------------------------- reading
-    def reader(self, from_offset: int | None = None) -> WalReader:
-        """A tail-following reader of frames at or above ``from_offset`` (default: checkpoint)."""
-        start = self._checkpoint_offset if from_offset is None else from_offset
-        return WalReader(self, start)
-
-    def segment_views(self) -> list[SegmentView]:
-        """The segments as a reader may read them now, oldest first (the last one not sealed)."""
-        with self._lock:
-            return self._segments.views()
-
-    def wait_for_data(self, segment_base: int | None, position: int, timeout: float) -> None:
-        """Block until a reader that has read segment ``segment_base`` up to byte ``position``
-        has more to read, the log closes, :meth:`wake_waiters` is called, or ``timeout``
-        seconds pass (whichever comes first).
-
-        More to read: that segment grew past ``position`` or a newer segment exists (or it is
-        gone, deleted by a checkpoint). ``segment_base`` None (nothing read yet) waits for the
-        first frame of any segment.
-        """
-        with self._data_available:
-            if not self._closed and not self._segments.has_data_past(segment_base, position):
-                self._data_available.wait(timeout)
-
-    def wait_for_append(self, appended_before: int, timeout: float) -> None:
-        """Block until a frame at or above ``appended_before`` is appended, the log closes,
-        :meth:`wake_waiters` is called, or ``timeout`` seconds pass (whichever comes first)."""
-        with self._data_available:
-            if self._next_offset == appended_before and not self._closed:
-                self._data_available.wait(timeout)
-
-    def wake_waiters(self) -> None:
-        """Wake every thread blocked in :meth:`wait_for_append` or :meth:`wait_for_data`."""
-        with self._data_available:
-            self._data_available.notify_all()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     # ----------------------------------------------------------------- checkpointing
     def checkpoint(self, offset: int) -> None:
         """Record that every frame below ``offset`` is delivered; delete segments wholly below it.
 
-        Monotonic: a lower offset than the current checkpoint is ignored.
+        Monotonic: a lower offset than the current checkpoint is ignored. Works while appends
+        are refused (full disk, failed log): nothing it does allocates a block. Raises
+        ``WalError`` if the checkpoint could not be written; nothing is deleted then, and a
+        later call tries again.
         """
         with self._checkpoint_lock:
             with self._lock:
-                self._check_open()
+                if self._closed:
+                    raise WalClosedError(f"WAL {self.directory} is closed")
                 if offset > self._next_offset:
                     raise ValueError(
                         f"checkpoint {offset} is beyond the next WAL offset {self._next_offset}"
                     )
                 if offset <= self._checkpoint_offset:
                     return
-            self._checkpoint_file.write(offset)
+            try:
+                self._checkpoint_file.write(offset)
+            except OSError as error:
+                raise WalError(
+                    f"could not write checkpoint {offset} in {self.directory} ({error}); the"
+                    " delivered segments are kept until a later checkpoint succeeds"
+                ) from error
             with self._lock:
                 self._checkpoint_offset = offset
                 self._backlog.forget_below(offset)
                 doomed = self._segments.drop_delivered(offset)
                 if doomed:
                     self._space_available.notify_all()
-            for segment in doomed:
+            self._delete(doomed)
+            with self._lock:
+                if self._health.may_reopen(offset, from_append=False):
+                    self._reopen_locked()
+
+    def _delete(self, segments: list[Segment]) -> None:
+        for segment in segments:
+            try:
                 segment.delete()
+            except OSError as error:  # the next open removes segments below the checkpoint
+                log.warning("could not delete delivered segment %s: %s", segment.path, error)
 
     @property
     def checkpoint_offset(self) -> int:
@@ -375,15 +339,56 @@ class WriteAheadLog:
             active = self._segments.active
             return SyncTarget(active.duplicate_fd(), self._next_offset - 1, active, active.size)
 
+    def _start_syncer(self) -> Syncer:
+        syncer = Syncer(
+            self.config,
+            durable_offset=self._next_offset - 1,
+            target=self._sync_target,
+            on_failure=self._fail,
+            observer=self._fsync_observer,
+        )
+        syncer.start()
+        return syncer
+
     def _fail(self, error: BaseException) -> None:
+        """The syncer's fsync failed (called on its thread)."""
         with self._lock:
-            self._failure = error
-        log.critical("WAL %s failed: %s", self.directory, error)
+            self._fail_locked(error, "fsync failed")
+
+    def _fail_locked(self, error: BaseException, what: str) -> None:
+        if self._health.fail(error, self._next_offset):
+            log.critical("WAL %s: %s (%s); %s", self.directory, what, error, self._health)
+        self._syncer.fail(self._health.failed_error())
+
+    def _reopen_locked(self) -> None:
+        """After a failure whose frames are all delivered: continue in a fresh segment."""
+        try:
+            self._segments.restart_after_failure(self._next_offset)
+        except OSError as error:
+            log.warning("WAL %s: cannot start a new segment yet: %s", self.directory, error)
+            return
+        self._delete(self._segments.drop_delivered(self._checkpoint_offset))
+        self._syncer.abandon()
+        self._syncer = self._start_syncer()
+        self._health.reopened()
+        self._space_available.notify_all()
+        log.warning(
+            "WAL %s: all written before the I/O failure is in Kafka; accepting again in a new"
+            " segment at offset %d",
+            self.directory,
+            self._next_offset,
+        )
 
     @property
     def healthy(self) -> bool:
-        """True while appends can succeed (open, no I/O failure): the agent's readiness."""
-        return not self._closed and self._failure is None
+        """True while appends can succeed (open, no I/O failure)."""
+        return not self._closed and self._health.failure is None
+
+    @property
+    def refusing(self) -> str | None:
+        """Why the latest append was refused (``health.Refusal``); None once one succeeds."""
+        refusal = self._health.refusing
+        return None if refusal is None else str(refusal)
 
     def stats(self) -> WalStats:
         with self._lock:
@@ -397,4 +402,5 @@ class WriteAheadLog:
                 quarantined_segments=self._quarantined,
                 truncated_bytes_on_open=self._truncated_on_open,
                 backlog_records=self._backlog.records,
+                refusing=self.refusing,
             )

@@ -16,7 +16,7 @@ import pytest
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
-from durable_producer.buffer_agent.forward.progress import HINT_FILE
+from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import TansuBroker, consume_all, create_topic
@@ -59,7 +59,8 @@ def test_replayed_frames_are_checkpointed_once_delivered(
         wal.append("replayed", 0, build_batch([SampleRecord(b"k", b"v%d" % frame, frame)]), 1)
     # A previous run sent all five frames and died before checkpointing any of them.
     (tmp_path / "state").mkdir()
-    (tmp_path / "state" / HINT_FILE).write_text(json.dumps({"sent_high": 5, "delivered_high": 5}))
+    hint = tmp_path / "state" / LEGACY_HINT_FILES[0]  # as an agent before the two-slot hint left it
+    hint.write_text(json.dumps({"sent_high": 5, "delivered_high": 5}))
     forwarder = _forwarder(wal, tansu_broker.bootstrap, tmp_path).start()
     try:
         waited = _wait_for_checkpoint(wal, 5, timeout=30)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
+
+import pytest
 
 from durable_producer.buffer_agent.forward.dead_letter import (
     DEAD_LETTERS_FILE,
@@ -79,3 +83,28 @@ def test_resent_letters_are_hidden_unless_asked_for(tmp_path: Path) -> None:
 
 def test_missing_directory_lists_nothing(tmp_path: Path) -> None:
     assert list_dead_letters(tmp_path / "absent") == []
+
+
+def test_a_letter_the_disk_has_no_room_for_is_cut_back_not_left_half_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = DeadLetterStore(tmp_path)
+    _add_sample(store, 1, 0)
+    size = (tmp_path / DEAD_LETTERS_FILE).stat().st_size
+    real_write = os.write
+    calls = [0]
+
+    def half_then_full(fd: int, data: bytes | memoryview) -> int:
+        calls[0] += 1
+        if calls[0] == 1:
+            return real_write(fd, bytes(data)[: len(data) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(OSError, match="No space"):
+        _add_sample(store, 2, 0)
+    monkeypatch.undo()
+    assert (tmp_path / DEAD_LETTERS_FILE).stat().st_size == size
+    assert store.added == 1, "a letter not written is not counted"
+    _add_sample(store, 2, 0)
+    assert [letter.id for letter in list_dead_letters(tmp_path)] == ["1-0", "2-0"]

@@ -42,8 +42,11 @@ class _Failures:
     def group_failed(self, delivery: FrameDelivery, error: KafkaError) -> None:
         self.groups.append((delivery.offset, error.code()))
 
-    def dead_letter_frame(self, frame: Frame, reason: str) -> None:
+    def dead_letter_frame(
+        self, frame: Frame, reason: str, generation: int, settle: Callable[[], None]
+    ) -> None:
         self.frames.append(frame.offset)
+        settle()
 
 
 class _Producer:

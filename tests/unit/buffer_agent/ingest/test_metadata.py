@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -153,3 +155,28 @@ def test_missing_topic_is_asked_about_again_soon(tmp_path: Path) -> None:
     cluster.partitions["later"] = 2  # created by hand meanwhile
     clock.now += 6
     assert lookup(cache, ["later"])["later"] == TopicInfo(TopicStatus.KNOWN, 2)
+
+
+def test_a_full_disk_keeps_the_old_cache_file_and_the_new_counts_in_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    cluster = Cluster({"orders": 3})
+    cache = MetadataCache(tmp_path, cluster)
+    lookup(cache, ["orders"])
+    before = (tmp_path / METADATA_FILE).read_bytes()
+    real_write = os.write
+
+    def full(fd: int, data: bytes | memoryview) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full)
+    cluster.partitions["orders"] = 6
+    cluster.partitions["new"] = 2
+    cache.apply_source_result(["orders", "new"], cluster(["orders", "new"]), 2_000.0)
+    cache.apply_source_result(["orders"], cluster(["orders"]), 2_001.0)
+    assert cache.cached_partitions("orders") == 6 and cache.cached_partitions("new") == 2
+    assert (tmp_path / METADATA_FILE).read_bytes() == before
+    assert sum("cannot write the metadata cache" in r.message for r in caplog.records) == 1
+    monkeypatch.setattr(os, "write", real_write)
+    cache.apply_source_result(["orders"], cluster(["orders"]), 2_002.0)  # unchanged, retried
+    assert json.loads((tmp_path / METADATA_FILE).read_text())["topics"]["new"]["partitions"] == 2

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import time
 from pathlib import Path
+
+import pytest
 
 from durable_producer.buffer_agent.ingest.producer_state import (
     PRODUCER_STATE_FILE,
@@ -95,3 +99,33 @@ def test_lost_history_makes_restored_partitions_lenient_once(tmp_path: Path) -> 
         restored = ProducerState(wal, tmp_path / "state")
         restored.restore()
     assert restored.sequences.check("t", 0, header(7, 0, 9)).verdict is Verdict.ACCEPT
+
+
+def test_a_snapshot_the_disk_has_no_room_for_keeps_the_old_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    state_dir = tmp_path / "state"
+    with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
+        wal.append("t", 0, idempotent_batch(0), 1)
+        state = ProducerState(wal, state_dir)
+        asyncio.run(state.snapshot(expire_idle_s=3600))
+        before = (state_dir / PRODUCER_STATE_FILE).read_bytes()
+        wal.append("t", 0, idempotent_batch(1), 1)
+        state.dirty = True
+        real_write = os.write
+
+        def full(fd: int, data: bytes | memoryview) -> int:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(os, "write", full)
+        for _ in range(3):
+            asyncio.run(state.snapshot(expire_idle_s=3600))  # no exception
+        lines = [r for r in caplog.records if "cannot write the producer state" in r.message]
+        assert len(lines) == 1, "one line for the whole full period"
+        assert state.dirty, "the next periodic snapshot tries again"
+        assert (state_dir / PRODUCER_STATE_FILE).read_bytes() == before
+        assert [p.name for p in state_dir.iterdir()] == [PRODUCER_STATE_FILE], "no temp left"
+        monkeypatch.setattr(os, "write", real_write)
+        asyncio.run(state.snapshot(expire_idle_s=3600))
+        assert json.loads((state_dir / PRODUCER_STATE_FILE).read_bytes())["wal_offset"] == 2
+        assert not state.dirty
