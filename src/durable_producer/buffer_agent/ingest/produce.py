@@ -66,7 +66,7 @@ idempotent confluent-kafka and kafka-python producers refused for 90 s and a 30 
 timeout (``benchmarks/backpressure_experiment.py``; docs/agent.md, "What clients see when the
 buffer is full"): none made a producer fatal; KAFKA_STORAGE_ERROR made both clients refresh
 metadata over and over (113 and 144 times), this one not beyond the first. kafka-python
-3.0.12 hangs with any answer once a retried batch expires (a client defect, described there)."""
+3.0.12 hangs with either answer once a retried batch expires (a client defect, described there)."""
 
 
 @dataclass(slots=True)
