@@ -22,10 +22,9 @@ UNSUPPORTED_FOR_MESSAGE_FORMAT; batch over ``max_batch_bytes``, or records decom
 more than ``max_decompressed_batch_bytes`` -> MESSAGE_TOO_LARGE; illegal topic name ->
 INVALID_TOPIC_EXCEPTION; unknown partition -> UNKNOWN_TOPIC_OR_PARTITION;
 transactional produce or batches -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED; sequence gap ->
-OUT_OF_ORDER_SEQUENCE_NUMBER; older epoch -> INVALID_PRODUCER_EPOCH; WAL full ->
-NOT_ENOUGH_REPLICAS (retriable in librdkafka, the Java client and kafka-python, and unlike
-KAFKA_STORAGE_ERROR it does not make clients refresh metadata on every retry); WAL
-closed/failed -> KAFKA_STORAGE_ERROR (retriable).
+OUT_OF_ORDER_SEQUENCE_NUMBER; older epoch -> INVALID_PRODUCER_EPOCH; WAL full (its limit or
+the volume) -> NOT_ENOUGH_REPLICAS; WAL closed or stopped by a failed fsync ->
+KAFKA_STORAGE_ERROR (retriable; see ``WAL_FULL_ERROR`` and ``wal/health.py``).
 """
 
 from __future__ import annotations
@@ -71,7 +70,16 @@ from durable_producer.buffer_agent.wal import (
 log = logging.getLogger(__name__)
 
 WAL_FULL_ERROR = ErrorCode.not_enough_replicas
-"""Answer to a produce request when the WAL is at its size limit (retriable everywhere)."""
+"""Answer to a produce request the WAL has no room for (its limit, or a full volume).
+
+Retriable in librdkafka, the Java client and kafka-python, and it says the batch was not
+written: librdkafka kept its first producer epoch while the refused records expired. Measured
+against KAFKA_STORAGE_ERROR, REQUEST_TIMED_OUT and a response held 10 s (``block``), with
+idempotent confluent-kafka and kafka-python producers refused for 90 s and a 30 s delivery
+timeout (``benchmarks/backpressure_experiment.py``; docs/agent.md, "What clients see when the
+buffer is full"): none made a producer fatal; KAFKA_STORAGE_ERROR made both clients refresh
+metadata over and over (113 and 144 times), this one not beyond the first. kafka-python
+3.0.12 hangs with either answer once a retried batch expires (a client defect, described there)."""
 
 
 def invalid_batch_error(error: InvalidRecordBatch) -> ErrorCode:
