@@ -324,6 +324,12 @@ class DurableProducerStatus(CamelModel):
     volumes: VolumeCounts | None = Field(
         default=None, description="Buffer volumes of the pool by state."
     )
+    outdated_agents: int | None = Field(
+        default=None,
+        ge=0,
+        description="Pods whose agent differs from what the webhook would inject now (a new"
+        " agent image or spec): recreate them, e.g. kubectl rollout restart.",
+    )
     spark_templates_config_map: KubernetesName | None = Field(
         default=None,
         description="ConfigMap holding the rendered Spark pod templates (spec.spark).",

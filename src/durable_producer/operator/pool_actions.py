@@ -20,7 +20,15 @@ from typing import Any
 
 import kopf
 
-from durable_producer.operator import agent_scrape, manifests, pool_status, reconcile, volume_pool
+from durable_producer.operator import (
+    agent_scrape,
+    agent_versions,
+    manifests,
+    metrics,
+    pool_status,
+    reconcile,
+    volume_pool,
+)
 from durable_producer.operator.api_access import POOL_USER_AGENT
 from durable_producer.operator.cluster import cluster, ignore_statuses
 from durable_producer.operator.kube_objects import JsonObject
@@ -47,10 +55,11 @@ def run_pool(
     with producer_lock(namespace, name):
         volumes = api.pool_volumes(namespace, name)
         pods = api.producer_pods(namespace, name)
+        jobs = api.drain_jobs(namespace, name)
         plan = volume_pool.plan_pool(
             volumes,
             pods,
-            api.drain_jobs(namespace, name),
+            jobs,
             datetime.now(UTC),
             config.pool,
             deleting=deleting,
@@ -79,6 +88,7 @@ def run_pool(
             ignore_statuses(
                 partial(api.delete_volume, namespace, volume, versions.get(volume)), 404, 409
             )
+    metrics.observe_pool_run(plan, jobs)
     return PoolRun(plan, volumes, pods)
 
 
@@ -92,7 +102,10 @@ def handle_pool_timer(
     if not isinstance(spec, str):
         urls = agent_scrape.agent_metrics_urls(run.pods, spec.agent.ports.metrics)
         backlog = agent_scrape.scrape_backlog(urls)
-    return pool_status.pool_status_update(producer, run.plan, run.pods, backlog, datetime.now(UTC))
+    now = datetime.now(UTC)
+    update = pool_status.pool_status_update(producer, run.plan, run.pods, backlog, now)
+    update.changes.update(agent_versions.outdated_status(producer, run.pods, config.agent_image))
+    return update
 
 
 def handle_deletion(
