@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from durable_producer.operator import pod_mutation, reconcile
+from durable_producer.operator import overrides, pod_mutation, reconcile
 from durable_producer.operator.kube_objects import Object, name_of
 from durable_producer.operator.volume_pool import FINISHED_POD_PHASES, PoolPlan, VolumeState
 
@@ -38,11 +38,14 @@ def status_volume_counts(counts: Mapping[str, int]) -> dict[str, int]:
 
 
 def pods_without_agent(pods: Iterable[Object]) -> list[str]:
-    """Names of running opted-in pods that have no agent (admitted while the webhook was down)."""
+    """Names of running opted-in pods that have no agent (admitted while the webhook was down);
+    pods that opted out by annotation (overrides.opted_out) are meant to run without one."""
     return sorted(
         name_of(pod)
         for pod in pods
-        if (pod.get("status") or {}).get("phase") == "Running" and not pod_mutation.is_injected(pod)
+        if (pod.get("status") or {}).get("phase") == "Running"
+        and not pod_mutation.is_injected(pod)
+        and not overrides.opted_out(pod)
     )
 
 

@@ -39,14 +39,18 @@ _BINARY_SUFFIXES = (
 )
 
 
-def parse_bytes(quantity: str) -> int:
-    """Bytes in a quantity, rounded up to a whole byte. Raises ValueError if malformed."""
+def parse_quantity(quantity: str) -> Fraction:
+    """The exact amount of a quantity ("500m" -> 1/2). Raises ValueError if malformed."""
     match = _QUANTITY.match(quantity)
     if match is None:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}")
     suffix = match.group(2) or ""
-    number = Fraction(quantity[: len(quantity) - len(suffix)])
-    return math.ceil(number * _SUFFIX_MULTIPLIERS[suffix])
+    return Fraction(quantity[: len(quantity) - len(suffix)]) * _SUFFIX_MULTIPLIERS[suffix]
+
+
+def parse_bytes(quantity: str) -> int:
+    """Bytes in a quantity, rounded up to a whole byte. Raises ValueError if malformed."""
+    return math.ceil(parse_quantity(quantity))
 
 
 def format_bytes(size: int) -> str:
