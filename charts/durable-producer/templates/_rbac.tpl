@@ -19,6 +19,17 @@ follows CRD changes by listing and watching CustomResourceDefinitions.
 {{- end }}
 
 {{/*
+kopf's peering object (CLUSTER_PEERING_API_ACCESS / NAMESPACED_PEERING_API_ACCESS): a
+ClusterKopfPeering for a cluster-wide operator (in the ClusterRole), a KopfPeering in each
+watched namespace otherwise (in the Roles).
+*/}}
+{{- define "durable-producer.peeringRules" -}}
+- apiGroups: ["kopf.dev"]
+  resources: [{{ if .Values.operator.watchNamespaces }}"kopfpeerings"{{ else }}"clusterkopfpeerings"{{ end }}]
+  verbs: ["list", "watch", "patch"]
+{{- end }}
+
+{{/*
 Rules in the watched namespaces.
 */}}
 {{- define "durable-producer.namespacedRules" -}}

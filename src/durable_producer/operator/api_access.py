@@ -41,6 +41,17 @@ KUBERNETES_API_ACCESS: ApiAccess = (
     ("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
 )
 
+# kopf's peering (the chart runs `kopf run --peering=NAME`): every replica lists and watches
+# the peering object and patches its keep-alive into it. A cluster-wide operator uses a
+# ClusterKopfPeering, one watching namespaces a KopfPeering in each (the chart grants one).
+PEERING_GROUP = "kopf.dev"
+CLUSTER_PEERING_API_ACCESS: ApiAccess = (
+    (PEERING_GROUP, "clusterkopfpeerings", ("list", "watch", "patch")),
+)
+NAMESPACED_PEERING_API_ACCESS: ApiAccess = (
+    (PEERING_GROUP, "kopfpeerings", ("list", "watch", "patch")),
+)
+
 # Creating an object whose owner reference to its DurableProducer sets blockOwnerDeletion (PVCs,
 # drain Jobs, the Spark templates ConfigMap: manifests.owner_reference) needs `update` on the
 # owner's finalizers subresource where the OwnerReferencesPermissionEnforcement admission
