@@ -82,6 +82,9 @@ DEFAULT_FULL_DISK_POLICY: Final = "reject"
 DEFAULT_CHECKPOINT_INTERVAL_SECONDS: Final = 5.0
 AGENT_LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
 """The agent's ``--log-level`` values."""
+DEFAULT_MAX_BATCH_BYTES: Final = 1_048_588
+"""The agent's ``--max-batch-bytes`` default (Kafka's ``message.max.bytes``); the operator
+budgets a volume's reserve with it (volume_budget.reserve_bytes)."""
 
 # --------------------------------------------------------------------- Spark pod templates
 SPARK_TEMPLATES_CONFIGMAP_SUFFIX: Final = "-spark-templates"

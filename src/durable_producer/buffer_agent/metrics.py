@@ -14,7 +14,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
@@ -23,6 +23,8 @@ from prometheus_client.exposition import generate_latest
 
 log = logging.getLogger(__name__)
 PREFIX = "durable_agent"
+DUPLICATE_CAUSES = ("restart", "reset")
+ERROR_KINDS = ("delivery", "fatal", "transport")
 FSYNC_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -68,12 +70,6 @@ class AgentMetrics:
         self.fsync_seconds = Histogram(
             f"{PREFIX}_fsync_seconds", "Duration of WAL fsyncs", buckets=FSYNC_BUCKETS, registry=r
         )
-        self.replayed_duplicates = Counter(
-            f"{PREFIX}_replayed_duplicates",
-            "Records sent again after a restart or producer reset that Kafka may already"
-            " hold (a conservative count of possible duplicates)",
-            registry=r,
-        )
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters",
             "Records (or undecodable batches) moved to the dead-letter area",
@@ -101,6 +97,7 @@ class AgentMetrics:
 
         self._fill_rate = RateEstimator()
         self._init_wal_recovery()
+        self._add_forwarder_fault_metrics()
 
     # ----------------------------------------------------------------- WAL recovery
     def _init_wal_recovery(self) -> None:
@@ -128,6 +125,86 @@ class AgentMetrics:
         self.wal_lost_frames.set(found.lost_frames)
         self.wal_torn_tail_bytes.set(found.torn_tail_bytes)
         self.wal_ignored_files.set(found.ignored_files)
+
+    # ----------------------------------------------------------------- forwarder faults
+    def _add_forwarder_fault_metrics(self) -> None:
+        """Which fault the forwarder is in, what Kafka said, and the duplicates it cost
+        (``forward/health.py``, ``forward/replay_accounting.py``)."""
+        r = self.registry
+        self.replayed_duplicates = Counter(
+            f"{PREFIX}_replayed_duplicates",
+            "Records sent again (after a restart or a producer reset: cause) that Kafka had"
+            " already acknowledged: each one is a duplicate in Kafka",
+            ["cause"],
+            registry=r,
+        )
+        self.possible_duplicates = Counter(
+            f"{PREFIX}_possible_duplicates",
+            "Records sent again (cause: restart, reset) whose earlier copy's outcome was"
+            " unknown (in flight, timed out): each one may be a duplicate in Kafka",
+            ["cause"],
+            registry=r,
+        )
+        for cause in DUPLICATE_CAUSES:
+            self.replayed_duplicates.labels(cause=cause)
+            self.possible_duplicates.labels(cause=cause)
+        self.kafka_errors = Counter(
+            f"{PREFIX}_kafka_errors",
+            "Errors the forwarder's Kafka client reported, by kind (delivery: records"
+            " refused; fatal: producer unusable, reset; transport: connections, timeouts)"
+            " and error name",
+            ["kind", "error"],
+            registry=r,
+        )
+        self.kafka_last_error_code = Gauge(
+            f"{PREFIX}_kafka_last_error_code",
+            "librdkafka error code of the latest error of each kind (0: none yet; negative:"
+            " the client's own, e.g. -195 transport failure)",
+            ["kind"],
+            registry=r,
+        )
+        for kind in ERROR_KINDS:
+            self.kafka_last_error_code.labels(kind=kind).set(0)
+        self.seconds_since_last_delivery = Gauge(
+            f"{PREFIX}_seconds_since_last_delivery",
+            "Seconds since Kafka last acknowledged a record to the forwarder (since the"
+            " forwarder started, if it never did)",
+            registry=r,
+        )
+        self.forwarder_state = Gauge(
+            f"{PREFIX}_forwarder_state",
+            "1 for the forwarder's current state: idle, delivering, kafka_unreachable,"
+            " kafka_refusing, waiting_for_kafka, stuck (docs/runbook.md)",
+            ["state"],
+            registry=r,
+        )
+        self.refused_records = Gauge(
+            f"{PREFIX}_refused_records",
+            "Records Kafka refused that wait to be produced again (dead-lettered once refused"
+            " for --dead-letter-after seconds)",
+            registry=r,
+        )
+
+    def count_kafka_error(self, kind: str, code: int, name: str) -> None:
+        self.kafka_errors.labels(kind=kind, error=name).inc()
+        self.kafka_last_error_code.labels(kind=kind).set(code)
+
+    def watch_forwarder(
+        self,
+        *,
+        states: Sequence[str],
+        state: Callable[[], str],
+        seconds_since_delivery: Callable[[], float],
+        refused_records: Callable[[], int],
+    ) -> None:
+        """Compute the forwarder's gauges when scraped (a wedged forwarding thread cannot
+        keep stale values alive)."""
+        for name in states:
+            self.forwarder_state.labels(state=name).set_function(
+                lambda name=name: 1.0 if state() == name else 0.0  # type: ignore[misc]
+            )
+        self.seconds_since_last_delivery.set_function(seconds_since_delivery)
+        self.refused_records.set_function(lambda: float(refused_records()))
 
     def refresh_buffer(
         self,

@@ -231,7 +231,7 @@ def _admit(
                 claim = (
                     claims.preview_volume(producer, namespace, now, config.pool)
                     if dryrun
-                    else claims.claim_volume(producer, spec, namespace, now, config.pool)
+                    else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
                 )
             except (*API_FAILURES, kopf.AdmissionError) as error:
                 metrics.claim_failed(namespace, producer_name)

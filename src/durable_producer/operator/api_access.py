@@ -87,6 +87,12 @@ SPARK_TEMPLATES_API_ACCESS: ApiAccess = (
     OWNER_FINALIZERS_ACCESS,
 )
 
+# Reading StorageClasses (cluster-scoped) to learn whether a pool volume that became too small
+# for the spec can be grown (allowVolumeExpansion; pool_actions.py). Without this access such
+# volumes are drained and retired instead of grown.
+STORAGE_CLASSES_USER_AGENT = f"{POOL_USER_AGENT}/storage-classes"
+STORAGE_CLASSES_API_ACCESS: ApiAccess = (("storage.k8s.io", "storageclasses", ("get",)),)
+
 # Feature flag name (settings.py) -> the access the chart grants for it.
 FEATURE_API_ACCESS: dict[str, ApiAccess] = {
     POD_AUDIT: POD_AUDIT_API_ACCESS,

@@ -1,8 +1,10 @@
 """Handing a pool volume to a pod being admitted: optimistic concurrency, with retries.
 
-The webhook claims a free PVC with a merge patch carrying the resourceVersion it read; a
-concurrent claim of the same PVC makes the API server answer 409 (a deleted one 404), and
-the next free PVC is tried. With no free PVC a new one is created, already claimed.
+handout.py decides which volume: the one claimed for an earlier attempt to create the same
+pod (refused after the webhook), else a free one that fits the spec. The webhook claims it
+with a merge patch carrying the resourceVersion it read; a concurrent claim of the same PVC
+makes the API server answer 409 (a deleted one 404), and the next one is tried. With none
+left a new PVC is created, already claimed.
 """
 
 from __future__ import annotations
@@ -15,12 +17,13 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.operator import manifests, volume_pool
+from durable_producer.operator import handout, manifests, reconcile, volume_pool
 from durable_producer.operator.api_access import POOL_USER_AGENT
 from durable_producer.operator.cluster import cluster
 from durable_producer.operator.locks import producer_lock
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.volume_fit import VolumeFit
 
 CLAIM_ATTEMPTS = 5
 
@@ -31,30 +34,39 @@ def claim_volume(
     namespace: str,
     now: datetime,
     policy: PoolPolicy,
+    *,
+    pod: Mapping[str, Any] | None = None,
 ) -> str:
-    """Claim a free pool volume for a pod being admitted, or create a new one."""
+    """Claim a pool volume for ``pod`` (its own earlier claim first), or create a new one."""
     name = str(producer["metadata"]["name"])
     token = uuid.uuid4().hex
+    key = handout.claim_key(pod) if pod is not None else None
+    fit = VolumeFit.from_spec(spec)
     conflicted: set[str] = set()
     api = cluster(POOL_USER_AGENT)
     with producer_lock(namespace, name):
         for _ in range(CLAIM_ATTEMPTS):
-            candidate = volume_pool.choose_volume(
-                api.pool_volumes(namespace, name),
-                api.producer_pods(namespace, name),
-                now,
-                policy,
-                exclude=conflicted,
-            )
+            volumes = api.pool_volumes(namespace, name)
+            pods = api.producer_pods(namespace, name)
+            candidate = None
+            if key is not None:
+                candidate = handout.reusable_claim(
+                    volumes, pods, key, now, policy, exclude=conflicted, fit=fit
+                )
+            if candidate is None:
+                candidate = handout.choose_volume(
+                    volumes, pods, now, policy, exclude=conflicted, fit=fit
+                )
             if candidate is None:
                 volume = volume_pool.volume_name(name, token[:8])
                 api.create_volume(
-                    namespace, manifests.new_volume_manifest(producer, spec, volume, token, now)
+                    namespace,
+                    manifests.new_volume_manifest(producer, spec, volume, token, now, key=key),
                 )
                 return volume
             volume = str(candidate["metadata"]["name"])
             try:
-                api.patch_volume(namespace, volume, volume_pool.claim_patch(candidate, token, now))
+                api.patch_volume(namespace, volume, handout.claim_patch(candidate, token, now, key))
             except ApiException as error:
                 if error.status in (404, 409):
                     conflicted.add(volume)  # taken or deleted meanwhile: the next one
@@ -74,8 +86,13 @@ def preview_volume(
     """For dry-run requests: the volume a real request would likely get, claiming nothing."""
     name = str(producer["metadata"]["name"])
     api = cluster(POOL_USER_AGENT)
-    candidate = volume_pool.choose_volume(
-        api.pool_volumes(namespace, name), api.producer_pods(namespace, name), now, policy
+    spec = reconcile.parse_spec(producer.get("spec"))
+    candidate = handout.choose_volume(
+        api.pool_volumes(namespace, name),
+        api.producer_pods(namespace, name),
+        now,
+        policy,
+        fit=None if isinstance(spec, str) else VolumeFit.from_spec(spec),
     )
     if candidate is not None:
         return str(candidate["metadata"]["name"])

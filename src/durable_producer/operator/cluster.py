@@ -198,6 +198,20 @@ class Cluster:
             name, namespace, propagation_policy="Background", **_call_options()
         )
 
+    # ------------------------------------------------------------------ StorageClasses
+
+    def get_storage_class(self, name: str) -> JsonObject | None:
+        """A StorageClass (cluster-scoped), or None when there is none of that name."""
+        storage = kubernetes.client.StorageV1Api(self.core.api_client)
+        try:
+            response = storage.read_storage_class(name, _preload_content=False)
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        found: JsonObject = _json(response)
+        return found
+
     # ------------------------------------------------------------------ ConfigMaps
 
     def read_configmap(self, namespace: str, name: str) -> JsonObject | None:

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from durable_producer.operator import model
+from durable_producer.operator import model, sizing
 
 CRD_NAME = f"{model.PLURAL}.{model.GROUP}"
 CRD_FILE_NAME = f"{CRD_NAME}.yaml"
@@ -92,10 +92,44 @@ def model_schema(model_class: type[BaseModel]) -> JsonSchema:
     return _structural(raw, raw.get("$defs", {}))
 
 
+STORAGE_SIZE_MESSAGE = (
+    "spec.storage.size is too small for two WAL segments (spec.agent.segmentSizeMib),"
+    " the agent's reserve and the filesystem's overhead"
+)
+
+
+def storage_size_rule(spec: JsonSchema) -> JsonSchema:
+    """CEL: spec.storage.size holds two WAL segments, the agent's reserve and the filesystem.
+
+    The exact test is the agent's space budget (volume_budget; reconcile reports InvalidSpec
+    with the numbers). This rule is a lower bound of it, ``2 * segment + C`` MiB, with C the
+    smallest margin over every segment size the schema allows, so it never refuses a size the
+    budget accepts. Quantities in CEL need Kubernetes 1.29+.
+    """
+    segment_schema = spec["properties"]["agent"]["properties"]["segmentSizeMib"]
+    sizes = range(segment_schema["minimum"], segment_schema["maximum"] + 1)
+    margin = sizing.minimum_size_margin_mib(sizes)
+    segment = (
+        "(has(self.agent) && has(self.agent.segmentSizeMib) ? self.agent.segmentSizeMib"
+        f" : {segment_schema['default']})"
+    )
+    minimum = f"string({sizing.SEGMENTS_ON_DISK} * {segment} + {margin}) + 'Mi'"
+    return {
+        "rule": "!has(self.storage) || !has(self.storage.size)"
+        f" || quantity(self.storage.size).compareTo(quantity({minimum})) >= 0",
+        "message": STORAGE_SIZE_MESSAGE,
+        "messageExpression": "'spec.storage.size ' + self.storage.size + ' is too small: two"
+        f" WAL segments of ' + string({segment}) + ' MiB, the agent reserve and the"
+        f" filesystem overhead need at least ' + {minimum}",
+        "fieldPath": ".storage.size",
+    }
+
+
 def resource_schema() -> JsonSchema:
     """The openAPIV3Schema of the whole DurableProducer object."""
     spec = model_schema(model.DurableProducerSpec)
     spec["description"] = "Desired state: how much to buffer and where to forward it."
+    spec["x-kubernetes-validations"] = [storage_size_rule(spec)]
     status = model_schema(model.DurableProducerStatus)
     status["description"] = "Observed state, written by the operator."
     return {

@@ -211,7 +211,7 @@ def maintain_volume_pool(
 
 
 def drain_volumes_before_deletion(
-    body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     """Hold the DurableProducer (our finalizer) until each volume is drained and deleted.
 
@@ -220,7 +220,7 @@ def drain_volumes_before_deletion(
     with counted(DRAIN_HANDLER_ID):
         if pause.is_paused(body):
             raise kopf.TemporaryError(pause.PAUSED_MESSAGE, delay=config.pool_interval_seconds)
-        pool_actions.handle_deletion(body, config, logger)
+        pool_actions.handle_deletion(body, config, logger, patch.status)
     metadata = body.get("metadata") or {}
     metrics.POOL_FIGURES.forget(str(metadata.get("namespace")), str(metadata.get("name")))
 

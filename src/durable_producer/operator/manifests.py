@@ -11,17 +11,20 @@ from typing import Any
 
 from durable_producer.contract import API_VERSION, BUFFER_VOLUME_NAME, KIND
 from durable_producer.operator import pod_mutation
+from durable_producer.operator.handout import ClaimKey
 from durable_producer.operator.kube_objects import Object, format_time
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage, PoolPolicy
-from durable_producer.operator.sizing import SizingInputs, size_buffer
+from durable_producer.operator.volume_fit import STORAGE_CLASS_ANNOTATION, VolumeFit
 from durable_producer.operator.volume_pool import (
     BACKLOG_ANNOTATION,
     BACKLOG_UNKNOWN,
+    CLAIM_KEY_ANNOTATION,
     CLAIM_TOKEN_ANNOTATION,
     CLAIMED_AT_ANNOTATION,
     DRAIN_VOLUME_LABEL,
     POOL_LABEL,
+    VOLUME_FINALIZER,
     drain_job_name,
 )
 
@@ -39,18 +42,35 @@ def owner_reference(producer: Object) -> dict[str, Any]:
 
 
 def new_volume_manifest(
-    producer: Object, spec: DurableProducerSpec, name: str, token: str, now: datetime
+    producer: Object,
+    spec: DurableProducerSpec,
+    name: str,
+    token: str,
+    now: datetime,
+    *,
+    key: ClaimKey | None = None,
 ) -> dict[str, Any]:
-    """A new pool PVC, created already claimed by the pod being admitted."""
+    """A new pool PVC, created already claimed by the pod being admitted.
+
+    It records the storage class asked for (volume_fit.py) and carries the pool's finalizer,
+    so it goes only when the operator lets it (volume_pool.py).
+    """
     metadata = producer.get("metadata") or {}
+    fit = VolumeFit.from_spec(spec)
     pvc_spec: dict[str, Any] = {
         "accessModes": ["ReadWriteOnce"],
-        "resources": {
-            "requests": {"storage": size_buffer(SizingInputs.from_spec(spec)).size_quantity}
-        },
+        "resources": {"requests": {"storage": fit.size_quantity}},
     }
-    if spec.storage.storage_class_name is not None:
-        pvc_spec["storageClassName"] = spec.storage.storage_class_name
+    if fit.storage_class is not None:
+        pvc_spec["storageClassName"] = fit.storage_class
+    annotations = {
+        CLAIM_TOKEN_ANNOTATION: token,
+        CLAIMED_AT_ANNOTATION: format_time(now),
+        BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
+        STORAGE_CLASS_ANNOTATION: fit.storage_class or "",
+    }
+    if key is not None:
+        annotations[CLAIM_KEY_ANNOTATION] = key.value
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -58,11 +78,8 @@ def new_volume_manifest(
             "name": name,
             "namespace": metadata.get("namespace"),
             "labels": {POOL_LABEL: metadata.get("name")},
-            "annotations": {
-                CLAIM_TOKEN_ANNOTATION: token,
-                CLAIMED_AT_ANNOTATION: format_time(now),
-                BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
-            },
+            "annotations": annotations,
+            "finalizers": [VOLUME_FINALIZER],
             "ownerReferences": [owner_reference(producer)],
         },
         "spec": pvc_spec,

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 # The resource these models describe is named in the contract; re-exported (``X as X``) for
 # the CRD generator and tests.
@@ -28,22 +29,28 @@ from durable_producer.contract import PLURAL as PLURAL
 from durable_producer.contract import SHORT_NAMES as SHORT_NAMES
 from durable_producer.contract import SINGULAR as SINGULAR
 from durable_producer.contract import VERSION as VERSION
+from durable_producer.operator.quantities import QUANTITY_PATTERN, parse_quantity
 
-# A Kubernetes resource quantity such as "20Gi", "500M" or "1024".
-QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
 # A DNS-1123 subdomain: the names of Secrets, StorageClasses and containers.
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# A TCP port, 1 to 65535, without leading zeros.
+PORT_NUMBER_PATTERN = (
+    r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
+)
 # host:port, where host is a DNS name, an IPv4 address or a bracketed IPv6 address.
 BOOTSTRAP_SERVER_PATTERN = (
-    r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):[0-9]{1,5}$"
+    r"^(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?):" + PORT_NUMBER_PATTERN + "$"
 )
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+# A container image reference: [registry[:port]/]path[:tag][@digest], no spaces.
+IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 
 # How error messages describe each pattern to a human.
 PATTERN_DESCRIPTIONS: dict[str, str] = {
     QUANTITY_PATTERN: "a Kubernetes quantity such as 20Gi or 500Mi",
     DNS_SUBDOMAIN_PATTERN: "a lowercase DNS name such as kafka-credentials",
-    BOOTSTRAP_SERVER_PATTERN: "host:port such as kafka-0.kafka.svc:9092",
+    BOOTSTRAP_SERVER_PATTERN: "host:port (port 1 to 65535) such as kafka-0.kafka.svc:9092",
+    IMAGE_PATTERN: "an image reference such as registry.example/durable-agent:0.1.0 (no spaces)",
     SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_', '.')",
 }
 
@@ -148,7 +155,8 @@ class StorageSettings(CamelModel):
     )
     size: Quantity | None = Field(
         default=None,
-        description="Explicit volume size; overrides the computed one (warned if runway is short).",
+        description="Explicit volume size; overrides the computed one (warned if runway is"
+        " short). It must hold two WAL segments beside the agent's reserve.",
     )
     headroom_percent: int = Field(
         default=25,
@@ -165,13 +173,50 @@ class ResourceAmounts(CamelModel):
     memory: Quantity | None = Field(default=None, description="Memory, e.g. 256Mi.")
 
 
+def _limit_rule(resource: str) -> JsonDict:
+    """The CEL twin of ResourceRequirements' check for one resource (Kubernetes 1.29+)."""
+    limit, request = f"self.limits.{resource}", f"self.requests.{resource}"
+    return {
+        "rule": f"!has(self.limits) || !has(self.requests) || !has({limit})"
+        f" || !has({request}) || quantity({limit}).compareTo(quantity({request})) >= 0",
+        "message": limit_below_request_message(resource),
+        "messageExpression": f"'limits.{resource} ' + {limit} + ' is less than requests."
+        f"{resource} ' + {request} + ': raise the limit or lower the request'",
+        "fieldPath": f".limits.{resource}",
+    }
+
+
+def limit_below_request_message(resource: str) -> str:
+    return f"limits.{resource} must be at least requests.{resource}"
+
+
 class ResourceRequirements(CamelModel):
-    """Requests and limits of the agent container."""
+    """Requests and limits of the agent container (a limit below its request is refused)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"x-kubernetes-validations": [_limit_rule("cpu"), _limit_rule("memory")]}
+    )
 
     requests: ResourceAmounts = Field(
         default=ResourceAmounts(cpu="100m", memory="128Mi"), description="Requests."
     )
     limits: ResourceAmounts = Field(default=ResourceAmounts(memory="512Mi"), description="Limits.")
+
+    @model_validator(mode="after")
+    def _limits_cover_requests(self) -> ResourceRequirements:
+        for resource in ("cpu", "memory"):
+            limit = getattr(self.limits, resource)
+            request = getattr(self.requests, resource)
+            if (
+                limit is not None
+                and request is not None
+                and parse_quantity(limit) < parse_quantity(request)
+            ):
+                raise ValueError(
+                    f"{limit_below_request_message(resource)} (limit {limit}, request"
+                    f" {request}; the defaults are requests 100m/128Mi, limits 512Mi)"
+                )
+        return self
 
 
 PORTS_DIFFER_MESSAGE = "kafka and metrics ports must differ"
@@ -217,6 +262,7 @@ class AgentSidecarSettings(CamelModel):
         default=None,
         min_length=1,
         max_length=512,
+        pattern=IMAGE_PATTERN,
         description=f"Agent image; defaults to the operator's {AGENT_IMAGE_ENV} (Helm values).",
     )
     image_pull_policy: PullPolicy | None = Field(
@@ -300,6 +346,23 @@ class VolumeCounts(CamelModel):
     draining: int = Field(default=0, ge=0, description="A drain Job is forwarding its backlog.")
 
 
+class VolumeGroup(CamelModel):
+    """Pool volumes of one size and storage class, counted by state."""
+
+    size: Quantity = Field(description="Size requested for these volumes.")
+    storage_class_name: str | None = Field(
+        default=None, max_length=253, description="Their StorageClass (absent: cluster default)."
+    )
+    fits_spec: bool = Field(
+        description="Whether they fit the spec's size and class; only those go to new pods,"
+        " smaller ones are expanded (if the class allows it) or drained and deleted."
+    )
+    in_use: int = Field(default=0, ge=0, description="Mounted by a running pod.")
+    claimed: int = Field(default=0, ge=0, description="Handed to a pod that is not running yet.")
+    free: int = Field(default=0, ge=0, description="No pod; empty, or waiting for a drain.")
+    draining: int = Field(default=0, ge=0, description="A drain Job is forwarding its backlog.")
+
+
 class DurableProducerStatus(CamelModel):
     """Observed state of a DurableProducer, written by the operator."""
 
@@ -312,17 +375,28 @@ class DurableProducerStatus(CamelModel):
         default=None, ge=0, description="metadata.generation last reconciled."
     )
     buffer_size: Quantity | None = Field(
-        default=None, description="Size of each buffer volume, e.g. 12Gi."
+        default=None, description="Size of new buffer volumes (computed or spec.storage.size)."
     )
     runway_seconds: int | None = Field(
-        default=None, ge=0, description="Outage at peak rate the buffer size survives."
+        default=None,
+        ge=0,
+        description="Outage at peak rate that the smallest buffer volume in use survives"
+        " (bufferSize's while none is in use).",
     )
     attached_pods: int | None = Field(default=None, ge=0, description="Pods running an agent.")
     backlog_bytes: int | None = Field(
-        default=None, ge=0, description="Bytes buffered but not yet acknowledged by Kafka."
+        default=None,
+        ge=0,
+        description="Bytes not yet acknowledged by Kafka, summed over the agents that answered;"
+        " absent when none answered (free volumes may still hold backlog).",
     )
     volumes: VolumeCounts | None = Field(
         default=None, description="Buffer volumes of the pool by state."
+    )
+    deployed_volumes: list[VolumeGroup] | None = Field(
+        default=None,
+        description="Buffer volumes by size and storage class, and by state: what is deployed.",
+        json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
     outdated_agents: int | None = Field(
         default=None,

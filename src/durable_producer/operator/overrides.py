@@ -37,8 +37,8 @@ from durable_producer.contract import (
     MEMORY_REQUEST_ANNOTATION,
     POD_OVERRIDE_PREFIX,
 )
-from durable_producer.operator.model import QUANTITY_PATTERN, DurableProducerSpec
-from durable_producer.operator.quantities import parse_quantity
+from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.quantities import QUANTITY_PATTERN, parse_quantity
 
 INJECT_VALUES = ("true", "false")
 # annotation -> (requests|limits, cpu|memory)

@@ -17,10 +17,13 @@ from typing import Any
 
 from durable_producer.contract import PAUSE_ANNOTATION
 from durable_producer.operator import reconcile
+from durable_producer.operator.conditions import (
+    REASON_PAUSED,
+    REASON_RESUMED,
+    RECONCILIATION_PAUSED,
+)
 
-PAUSED_CONDITION = "ReconciliationPaused"
-REASON_PAUSED = "PauseAnnotation"
-REASON_RESUMED = "Resumed"
+PAUSED_CONDITION = RECONCILIATION_PAUSED  # the condition and its reasons: conditions.py
 PAUSED_MESSAGE = (
     f"{PAUSE_ANNOTATION} is \"true\": the operator does not reconcile this DurableProducer,"
     " maintain its volume pool or drain it on deletion (new pods still get agents); remove"

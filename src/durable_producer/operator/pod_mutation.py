@@ -26,10 +26,10 @@ from durable_producer.contract import (
     METRICS_HOST,
     PRODUCER_LABEL,
 )
+from durable_producer.operator import sizing
 from durable_producer.operator.injection_hash import sidecar_hash
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
-from durable_producer.operator.sizing import FILESYSTEM_RESERVE_BYTES, SizingInputs, size_buffer
 
 AGENT_USER_ID = 10001
 METRICS_PORT_NAME = "dp-metrics"
@@ -91,8 +91,8 @@ def _connection_args(spec: DurableProducerSpec) -> list[str]:
 
 
 def max_buffer_bytes(spec: DurableProducerSpec) -> int:
-    """The WAL size limit: the volume size less the filesystem reserve."""
-    return size_buffer(SizingInputs.from_spec(spec)).size_bytes - FILESYSTEM_RESERVE_BYTES
+    """The WAL size limit: the WAL's share of the volume (volume_budget, via sizing)."""
+    return sizing.max_buffer_bytes(spec)
 
 
 def agent_run_args(spec: DurableProducerSpec, log_level: str | None = None) -> list[str]:

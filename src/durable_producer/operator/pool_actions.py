@@ -1,24 +1,27 @@
 """Carrying out the volume pool's plans against the API (volume_pool.py decides).
 
 ``handle_pool_timer`` runs for every DurableProducer on the pool timer: releases volumes whose
-pods are gone, starts drain Jobs, finishes drains, deletes idle empty volumes, reads the
-agents' backlog and says what to publish in the status. ``handle_deletion`` runs while a
-DurableProducer is being deleted: it drains every volume and deletes it, and holds the
-DurableProducer (the finalizer) until none is left.
+pods are gone, starts drain Jobs, finishes drains, grows or retires volumes too small for the
+spec, deletes idle empty volumes, reads the agents' backlog and says what to publish in the
+status. ``handle_deletion`` runs while a DurableProducer is being deleted: it drains every
+volume and deletes it, and holds the DurableProducer (the finalizer) until none is left.
 
-API errors that mean "already done" (404 on delete, 409 on create) are ignored: the next run
-sees the new state and plans again.
+API errors that mean "already done" (404 on delete, 409 on create or on a guarded patch) are
+ignored: the next run sees the new state and plans again. A drain Job the API server forbids
+(403, e.g. in a namespace being deleted) is a problem the status names; the volume is held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from durable_producer.operator import (
     agent_scrape,
@@ -27,13 +30,16 @@ from durable_producer.operator import (
     metrics,
     pool_status,
     reconcile,
+    volume_fit,
     volume_pool,
 )
-from durable_producer.operator.api_access import POOL_USER_AGENT
-from durable_producer.operator.cluster import cluster, ignore_statuses
+from durable_producer.operator.api_access import POOL_USER_AGENT, STORAGE_CLASSES_USER_AGENT
+from durable_producer.operator.cluster import Cluster, cluster, ignore_statuses
 from durable_producer.operator.kube_objects import JsonObject
 from durable_producer.operator.locks import producer_lock
+from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import OperatorConfig
+from durable_producer.operator.volume_fit import VolumeFit
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,85 @@ class PoolRun:
     pods: list[JsonObject]
 
 
+def api_error_text(error: ApiException) -> str:
+    """``HTTP 403 Forbidden: <the API server's message>`` for problem messages."""
+    message = ""
+    try:
+        message = str((json.loads(error.body or "{}") or {}).get("message") or "")
+    except (TypeError, ValueError):
+        message = str(error.body or "")
+    status = f"HTTP {error.status} {error.reason or ''}".rstrip()
+    return f"{status}: {message}" if message else status
+
+
+def volume_fit_for(
+    spec: DurableProducerSpec, volumes: list[JsonObject], logger: kopf.Logger
+) -> VolumeFit:
+    """The spec's fit, with the classes (of too-small volumes) that allow expansion."""
+    fit = VolumeFit.from_spec(spec)
+    expandable = set()
+    for name in sorted(volume_fit.classes_to_check(volumes, fit)):
+        try:
+            found = cluster(STORAGE_CLASSES_USER_AGENT).get_storage_class(name)
+        except ApiException as error:
+            logger.info("cannot read StorageClass %s (%s): volumes too small are retired",
+                        name, api_error_text(error))  # fmt: skip
+            continue
+        if volume_fit.allows_expansion(found):
+            expandable.add(name)
+    return VolumeFit.from_spec(spec, expandable)
+
+
+def _expand(
+    api: Cluster, namespace: str, name: str, fit: VolumeFit, plan: volume_pool.PoolPlan
+) -> None:
+    try:
+        api.patch_volume(namespace, name, volume_fit.expansion_patch(fit))
+    except ApiException as error:
+        if error.status in (404, 409):
+            return
+        if error.status not in (403, 422):
+            raise
+        plan.problems.append(
+            f"could not grow volume {name} to {fit.size_quantity} ({api_error_text(error)});"
+            " it is drained (if it may hold backlog) and deleted instead"
+        )
+        ignore_statuses(
+            partial(api.patch_volume, namespace, name, volume_fit.expansion_refused_patch(fit)),
+            404,
+        )
+
+
+def _create_drain_job(
+    api: Cluster, namespace: str, volume: str, manifest: JsonObject, plan: volume_pool.PoolPlan
+) -> None:
+    try:
+        api.create_job(namespace, manifest)
+    except ApiException as error:
+        if error.status == 409:
+            return
+        if error.status != 403:
+            raise
+        plan.held.append(volume)
+        plan.problems.append(
+            f"cannot create drain Job for volume {volume}, which may hold data not yet forwarded"
+            f" to Kafka: {api_error_text(error)}"
+        )
+
+
+def _delete_volume(api: Cluster, namespace: str, pvc: Mapping[str, Any]) -> None:
+    """Remove our finalizer, then delete; both guarded, so a volume claimed meanwhile stays."""
+    name = str(pvc["metadata"]["name"])
+    try:
+        released = api.patch_volume(namespace, name, volume_pool.release_patch(pvc))
+    except ApiException as error:
+        if error.status in (404, 409):
+            return
+        raise
+    version = (released.get("metadata") or {}).get("resourceVersion")
+    ignore_statuses(partial(api.delete_volume, namespace, name, version), 404, 409)
+
+
 def run_pool(
     producer: Mapping[str, Any], config: OperatorConfig, *, deleting: bool, logger: kopf.Logger
 ) -> PoolRun:
@@ -52,10 +137,12 @@ def run_pool(
     metadata = producer.get("metadata") or {}
     namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
     api = cluster(POOL_USER_AGENT)
+    spec = reconcile.parse_spec(producer.get("spec"))
     with producer_lock(namespace, name):
         volumes = api.pool_volumes(namespace, name)
         pods = api.producer_pods(namespace, name)
         jobs = api.drain_jobs(namespace, name)
+        fit = None if isinstance(spec, str) else volume_fit_for(spec, volumes, logger)
         plan = volume_pool.plan_pool(
             volumes,
             pods,
@@ -63,15 +150,20 @@ def run_pool(
             datetime.now(UTC),
             config.pool,
             deleting=deleting,
+            fit=fit,
+            abandon=volume_pool.backlog_abandoned(producer),
         )
-        versions = {v["metadata"]["name"]: v["metadata"].get("resourceVersion") for v in volumes}
-        for volume_patch in plan.patches:
+        by_name = {volume["metadata"]["name"]: volume for volume in volumes}
+        for volume_patch in [*plan.patches, *plan.releases]:
             ignore_statuses(
                 partial(api.patch_volume, namespace, volume_patch.name, volume_patch.patch),
                 404,
                 409,
             )
-        spec = reconcile.parse_spec(producer.get("spec"))
+        for volume in plan.volumes_to_expand:
+            if fit is not None:
+                logger.info("growing volume %s to %s", volume, fit.size_quantity)
+                _expand(api, namespace, volume, fit, plan)
         for volume in plan.jobs_to_create:
             if isinstance(spec, str):
                 plan.problems.append(f"cannot drain volume {volume}: {spec}")
@@ -80,14 +172,12 @@ def run_pool(
                 producer, spec, volume, config.pool, config.agent_image
             )
             logger.info("starting drain Job %s for volume %s", manifest["metadata"]["name"], volume)
-            ignore_statuses(partial(api.create_job, namespace, manifest), 409)
+            _create_drain_job(api, namespace, volume, manifest, plan)
         for job in plan.jobs_to_delete:
             ignore_statuses(partial(api.delete_job, namespace, job), 404)
         for volume in plan.volumes_to_delete:
-            logger.info("deleting empty idle volume %s", volume)
-            ignore_statuses(
-                partial(api.delete_volume, namespace, volume, versions.get(volume)), 404, 409
-            )
+            logger.info("deleting volume %s (empty, never written, or abandoned)", volume)
+            _delete_volume(api, namespace, by_name[volume])
     metrics.observe_pool_run(plan, jobs)
     return PoolRun(plan, volumes, pods)
 
@@ -95,7 +185,7 @@ def run_pool(
 def handle_pool_timer(
     producer: Mapping[str, Any], config: OperatorConfig, logger: kopf.Logger
 ) -> pool_status.PoolStatusUpdate:
-    """Release, drain, reclaim; audit pods without an agent; say what to publish."""
+    """Release, drain, grow, reclaim; audit pods without an agent; say what to publish."""
     run = run_pool(producer, config, deleting=False, logger=logger)
     backlog = None
     spec = reconcile.parse_spec(producer.get("spec"))
@@ -109,18 +199,24 @@ def handle_pool_timer(
 
 
 def handle_deletion(
-    producer: Mapping[str, Any], config: OperatorConfig, logger: kopf.Logger
+    producer: Mapping[str, Any],
+    config: OperatorConfig,
+    logger: kopf.Logger,
+    status: MutableMapping[str, Any] | None = None,
 ) -> None:
-    """Drain and delete the pool; kopf.TemporaryError (retried) while volumes remain."""
+    """Drain and delete the pool; kopf.TemporaryError (retried) while volumes remain.
+
+    ``status`` (the handler's status patch) gets the Deleting condition saying what is waited
+    for: pods and drains, or volumes with backlog that cannot be drained (held).
+    """
     run = run_pool(producer, config, deleting=True, logger=logger)
     names = {volume["metadata"]["name"] for volume in run.volumes}
-    remaining = sorted(names - set(run.plan.volumes_to_delete))
+    gone = {*run.plan.volumes_to_delete, *(release.name for release in run.plan.releases)}
+    remaining = sorted(names - gone)
     if remaining:
-        problems = "".join(f"; {problem}" for problem in run.plan.problems)
-        raise kopf.TemporaryError(
-            f"waiting for {len(remaining)} buffer volume(s) to be released and drained:"
-            f" {', '.join(remaining)}{problems}",
-            delay=config.pool_interval_seconds,
-        )
+        update = pool_status.deleting_status(producer, run.plan, remaining, datetime.now(UTC))
+        if status is not None:
+            status.update(update.changes)
+        raise kopf.TemporaryError(update.message, delay=config.pool_interval_seconds)
     metadata = producer.get("metadata") or {}
     logger.info("DurableProducer %s/%s released", metadata.get("namespace"), metadata.get("name"))

@@ -1,8 +1,9 @@
-"""What the pool timer publishes in a DurableProducer's status (pure).
+"""What the pool timer and the delete handler publish in a DurableProducer's status (pure).
 
-Attached pods, volumes by state, the agents' backlog, and a Degraded condition (with Warning
-events) while the pool has problems: volumes stuck Pending, failed drains, pods running
-without an agent.
+Attached pods, volumes by state and by size (what is deployed), the runway of the smallest
+volume in use, the agents' backlog, and a Degraded condition (with Warning events) while the
+pool has problems: volumes stuck Pending, failed drains, pods running without an agent. While
+the DurableProducer is being deleted: a Deleting condition saying what the deletion waits for.
 """
 
 from __future__ import annotations
@@ -13,10 +14,36 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.operator import overrides, pod_mutation, reconcile
+from durable_producer.operator.conditions import (
+    DEGRADED,
+    DELETING,
+    REASON_BACKLOG_HELD,
+    REASON_DRAINING,
+    REASON_POOL_PROBLEM,
+    REASON_VOLUMES_BELOW_SPEC,
+)
 from durable_producer.operator.kube_objects import Object, name_of
-from durable_producer.operator.volume_pool import FINISHED_POD_PHASES, PoolPlan, VolumeState
+from durable_producer.operator.quantities import format_bytes
+from durable_producer.operator.volume_pool import (
+    ABANDON_ANNOTATION,
+    FINISHED_POD_PHASES,
+    VOLUME_FINALIZER,
+    PoolPlan,
+    VolumeState,
+    VolumeSummary,
+)
 
-REASON_POOL_PROBLEM = "VolumePoolProblem"
+__all__ = ["REASON_POOL_PROBLEM", "PoolStatusUpdate", "pool_status_update"]
+
+# Degraded reasons the pool timer sets, and so may clear.
+POOL_REASONS = frozenset({REASON_POOL_PROBLEM, REASON_VOLUMES_BELOW_SPEC})
+_STATE_KEYS = {
+    VolumeState.IN_USE: "inUse",
+    VolumeState.CLAIMED: "claimed",
+    VolumeState.FREE: "free",
+    VolumeState.DRAINING: "draining",
+}
+
 
 @dataclass(frozen=True)
 class PoolStatusUpdate:
@@ -24,17 +51,29 @@ class PoolStatusUpdate:
 
     changes: dict[str, Any] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    message: str = ""
 
 
 def status_volume_counts(counts: Mapping[str, int]) -> dict[str, int]:
     """``PoolPlan.counts`` (keyed by VolumeState) as ``status.volumes`` (camelCase keys)."""
-    keys = {
-        VolumeState.IN_USE: "inUse",
-        VolumeState.CLAIMED: "claimed",
-        VolumeState.FREE: "free",
-        VolumeState.DRAINING: "draining",
-    }
-    return {key: int(counts.get(state.value, 0)) for state, key in keys.items()}
+    return {key: int(counts.get(state.value, 0)) for state, key in _STATE_KEYS.items()}
+
+
+def deployed_volumes(volumes: Iterable[VolumeSummary]) -> list[dict[str, Any]]:
+    """``status.deployedVolumes``: the pool grouped by size and class, counted by state."""
+    groups: dict[tuple[int, str, bool], dict[str, Any]] = {}
+    for volume in volumes:
+        if volume.size_bytes is None:
+            continue
+        key = (volume.size_bytes, volume.storage_class or "", volume.fits)
+        if key not in groups:
+            group: dict[str, Any] = {"size": format_bytes(volume.size_bytes)}
+            if volume.storage_class:
+                group["storageClassName"] = volume.storage_class
+            group["fitsSpec"] = volume.fits
+            groups[key] = group | {name: 0 for name in _STATE_KEYS.values()}
+        groups[key][_STATE_KEYS[volume.state]] += 1
+    return [groups[key] for key in sorted(groups)]
 
 
 def pods_without_agent(pods: Iterable[Object]) -> list[str]:
@@ -58,9 +97,23 @@ def attached_pods(pods: Iterable[Object]) -> int:
     )
 
 
+def held_message(held: Iterable[str]) -> str:
+    """Why volumes are held, and the two ways out."""
+    names = sorted(set(held))
+    return (
+        f"{len(names)} buffer volume(s) may hold data not yet forwarded to Kafka and cannot be"
+        f" drained (deleted, or no drain Job may be created): {', '.join(names)}; they are kept"
+        f" (finalizer {VOLUME_FINALIZER}). To keep the data, recover them (docs/runbook.md); to"
+        f" let them go without forwarding it, annotate the DurableProducer"
+        f" {ABANDON_ANNOTATION}=true"
+    )
+
+
 def pool_problems(plan: PoolPlan, pods: Iterable[Object]) -> list[str]:
     """The plan's problems, and the audit's: opted-in pods running without an agent."""
     problems = list(plan.problems)
+    if plan.held:
+        problems.append(held_message(plan.held))
     missing = pods_without_agent(pods)
     if missing:
         problems.append(
@@ -76,31 +129,42 @@ def degraded_conditions(
     problems: Sequence[str],
     reason: str,
     now: datetime,
+    generation: int | None = None,
 ) -> list[dict[str, Any]] | None:
     """The conditions with Degraded reflecting pool problems, or None when nothing changes.
 
-    ``baseline`` holds the conditions the spec alone gives (reconcile.desired_status): its
-    Degraded message (e.g. a short runway) is kept next to the pool problems, and it is what
-    Degraded returns to once the problems are gone. Only a Degraded we set is ever cleared.
+    ``baseline`` holds the conditions the spec and the deployed volumes give
+    (reconcile.desired_status): its Degraded message (e.g. a short runway) is kept next to the
+    pool problems, and it is what Degraded returns to once the problems are gone. Only a
+    Degraded the pool timer may set (POOL_REASONS) is ever cleared or replaced by it.
     """
-    degraded = next((c for c in current if c.get("type") == reconcile.DEGRADED), None)
-    ours = degraded is not None and degraded.get("reason") == reason
-    base = next((c for c in baseline if c.get("type") == reconcile.DEGRADED), None)
+    degraded = next((c for c in current if c.get("type") == DEGRADED), None)
+    ours = degraded is not None and degraded.get("reason") in POOL_REASONS | {reason}
+    base = next((c for c in baseline if c.get("type") == DEGRADED), None)
     if problems:
         messages = list(problems)
         if base is not None and base.get("status") == "True" and base.get("message"):
             messages.append(str(base["message"]))
         message = "; ".join(messages)
-        if ours and degraded is not None and degraded.get("message") == message:
+        if degraded is not None and (degraded.get("reason"), degraded.get("message")) == (
+            reason,
+            message,
+        ):
             return None
         return reconcile.set_condition(
-            current, reconcile.DEGRADED, "True", reason, message, None, now
+            current, DEGRADED, "True", reason, message, generation, now
         )
-    if not ours or base is None:
+    if base is None:
+        return None
+    restore = ours or base.get("reason") == REASON_VOLUMES_BELOW_SPEC
+    same = degraded is not None and all(
+        degraded.get(key) == base.get(key) for key in ("status", "reason", "message")
+    )
+    if not restore or same:
         return None
     return reconcile.set_condition(
         current,
-        reconcile.DEGRADED,
+        DEGRADED,
         str(base.get("status")),
         str(base.get("reason")),
         str(base.get("message") or ""),
@@ -118,11 +182,12 @@ def pool_status_update(
 ) -> PoolStatusUpdate:
     """The status changes for what the pool timer found; Warning events while Degraded is ours.
 
-    ``backlog`` is None when no agent answered (then the last known figure stays).
+    ``backlog`` is None when no agent answered: then ``backlogBytes`` is removed, not left
+    at a figure nobody vouches for any more.
     """
     status = producer.get("status") or {}
     changes: dict[str, Any] = {}
-    if backlog is not None and status.get("backlogBytes") != backlog:
+    if status.get("backlogBytes") != backlog:
         changes["backlogBytes"] = backlog
     attached = attached_pods(pods)
     if status.get("attachedPods") != attached:
@@ -130,20 +195,60 @@ def pool_status_update(
     volumes = status_volume_counts(plan.counts)
     if status.get("volumes") != volumes:
         changes["volumes"] = volumes
+    deployed = deployed_volumes(plan.volumes)
+    if status.get("deployedVolumes") != deployed:
+        changes["deployedVolumes"] = deployed
     problems = pool_problems(plan, pods)
     generation = (producer.get("metadata") or {}).get("generation")
-    # What the spec alone says about Degraded (e.g. a short runway), to keep or restore it.
-    baseline = reconcile.desired_status(producer.get("spec"), status, generation, now)
+    # What the spec and the deployed volumes say (size, runway, Degraded), to keep or restore.
+    baseline = reconcile.desired_status(
+        producer.get("spec"), {**status, "deployedVolumes": deployed}, generation, now
+    ).status
+    if "runwaySeconds" in baseline and status.get("runwaySeconds") != baseline["runwaySeconds"]:
+        changes["runwaySeconds"] = baseline["runwaySeconds"]
     conditions = degraded_conditions(
         status.get("conditions") or [],
-        baseline.status.get("conditions") or [],
+        baseline.get("conditions") or [],
         problems,
         REASON_POOL_PROBLEM,
         now,
+        generation,
     )
     if conditions is None:
         return PoolStatusUpdate(changes)
     changes["conditions"] = conditions
-    degraded = next(c for c in conditions if c["type"] == reconcile.DEGRADED)
+    degraded = next(c for c in conditions if c["type"] == DEGRADED)
+    # Events for the spec's own warnings (VolumesBelowSpec too) come from the reconcile handler.
     warnings = problems if degraded["reason"] == REASON_POOL_PROBLEM else []
     return PoolStatusUpdate(changes, list(warnings))
+
+
+def deleting_status(
+    producer: Object, plan: PoolPlan, remaining: Sequence[str], now: datetime
+) -> PoolStatusUpdate:
+    """The Deleting condition while a deletion waits for ``remaining`` volumes, and why."""
+    metadata = producer.get("metadata") or {}
+    status = producer.get("status") or {}
+    reason = REASON_BACKLOG_HELD if plan.held else REASON_DRAINING
+    messages = [
+        f"waiting for {len(remaining)} buffer volume(s) to be released and drained:"
+        f" {', '.join(remaining)}",
+        *plan.problems,
+    ]
+    if plan.held:
+        messages.append(held_message(plan.held))
+    message = "; ".join(messages)
+    conditions = reconcile.set_condition(
+        status.get("conditions") or [],
+        DELETING,
+        "True",
+        reason,
+        message,
+        metadata.get("generation"),
+        now,
+    )
+    current: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == DELETING), {}
+    )
+    same = (current.get("reason"), current.get("message")) == (reason, message)
+    return PoolStatusUpdate({} if same else {"conditions": conditions}, [], message)

@@ -6,11 +6,13 @@ import math
 import re
 from fractions import Fraction
 
-from durable_producer.operator.model import QUANTITY_PATTERN
+# A Kubernetes resource quantity such as "20Gi", "500M" or "1024" (the CRD's pattern too).
+QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?$"
 
 KIB = 2**10
 MIB = 2**20
 GIB = 2**30
+TIB = 2**40
 
 _SUFFIX_MULTIPLIERS: dict[str, Fraction] = {
     "": Fraction(1),
@@ -32,7 +34,7 @@ _QUANTITY = re.compile(QUANTITY_PATTERN)
 _BINARY_SUFFIXES = (
     ("Ei", 2**60),
     ("Pi", 2**50),
-    ("Ti", 2**40),
+    ("Ti", TIB),
     ("Gi", GIB),
     ("Mi", MIB),
     ("Ki", KIB),
@@ -40,7 +42,7 @@ _BINARY_SUFFIXES = (
 
 
 def parse_quantity(quantity: str) -> Fraction:
-    """The exact amount of a quantity ("500m" -> 1/2). Raises ValueError if malformed."""
+    """The exact value of a quantity ("100m" -> 1/10). Raises ValueError if malformed."""
     match = _QUANTITY.match(quantity)
     if match is None:
         raise ValueError(f"not a Kubernetes quantity: {quantity!r}")

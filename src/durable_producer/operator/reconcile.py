@@ -14,27 +14,35 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
+from durable_producer.operator.conditions import (
+    DEGRADED,
+    READY,
+    REASON_AS_EXPECTED,
+    REASON_INVALID_SPEC,
+    REASON_RECONCILED,
+    REASON_RUNWAY_BELOW_TARGET,
+    REASON_VOLUMES_BELOW_SPEC,
+    REASONS,
+)
 from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.model import PATTERN_DESCRIPTIONS, PLURAL, DurableProducerSpec
-from durable_producer.operator.sizing import SizingInputs, size_buffer
+from durable_producer.operator.quantities import format_bytes, parse_bytes
+from durable_producer.operator.sizing import SizingInputs, runway_seconds, size_buffer, size_problem
 
-READY = "Ready"
-DEGRADED = "Degraded"
-
-REASON_RECONCILED = "Reconciled"
-REASON_INVALID_SPEC = "InvalidSpec"
-REASON_RUNWAY_BELOW_TARGET = "RunwayBelowTarget"
-REASON_AS_EXPECTED = "AsExpected"
-
-# What each condition reason means; docs/operator.md explains the same list (a test checks).
-REASONS: dict[str, str] = {
-    REASON_RECONCILED: "Ready=True: the spec is valid and the buffer size is computed.",
-    REASON_INVALID_SPEC: "Ready=False: the spec cannot be used; the message names the field.",
-    REASON_RUNWAY_BELOW_TARGET: (
-        "Degraded=True: spec.storage.size survives a shorter outage than spec.outageSeconds."
-    ),
-    REASON_AS_EXPECTED: "Degraded=False: nothing is known to be wrong.",
-}
+__all__ = [
+    "DEGRADED",
+    "READY",
+    "REASONS",
+    "REASON_AS_EXPECTED",
+    "REASON_INVALID_SPEC",
+    "REASON_RECONCILED",
+    "REASON_RUNWAY_BELOW_TARGET",
+    "ReconcileOutcome",
+    "desired_status",
+    "parse_spec",
+    "set_condition",
+    "status_patch",
+]
 
 StatusDict = dict[str, Any]
 
@@ -85,9 +93,17 @@ def parse_spec(raw_spec: Mapping[str, Any] | None) -> DurableProducerSpec | str:
     if not raw_spec:
         return "invalid spec: spec is required: add spec.kafka and spec.throughput."
     try:
-        return DurableProducerSpec.model_validate(dict(raw_spec))
+        spec = DurableProducerSpec.model_validate(dict(raw_spec))
     except ValidationError as error:
         return describe_validation_error(error)
+    problem = size_problem(SizingInputs.from_spec(spec))
+    if problem is not None:
+        # What the CRD's CEL rule cannot tell: the agent's exact space budget.
+        return (
+            f"invalid spec: {problem}. Fix the DurableProducer and apply it again"
+            f" (see `kubectl explain {PLURAL}.spec.storage.size`)."
+        )
+    return spec
 
 
 def set_condition(
@@ -119,13 +135,44 @@ def set_condition(
     return replaced
 
 
+def smallest_volume_in_use(status: Mapping[str, Any]) -> int | None:
+    """Bytes of the smallest volume pods use, from ``status.deployedVolumes`` (pool timer)."""
+    sizes = [
+        parse_bytes(str(group["size"]))
+        for group in status.get("deployedVolumes") or []
+        if (group.get("inUse") or 0) + (group.get("claimed") or 0) > 0 and group.get("size")
+    ]
+    return min(sizes) if sizes else None
+
+
+def _volumes_below_spec(
+    inputs: SizingInputs, size_bytes: int, smallest_in_use: int | None
+) -> tuple[int, str] | None:
+    """The runway of smaller volumes still in use, and a message, when it falls short."""
+    if smallest_in_use is None or smallest_in_use >= size_bytes:
+        return None
+    runway = runway_seconds(smallest_in_use, inputs)
+    if runway >= inputs.outage_seconds:
+        return None
+    return runway, (
+        f"volumes of {format_bytes(smallest_in_use)} still in use are smaller than the"
+        f" {format_bytes(size_bytes)} the spec asks for and survive only {runway}s of outage at"
+        f" peak rate, less than spec.outageSeconds {inputs.outage_seconds}s; new pods get"
+        " volumes that fit, so this ends as the old pods are replaced"
+    )
+
+
 def desired_status(
     raw_spec: Mapping[str, Any] | None,
     current_status: Mapping[str, Any] | None,
     generation: int | None,
     now: datetime,
 ) -> ReconcileOutcome:
-    """The status the object should have for this spec and generation."""
+    """The status the object should have for this spec and generation.
+
+    ``runwaySeconds`` is the runway of the smallest volume in use when that is shorter than
+    what the spec's size buys (``status.deployedVolumes``, published by the pool timer).
+    """
     current = dict(current_status or {})
     conditions: list[dict[str, Any]] = [dict(c) for c in current.get("conditions") or []]
     status: StatusDict = {
@@ -133,7 +180,8 @@ def desired_status(
         "bufferSize": current.get("bufferSize"),
         "runwaySeconds": current.get("runwaySeconds"),
         "attachedPods": current.get("attachedPods", 0),
-        "backlogBytes": current.get("backlogBytes", 0),
+        # The pool timer's, from the agents; unknown (absent) until one answers.
+        "backlogBytes": current.get("backlogBytes"),
     }
     spec = parse_spec(raw_spec)
     if isinstance(spec, str):
@@ -144,7 +192,8 @@ def desired_status(
             status=_without_none(status), problem=spec, problem_reason=REASON_INVALID_SPEC
         )
 
-    sizing = size_buffer(SizingInputs.from_spec(spec))
+    inputs = SizingInputs.from_spec(spec)
+    sizing = size_buffer(inputs)
     status["bufferSize"] = sizing.size_quantity
     status["runwaySeconds"] = sizing.runway_seconds
     ready_message = (
@@ -154,26 +203,20 @@ def desired_status(
     conditions = set_condition(
         conditions, READY, "True", REASON_RECONCILED, ready_message, generation, now
     )
-    if sizing.warning is not None:
-        conditions = set_condition(
-            conditions,
-            DEGRADED,
-            "True",
-            REASON_RUNWAY_BELOW_TARGET,
-            sizing.warning,
-            generation,
-            now,
-        )
+    warning, reason = sizing.warning, sizing.warning_reason
+    below = _volumes_below_spec(inputs, sizing.size_bytes, smallest_volume_in_use(current))
+    if below is not None:
+        status["runwaySeconds"] = min(sizing.runway_seconds, below[0])
+        if warning is None:
+            warning, reason = below[1], REASON_VOLUMES_BELOW_SPEC
+    if warning is not None and reason is not None:
+        conditions = set_condition(conditions, DEGRADED, "True", reason, warning, generation, now)
     else:
         conditions = set_condition(
             conditions, DEGRADED, "False", REASON_AS_EXPECTED, "", generation, now
         )
     status["conditions"] = conditions
-    return ReconcileOutcome(
-        status=_without_none(status),
-        problem=sizing.warning,
-        problem_reason=REASON_RUNWAY_BELOW_TARGET if sizing.warning else None,
-    )
+    return ReconcileOutcome(status=_without_none(status), problem=warning, problem_reason=reason)
 
 
 def _without_none(status: StatusDict) -> StatusDict:

@@ -1,23 +1,26 @@
 """Pure decisions about the pool of buffer volumes (PVCs) each DurableProducer owns.
 
-The state of a volume lives in annotations on its PVC, so the operator can restart at any
-time and pick up where it left off (see docs/volume-lifecycle.md for the state diagram):
+The state of a volume lives on its PVC, so the operator can restart at any time and pick up
+where it left off (docs/volume-lifecycle.md has the state diagram):
 
-- ``claim-token``/``claimed-at``: the webhook handed the volume to a pod being admitted.
-  Claims are merge patches that carry the ``resourceVersion`` the claimer read, so the API
-  server refuses (409) the second of two concurrent claims of the same volume.
+- ``claim-token``/``claimed-at``/``claim-key``: the webhook handed the volume to a pod being
+  admitted (handout.py); the key names the pod, so a retry of a refused pod reuses the claim.
 - ``released-at``: since when no pod uses the volume.
 - ``backlog``: ``empty`` or ``unknown``. A volume is only known to be empty when it was just
-  created or a drain Job succeeded on it. The agent has no API access and a pod's volume
-  cannot be read from the operator, so every volume a pod may have written to is treated as
-  holding backlog: it is set to ``unknown`` at claim time, and a free volume with unknown
-  backlog gets a drain Job after a grace period (unless a new pod claims it first and replays
-  it). A drain of an empty volume costs one short Job; skipping a needed one would lose data.
+  created, a drain Job succeeded on it, or it was never bound (a PVC still ``Pending`` has no
+  storage behind it). The agent has no API access and the operator cannot read a volume, so
+  every volume a pod may have written to is treated as holding backlog: ``unknown`` from the
+  claim on, and a free volume with unknown backlog gets a drain Job after a grace period
+  (unless a new pod claims it first and replays it). A drain of an empty volume costs one
+  short Job; skipping a needed one would lose data.
 - ``drain-job``: the drain Job currently working on the volume.
+- the finalizer ``buffer-protection``: a pool volume goes only when the operator lets it, once
+  it is known empty or its backlog was abandoned on purpose (``ABANDON_ANNOTATION``); deleting
+  it otherwise (a namespace deletion, ``kubectl delete pvc``) leaves it held, and says so.
 
-claims.py and pool_actions.py read PVCs, pods and Jobs, call these functions and carry out
-the returned plan; manifests.py renders the PVCs and drain Jobs, pool_status.py turns what
-was found into the DurableProducer's status.
+Only volumes that fit the spec (volume_fit.py: size and storage class) go to new pods; free
+ones that do not are grown, or drained and deleted. pool_actions.py carries out the plan,
+pool_status.py turns what was found into the DurableProducer's status.
 """
 
 from __future__ import annotations
@@ -29,24 +32,30 @@ from enum import StrEnum
 from typing import Any
 
 from durable_producer.contract import GROUP
-from durable_producer.operator import pod_mutation
+from durable_producer.operator import pod_mutation, volume_fit
 from durable_producer.operator.kube_objects import Object, format_time, name_of, parse_time
 from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.volume_fit import VolumeFit
 
 POOL_LABEL = f"{GROUP}/buffer-for"
 DRAIN_VOLUME_LABEL = f"{GROUP}/drain-volume"
 CLAIM_TOKEN_ANNOTATION = f"{GROUP}/claim-token"
 CLAIMED_AT_ANNOTATION = f"{GROUP}/claimed-at"
+CLAIM_KEY_ANNOTATION = f"{GROUP}/claim-key"
 RELEASED_AT_ANNOTATION = f"{GROUP}/released-at"
 BACKLOG_ANNOTATION = f"{GROUP}/backlog"
 DRAIN_JOB_ANNOTATION = f"{GROUP}/drain-job"
 DRAIN_FAILURES_ANNOTATION = f"{GROUP}/drain-failures"
+VOLUME_FINALIZER = f"{GROUP}/buffer-protection"
+ABANDON_ANNOTATION = f"{GROUP}/abandon-backlog"
+"""On a DurableProducer, ``"true"``: let volumes go without draining them (see docs)."""
 
 BACKLOG_EMPTY = "empty"
 BACKLOG_UNKNOWN = "unknown"
 
 VOLUME_NAME_PREFIX_LENGTH = 40
 FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
+
 
 class VolumeState(StrEnum):
     IN_USE = "InUse"
@@ -55,13 +64,26 @@ class VolumeState(StrEnum):
     DRAINING = "Draining"
 
 
-def _annotations(obj: Object) -> Mapping[str, str]:
+def annotations_of(obj: Object) -> Mapping[str, str]:
     return (obj.get("metadata") or {}).get("annotations") or {}
 
 
-def _seconds_since(text: str | None, now: datetime) -> float | None:
+def seconds_since(text: str | None, now: datetime) -> float | None:
     moment = parse_time(text)
     return None if moment is None else (now - moment).total_seconds()
+
+
+def is_deleted(obj: Object) -> bool:
+    return (obj.get("metadata") or {}).get("deletionTimestamp") is not None
+
+
+def never_written(pvc: Object) -> bool:
+    """A PVC still Pending was never bound to storage: nothing can have been written to it."""
+    return (pvc.get("status") or {}).get("phase") == "Pending"
+
+
+def backlog_abandoned(producer: Object) -> bool:
+    return str(annotations_of(producer).get(ABANDON_ANNOTATION, "")).lower() == "true"
 
 
 def volume_users(pods: Iterable[Object]) -> dict[str, list[str]]:
@@ -79,12 +101,12 @@ def volume_users(pods: Iterable[Object]) -> dict[str, list[str]]:
 def volume_state(
     pvc: Object, users: Sequence[str], now: datetime, policy: PoolPolicy
 ) -> VolumeState:
-    annotations = _annotations(pvc)
+    annotations = annotations_of(pvc)
     if users:
         return VolumeState.IN_USE
     if annotations.get(DRAIN_JOB_ANNOTATION):
         return VolumeState.DRAINING
-    claim_age = _seconds_since(annotations.get(CLAIMED_AT_ANNOTATION), now)
+    claim_age = seconds_since(annotations.get(CLAIMED_AT_ANNOTATION), now)
     if (
         annotations.get(CLAIM_TOKEN_ANNOTATION)
         and claim_age is not None
@@ -92,57 +114,6 @@ def volume_state(
     ):
         return VolumeState.CLAIMED
     return VolumeState.FREE
-
-
-def choose_volume(
-    pvcs: Iterable[Object],
-    pods: Iterable[Object],
-    now: datetime,
-    policy: PoolPolicy,
-    *,
-    exclude: Iterable[str] = (),
-) -> Object | None:
-    """The free PVC to hand to a new pod, or None (then a new one is created).
-
-    Volumes that may hold backlog go first: the new pod's agent replays them, which is what
-    a drain Job would otherwise do. Ties are broken by name, so choices are reproducible.
-    """
-    users = volume_users(pods)
-    skipped = set(exclude)
-    free = [
-        pvc
-        for pvc in pvcs
-        if name_of(pvc) not in skipped
-        and (pvc.get("metadata") or {}).get("deletionTimestamp") is None
-        and volume_state(pvc, users.get(name_of(pvc), []), now, policy) is VolumeState.FREE
-    ]
-    free.sort(
-        key=lambda pvc: (_annotations(pvc).get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY, name_of(pvc))
-    )
-    return free[0] if free else None
-
-
-def claim_patch(pvc: Object, token: str, now: datetime) -> dict[str, Any]:
-    """Merge patch claiming a PVC; guarded by the resourceVersion that was read.
-
-    The pod may write to the volume from now on, so its backlog becomes unknown.
-    """
-    return {
-        "metadata": {
-            "resourceVersion": (pvc.get("metadata") or {}).get("resourceVersion"),
-            "annotations": {
-                CLAIM_TOKEN_ANNOTATION: token,
-                CLAIMED_AT_ANNOTATION: format_time(now),
-                RELEASED_AT_ANNOTATION: None,
-                BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
-            },
-        }
-    }
-
-
-def claim_is_ours(pvc: Object, token: str) -> bool:
-    """Read-after-write check that our claim, not a concurrent one, is on the PVC."""
-    return _annotations(pvc).get(CLAIM_TOKEN_ANNOTATION) == token
 
 
 def volume_name(producer: str, suffix: str) -> str:
@@ -167,10 +138,32 @@ def job_outcome(job: Object) -> str:
     return "running"
 
 
+def release_patch(pvc: Object) -> dict[str, Any]:
+    """Merge patch removing our finalizer (the API server may then remove the PVC)."""
+    metadata = pvc.get("metadata") or {}
+    return {
+        "metadata": {
+            "resourceVersion": metadata.get("resourceVersion"),
+            "finalizers": [f for f in metadata.get("finalizers") or [] if f != VOLUME_FINALIZER],
+        }
+    }
+
+
 @dataclass(frozen=True)
 class VolumePatch:
     name: str
     patch: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class VolumeSummary:
+    """One volume as the status shows it."""
+
+    name: str
+    state: VolumeState
+    size_bytes: int | None
+    storage_class: str | None
+    fits: bool
 
 
 @dataclass
@@ -181,26 +174,49 @@ class PoolPlan:
     jobs_to_create: list[str] = field(default_factory=list)  # PVC names
     jobs_to_delete: list[str] = field(default_factory=list)  # Job names
     volumes_to_delete: list[str] = field(default_factory=list)
+    volumes_to_expand: list[str] = field(default_factory=list)
+    releases: list[VolumePatch] = field(default_factory=list)  # finalizers to remove
+    held: list[str] = field(default_factory=list)  # deleted, may hold backlog, not drainable
     problems: list[str] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
+    volumes: list[VolumeSummary] = field(default_factory=list)
 
     @property
     def idle(self) -> bool:
         return not (
-            self.patches or self.jobs_to_create or self.jobs_to_delete or self.volumes_to_delete
+            self.patches
+            or self.jobs_to_create
+            or self.jobs_to_delete
+            or self.volumes_to_delete
+            or self.volumes_to_expand
+            or self.releases
         )
 
 
-def _annotation_patch(pvc: Object, annotations: dict[str, Any]) -> VolumePatch:
-    return VolumePatch(
-        name_of(pvc),
-        {
-            "metadata": {
-                "resourceVersion": (pvc.get("metadata") or {}).get("resourceVersion"),
-                "annotations": annotations,
-            }
-        },
-    )
+def _patch(pvc: Object, annotations: dict[str, Any], *, protect: bool = False) -> VolumePatch:
+    """One merge patch for one volume, guarded by the resourceVersion read; ``protect`` adds
+    our finalizer (to a volume made before volumes carried it)."""
+    current = pvc.get("metadata") or {}
+    metadata: dict[str, Any] = {"resourceVersion": current.get("resourceVersion")}
+    if annotations:
+        metadata["annotations"] = annotations
+    if protect:
+        metadata["finalizers"] = [*(current.get("finalizers") or []), VOLUME_FINALIZER]
+    return VolumePatch(name_of(pvc), {"metadata": metadata})
+
+
+@dataclass(frozen=True)
+class _Context:
+    now: datetime
+    policy: PoolPolicy
+    deleting: bool
+    abandon: bool
+    fit: VolumeFit | None
+    jobs: Mapping[str, Object]
+
+    @property
+    def stamp(self) -> str:
+        return format_time(self.now)
 
 
 def plan_pool(
@@ -211,105 +227,163 @@ def plan_pool(
     policy: PoolPolicy,
     *,
     deleting: bool = False,
+    fit: VolumeFit | None = None,
+    abandon: bool = False,
 ) -> PoolPlan:
-    """Decide, for every pool volume, whether to release, drain, finish a drain or delete it.
+    """Decide, for every pool volume, whether to release, drain, grow, finish a drain or delete.
 
     With ``deleting`` (the DurableProducer is being deleted) there is no grace period and no
-    TTL: every free volume is drained if it may hold backlog, then deleted.
+    TTL: every free volume is drained if it may hold backlog, then deleted. ``abandon`` (the
+    DurableProducer's ABANDON_ANNOTATION) lets volumes with backlog go undrained, but only
+    while the DurableProducer or the volume is being deleted. ``fit`` None: every volume fits.
     """
-    pods = list(pods)
-    users = volume_users(pods)
-    jobs_by_name = {name_of(job): job for job in jobs}
+    users = volume_users(list(pods))
+    context = _Context(now, policy, deleting, abandon, fit, {name_of(j): j for j in jobs})
     plan = PoolPlan(counts={state.value: 0 for state in VolumeState})
-    drain_grace = 0.0 if deleting else policy.drain_grace_seconds
-    idle_ttl = 0.0 if deleting else policy.idle_ttl_seconds
-    stamp = format_time(now)
-
     for pvc in pvcs:
-        name = name_of(pvc)
-        annotations = _annotations(pvc)
-        state = volume_state(pvc, users.get(name, []), now, policy)
+        state = volume_state(pvc, users.get(name_of(pvc), []), now, policy)
         plan.counts[state.value] += 1
-        pending_for = _seconds_since((pvc.get("metadata") or {}).get("creationTimestamp"), now)
-        if (
-            (pvc.get("status") or {}).get("phase") == "Pending"
-            and pending_for is not None
-            and pending_for > policy.pending_volume_seconds
-        ):
-            plan.problems.append(
-                f"PersistentVolumeClaim {name} is still Pending after"
-                f" {int(pending_for)}s: check its StorageClass and events"
+        fits = fit is None or volume_fit.fits(pvc, fit)
+        plan.volumes.append(
+            VolumeSummary(
+                name_of(pvc),
+                state,
+                volume_fit.requested_bytes(pvc),
+                volume_fit.requested_class(pvc),
+                fits,
             )
-        if state is VolumeState.IN_USE:
-            if annotations.get(RELEASED_AT_ANNOTATION):
-                plan.patches.append(_annotation_patch(pvc, {RELEASED_AT_ANNOTATION: None}))
+        )
+        _check_pending(plan, pvc, state, now, policy)
+        if is_deleted(pvc):
+            _plan_deleted(plan, pvc, state, context)
             continue
-        if state is VolumeState.CLAIMED:
-            continue
-        if state is VolumeState.DRAINING:
-            _plan_draining(plan, pvc, jobs_by_name, stamp)
-            continue
-        released_for = _seconds_since(annotations.get(RELEASED_AT_ANNOTATION), now)
-        updates: dict[str, Any] = {}
-        if annotations.get(CLAIM_TOKEN_ANNOTATION) or released_for is None:
-            # The pod that claimed it is gone (or never came): free from now on.
-            updates = {
-                CLAIM_TOKEN_ANNOTATION: None,
-                CLAIMED_AT_ANNOTATION: None,
-                RELEASED_AT_ANNOTATION: stamp,
-            }
-            released_for = 0.0
-        if annotations.get(BACKLOG_ANNOTATION) != BACKLOG_EMPTY:
-            if released_for >= drain_grace:
-                plan.jobs_to_create.append(name)
-                updates[DRAIN_JOB_ANNOTATION] = drain_job_name(name)
-        elif released_for >= idle_ttl:
-            plan.volumes_to_delete.append(name)
-        if updates:
-            plan.patches.append(_annotation_patch(pvc, updates))
+        updates = _plan_volume(plan, pvc, state, fits, context)
+        if updates is None:
+            continue  # deleted this run: the delete carries the resourceVersion read
+        protect = VOLUME_FINALIZER not in ((pvc.get("metadata") or {}).get("finalizers") or [])
+        if updates or protect:
+            plan.patches.append(_patch(pvc, updates, protect=protect))
     return plan
 
 
-def _plan_draining(
-    plan: PoolPlan, pvc: Object, jobs_by_name: Mapping[str, Object], stamp: str
+def _check_pending(
+    plan: PoolPlan, pvc: Object, state: VolumeState, now: datetime, policy: PoolPolicy
 ) -> None:
+    """A volume a pod waits for that stays Pending is a problem; an unused one is not (a
+    WaitForFirstConsumer class binds only for a pod)."""
+    pending_for = seconds_since((pvc.get("metadata") or {}).get("creationTimestamp"), now)
+    if (
+        state in (VolumeState.IN_USE, VolumeState.CLAIMED)
+        and never_written(pvc)
+        and pending_for is not None
+        and pending_for > policy.pending_volume_seconds
+    ):
+        plan.problems.append(
+            f"PersistentVolumeClaim {name_of(pvc)} is still Pending after"
+            f" {int(pending_for)}s: check its StorageClass and events"
+        )
+
+
+def _plan_volume(
+    plan: PoolPlan, pvc: Object, state: VolumeState, fits: bool, context: _Context
+) -> dict[str, Any] | None:
+    """The annotation updates for one volume not being deleted; None when it is deleted now."""
+    annotations = annotations_of(pvc)
+    if state is VolumeState.IN_USE:
+        return {RELEASED_AT_ANNOTATION: None} if annotations.get(RELEASED_AT_ANNOTATION) else {}
+    if state is VolumeState.CLAIMED:
+        return {}
+    if state is VolumeState.DRAINING:
+        return _plan_draining(plan, pvc, context)
+    return _plan_free(plan, pvc, fits, context)
+
+
+def _plan_free(
+    plan: PoolPlan, pvc: Object, fits: bool, context: _Context
+) -> dict[str, Any] | None:
     name = name_of(pvc)
-    annotations = _annotations(pvc)
+    annotations = annotations_of(pvc)
+    released_for = seconds_since(annotations.get(RELEASED_AT_ANNOTATION), context.now)
+    updates: dict[str, Any] = {}
+    if annotations.get(CLAIM_TOKEN_ANNOTATION) or released_for is None:
+        # The pod that claimed it is gone (or never came): free from now on.
+        updates = {
+            CLAIM_TOKEN_ANNOTATION: None,
+            CLAIMED_AT_ANNOTATION: None,
+            CLAIM_KEY_ANNOTATION: None,
+            RELEASED_AT_ANNOTATION: context.stamp,
+        }
+        released_for = 0.0
+    empty = annotations.get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY
+    idle_ttl = 0.0 if context.deleting else context.policy.idle_ttl_seconds
+    if never_written(pvc) or (empty and (not fits or released_for >= idle_ttl)):
+        plan.volumes_to_delete.append(name)  # nothing on it: deleted, never drained
+        return None
+    if empty:
+        return updates
+    if context.deleting and context.abandon:
+        plan.problems.append(f"volume {name} deleted without a drain: its backlog was abandoned")
+        plan.volumes_to_delete.append(name)
+        return None
+    if not fits and context.fit is not None and volume_fit.can_expand(pvc, context.fit):
+        plan.volumes_to_expand.append(name)  # it fits once grown; a new pod may replay it
+        return updates
+    drain_grace = 0.0 if (context.deleting or not fits) else context.policy.drain_grace_seconds
+    if released_for >= drain_grace:
+        plan.jobs_to_create.append(name)
+        updates[DRAIN_JOB_ANNOTATION] = drain_job_name(name)
+    return updates
+
+
+def _plan_deleted(plan: PoolPlan, pvc: Object, state: VolumeState, context: _Context) -> None:
+    """Someone deleted the volume: let it go once nothing can be lost, else hold it."""
+    name = name_of(pvc)
+    if state is VolumeState.IN_USE:
+        return  # its pod still runs and forwards
+    if state is VolumeState.DRAINING and str(annotations_of(pvc).get(DRAIN_JOB_ANNOTATION)) in (
+        context.jobs
+    ):
+        # A drain that started before the delete: wait for it; the next run sees the outcome.
+        updates = _plan_draining(plan, pvc, context)
+        if updates:
+            plan.patches.append(_patch(pvc, updates))
+        return
+    empty = annotations_of(pvc).get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY
+    if empty or never_written(pvc) or context.abandon:
+        if VOLUME_FINALIZER in ((pvc.get("metadata") or {}).get("finalizers") or []):
+            plan.releases.append(VolumePatch(name, release_patch(pvc)))
+        return
+    # A volume being deleted cannot be mounted any more, so no drain Job can read it.
+    plan.held.append(name)
+
+
+def _plan_draining(plan: PoolPlan, pvc: Object, context: _Context) -> dict[str, Any]:
+    name = name_of(pvc)
+    annotations = annotations_of(pvc)
     job_name = str(annotations.get(DRAIN_JOB_ANNOTATION))
-    job = jobs_by_name.get(job_name)
+    job = context.jobs.get(job_name)
     if job is None:
         # Not created yet (the create follows the annotation) or removed by someone: retry.
         plan.jobs_to_create.append(name)
-        return
+        return {}
     outcome = job_outcome(job)
     if outcome == "running":
-        return
+        return {}
     plan.jobs_to_delete.append(job_name)
     if outcome == "succeeded":
-        plan.patches.append(
-            _annotation_patch(
-                pvc,
-                {
-                    DRAIN_JOB_ANNOTATION: None,
-                    BACKLOG_ANNOTATION: BACKLOG_EMPTY,
-                    RELEASED_AT_ANNOTATION: stamp,
-                    DRAIN_FAILURES_ANNOTATION: None,
-                },
-            )
-        )
-        return
+        return {
+            DRAIN_JOB_ANNOTATION: None,
+            BACKLOG_ANNOTATION: BACKLOG_EMPTY,
+            RELEASED_AT_ANNOTATION: context.stamp,
+            DRAIN_FAILURES_ANNOTATION: None,
+        }
     failures = int(annotations.get(DRAIN_FAILURES_ANNOTATION) or 0) + 1
     plan.problems.append(
         f"drain Job {job_name} for volume {name} failed ({failures} time(s)); it is retried"
         f" after the drain grace period: check the Job's logs and the Kafka connection"
     )
-    plan.patches.append(
-        _annotation_patch(
-            pvc,
-            {
-                DRAIN_JOB_ANNOTATION: None,
-                RELEASED_AT_ANNOTATION: stamp,
-                DRAIN_FAILURES_ANNOTATION: str(failures),
-            },
-        )
-    )
+    return {
+        DRAIN_JOB_ANNOTATION: None,
+        RELEASED_AT_ANNOTATION: context.stamp,
+        DRAIN_FAILURES_ANNOTATION: str(failures),
+    }

@@ -8,6 +8,7 @@ schema and bump metadata.generation on spec changes, as the API server would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ import kmock
 import pytest
 
 from durable_producer.operator import crd, model
+from support.crd_validation import ApiServerValidation
 from support.waiting import wait_for
 
 NAMESPACE = "default"
@@ -92,7 +94,12 @@ class KubernetesApi:
         self.base_url = base_url
         self._loop = loop
         self._emulator = emulator
+        # create() checks the OpenAPI schema only, like an API server whose CRD predates its CEL
+        # rules; admission_errors() is what a current one says.
         self._validator = jsonschema.Draft202012Validator(crd.strict_schema(crd.resource_schema()))
+        self._api_server = ApiServerValidation(
+            crd.resource_schema(), crd.strict_schema(crd.resource_schema())
+        )
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -122,6 +129,33 @@ class KubernetesApi:
         status, created = self._call("POST", COLLECTION_PATH, body)
         assert status in (200, 201), created
         return created
+
+    def admission_errors(self, manifest: dict[str, Any]) -> list[str]:
+        """Why an API server with this CRD (its CEL rules too) would refuse the object."""
+        return self._api_server.errors(manifest)
+
+    def refuse_creates(self, resource: str, status: int, message: str) -> None:
+        """From now on answer every create of ``resource`` (e.g. "batch/v1/jobs") in the
+        namespace with an API error and store nothing, as a real API server refusing it would
+        (e.g. 403 for new objects in a namespace being deleted)."""
+        group_version, plural = resource.rsplit("/", 1)
+        prefix = "/api" if group_version == "v1" else "/apis"
+        path = f"{prefix}/{group_version}/namespaces/{NAMESPACE}/{plural}"
+        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
+                "reason": "Forbidden" if status == 403 else "Invalid", "code": status}
+        emulator = self._emulator
+
+        def refuse(request: Any) -> dict[str, Any]:
+            name = (request.data or {}).get("metadata", {}).get("name")
+            if name:
+                with contextlib.suppress(KeyError):
+                    del emulator.objects[resource, NAMESPACE, name]  # the emulator stores first
+            return body
+
+        async def install() -> None:
+            emulator[f"post {path}"] << status << refuse
+
+        asyncio.run_coroutine_threadsafe(install(), self._loop).result(timeout=10)
 
     def get(self, name: str) -> dict[str, Any] | None:
         status, found = self._call("GET", f"{COLLECTION_PATH}/{name}")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from durable_producer.contract import GROUP
 from durable_producer.operator import api_access, reconcile, startup
 from durable_producer.operator.model import API_VERSION, KIND, DurableProducerSpec
 from durable_producer.operator.sizing import SizingInputs, size_buffer
@@ -94,7 +95,7 @@ def test_create_converges_to_ready_with_computed_size(
     assert ready["status"] == "True"
     assert ready["reason"] == reconcile.REASON_RECONCILED
     assert obj["status"]["observedGeneration"] == 1
-    assert obj["status"]["bufferSize"] == expected.size_quantity == "6Gi"
+    assert obj["status"]["bufferSize"] == expected.size_quantity == "5Gi"
     assert obj["status"]["runwaySeconds"] == expected.runway_seconds >= 3600
     assert condition(obj, reconcile.DEGRADED)["status"] == "False"  # type: ignore[index]
     assert startup.FINALIZER in obj["metadata"]["finalizers"]
@@ -129,7 +130,7 @@ def test_update_of_throughput_recomputes_size_and_generation(
         ),
         what="observedGeneration 2",
     )
-    assert obj["status"]["bufferSize"] == "45Gi"
+    assert obj["status"]["bufferSize"] == "48Gi"
     assert obj["status"]["runwaySeconds"] >= 3600
     ready = condition(obj, reconcile.READY)
     assert ready is not None and ready["status"] == "True"
@@ -235,20 +236,38 @@ def test_restarted_operator_resumes_existing_objects_without_rewriting_them(
         lambda: condition(kubernetes_api.get("while-down"), reconcile.READY), what="Ready"
     )
     assert ready["status"] == "True"
+    # kopf records the handled spec once every creation handler is done; stopped before
+    # that, the next operator would finish the creation instead of resuming.
+    wait_for(
+        lambda: HANDLED_ANNOTATION in (kubernetes_api.get("while-down") or {})["metadata"].get(
+            "annotations", {}
+        ),
+        timeout=60,
+        what="kopf to record the handled spec",
+    )
     first.stop()
     status_writes_before = status_writes(kubernetes_api, "while-down")
     assert status_writes_before >= 1
 
     second = start_operator()
-    wait_for(
-        lambda: "Handler 'reconcile_durable_producer' succeeded" in second.log(),
-        what="the resume handler to run",
-    )
+    try:
+        wait_for(
+            lambda: "Handler 'reconcile_durable_producer' succeeded" in second.log(),
+            timeout=60,
+            what="the resume handler to run",
+        )
+    except AssertionError as error:
+        raise AssertionError(
+            f"{error}; the second operator logged:\n{second.log()[-4000:]}"
+        ) from None
     time.sleep(1)
     assert status_writes(kubernetes_api, "while-down") == status_writes_before
     obj = kubernetes_api.get("while-down")
     assert condition(obj, reconcile.READY) == ready
     assert_requests_within_declared_access(kubernetes_api)
+
+
+HANDLED_ANNOTATION = f"{GROUP}/last-handled-configuration"
 
 
 def status_writes(kubernetes_api: KubernetesApi, name: str) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from durable_producer.contract import PAUSE_ANNOTATION
-from durable_producer.operator import pause
+from durable_producer.operator import conditions, pause
 from integration.operator.operator_harness import COLLECTION_PATH, KubernetesApi
 from integration.operator.test_webhook_harness import (
     WebhookOperator,
@@ -55,7 +55,7 @@ def test_a_paused_producer_is_not_reconciled_until_the_annotation_goes(
     time.sleep(2)
 
     paused_status = status_of(kubernetes_api)
-    assert condition(kubernetes_api, pause.PAUSED_CONDITION)["reason"] == pause.REASON_PAUSED
+    assert condition(kubernetes_api, pause.PAUSED_CONDITION)["reason"] == conditions.REASON_PAUSED
     assert paused_status["observedGeneration"] == 1  # the change waits
     assert paused_status["bufferSize"] == size
 
@@ -63,7 +63,7 @@ def test_a_paused_producer_is_not_reconciled_until_the_annotation_goes(
     wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 2,
              what="the change reconciled after the pause")
     resumed = condition(kubernetes_api, pause.PAUSED_CONDITION)
-    assert (resumed["status"], resumed["reason"]) == ("False", pause.REASON_RESUMED)
+    assert (resumed["status"], resumed["reason"]) == ("False", conditions.REASON_RESUMED)
     assert status_of(kubernetes_api)["bufferSize"] != size
 
 

@@ -1,6 +1,8 @@
 """Good and bad DurableProducers: the model and the CRD schema accept and reject the same ones.
 
-Also every DurableProducer shown in examples/ and docs/ is checked against the CRD schema.
+The CRD is applied as the API server would: defaults, the OpenAPI schema, then its CEL rules
+evaluated with a CEL library (tests/support/crd_validation.py). Also every DurableProducer
+shown in examples/ and docs/ is checked against it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import yaml
 from pydantic import ValidationError
 
 from durable_producer.operator import crd, model, reconcile
+from support.crd_validation import ApiServerValidation
 
 REPOSITORY = Path(__file__).resolve().parents[3]
+# The OpenAPI schema alone (what jsonschema can check) ...
 VALIDATOR = jsonschema.Draft202012Validator(crd.strict_schema(crd.resource_schema()))
+# ... and everything the API server does: defaults, the schema, the CEL rules.
+API_SERVER = ApiServerValidation(crd.resource_schema(), crd.strict_schema(crd.resource_schema()))
 MINIMAL_SPEC: dict[str, Any] = {
     "kafka": {"bootstrapServers": ["kafka-0.kafka:9092"]},
     "throughput": {"peakBytesPerSecond": 1048576},
@@ -51,16 +57,23 @@ def with_changes(changes: dict[str, Any]) -> dict[str, Any]:
     return spec
 
 
-def schema_errors(obj: dict[str, Any]) -> list[str]:
+def openapi_errors(obj: dict[str, Any]) -> list[str]:
     return [error.message for error in VALIDATOR.iter_errors(obj)]
 
 
+def schema_errors(obj: dict[str, Any]) -> list[str]:
+    """Why the API server would refuse the object (OpenAPI schema and CEL rules)."""
+    return API_SERVER.errors(obj)
+
+
 def model_error(spec: dict[str, Any]) -> str | None:
+    """The operator's InvalidSpec message: the model's checks, then the agent's space budget."""
     try:
         model.DurableProducerSpec.model_validate(spec)
     except ValidationError as error:
         return reconcile.describe_validation_error(error)
-    return None
+    parsed = reconcile.parse_spec(spec)
+    return parsed if isinstance(parsed, str) else None
 
 
 GOOD_SPECS: dict[str, dict[str, Any]] = {
@@ -75,6 +88,15 @@ GOOD_SPECS: dict[str, dict[str, Any]] = {
     "lower-bounds": with_changes({"outageSeconds": 1, "checkpointIntervalMs": 100}),
     "block-when-full": with_changes({"fullDisk": {"policy": "block", "blockTimeoutMs": 0}}),
     "no-spark-templates": with_changes({"spark": {"executorTemplate": False}}),
+    "small-but-working-size": with_changes({"storage.size": "600Mi"}),
+    "small-segments-small-size": with_changes({"storage.size": "200Mi",
+                                               "agent.segmentSizeMib": 8}),
+    "highest-port": with_changes({"kafka.bootstrapServers": ["kafka:65535", "kafka:1"]}),
+    "limits-equal-requests": with_changes(
+        {"agent.resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                             "limits": {"cpu": "0.5", "memory": "1Gi"}}}),
+    "image-with-digest": with_changes(
+        {"agent.image": "registry.example:5000/team/durable-agent:1.0@sha256:abc123"}),
 }
 
 
@@ -83,7 +105,7 @@ class BadSpec:
     spec: dict[str, Any]
     model_says: str  # expected in the operator's InvalidSpec message
     schema_says: str  # expected in the jsonschema error
-    only_cel_rejects: bool = field(default=False)  # the CRD carries a CEL rule for it
+    only_cel_rejects: bool = field(default=False)  # a CEL rule of the CRD, not the OpenAPI part
 
 
 BAD_SPECS: dict[str, BadSpec] = {
@@ -160,8 +182,66 @@ BAD_SPECS: dict[str, BadSpec] = {
     "same-port-twice": BadSpec(
         with_changes({"agent.ports": {"kafka": 9092, "metrics": 9092}}),
         "spec.agent.ports: kafka and metrics ports must differ",
-        "",
+        ".spec.agent.ports: Invalid value: kafka and metrics ports must differ",
         only_cel_rejects=True,
+    ),
+    # Defect: a small storage.size gave a Ready producer whose agents crash-loop.
+    "zero-size": BadSpec(
+        with_changes({"storage.size": "0"}),
+        "spec.storage.size 0 cannot hold the agent's WAL",
+        ".spec.storage.size: Invalid value: spec.storage.size 0 is too small: two WAL segments"
+        " of 64 MiB",
+        only_cel_rejects=True,
+    ),
+    "tiny-size": BadSpec(
+        with_changes({"storage.size": "5Mi"}),
+        "spec.storage.size 5Mi cannot hold the agent's WAL",
+        "spec.storage.size 5Mi is too small",
+        only_cel_rejects=True,
+    ),
+    "size-below-two-big-segments": BadSpec(
+        with_changes({"storage.size": "1Gi", "agent.segmentSizeMib": 1024}),
+        "spec.storage.size 1Gi cannot hold the agent's WAL",
+        "two WAL segments of 1024 MiB",
+        only_cel_rejects=True,
+    ),
+    # Defect: the CRD accepted port 0 / 99999, a limit below its request, an image with spaces.
+    "bootstrap-port-zero": BadSpec(
+        with_changes({"kafka.bootstrapServers": ["kafka:0"]}),
+        "spec.kafka.bootstrapServers[0] must be host:port (port 1 to 65535)",
+        "'kafka:0' does not match",
+    ),
+    "bootstrap-port-too-high": BadSpec(
+        with_changes({"kafka.bootstrapServers": ["kafka:9092", "kafka:99999"]}),
+        "spec.kafka.bootstrapServers[1] must be host:port (port 1 to 65535)",
+        "'kafka:99999' does not match",
+    ),
+    "memory-limit-below-request": BadSpec(
+        with_changes({"agent.resources": {"requests": {"memory": "1Gi"},
+                                          "limits": {"memory": "256Mi"}}}),
+        "spec.agent.resources: limits.memory must be at least requests.memory (limit 256Mi,"
+        " request 1Gi",
+        ".spec.agent.resources.limits.memory: Invalid value: limits.memory 256Mi is less than"
+        " requests.memory 1Gi",
+        only_cel_rejects=True,
+    ),
+    "memory-limit-below-default-request": BadSpec(
+        with_changes({"agent.resources": {"limits": {"memory": "64Mi"}}}),
+        "limits.memory must be at least requests.memory (limit 64Mi, request 128Mi",
+        "limits.memory 64Mi is less than requests.memory 128Mi",
+        only_cel_rejects=True,
+    ),
+    "cpu-limit-below-request": BadSpec(
+        with_changes({"agent.resources": {"requests": {"cpu": "2"}, "limits": {"cpu": "500m"}}}),
+        "limits.cpu must be at least requests.cpu (limit 500m, request 2",
+        "limits.cpu 500m is less than requests.cpu 2",
+        only_cel_rejects=True,
+    ),
+    "image-with-spaces": BadSpec(
+        with_changes({"agent.image": "durable-producer/agent 0.1.0"}),
+        "spec.agent.image must be an image reference such as registry.example/durable-agent"
+        ":0.1.0 (no spaces)",
+        "'durable-producer/agent 0.1.0' does not match",
     ),
 }
 
@@ -179,10 +259,10 @@ def test_bad_spec_rejected_by_model_and_schema_with_expected_messages(name: str)
     message = model_error(bad.spec)
     assert message is not None and bad.model_says in message, message
     errors = schema_errors(manifest(bad.spec))
+    assert any(bad.schema_says in error for error in errors), errors
     if bad.only_cel_rejects:
-        assert errors == [], "jsonschema cannot run CEL; this case documents that gap"
-    else:
-        assert any(bad.schema_says in error for error in errors), errors
+        # The OpenAPI part cannot express it: without the CEL rule it would be stored.
+        assert openapi_errors(manifest(bad.spec)) == []
 
 
 def test_cel_rules_mirror_model_only_checks() -> None:
@@ -192,8 +272,21 @@ def test_cel_rules_mirror_model_only_checks() -> None:
     ]
     (rule,) = ports["x-kubernetes-validations"]
     assert rule == {"rule": "self.kafka != self.metrics", "message": model.PORTS_DIFFER_MESSAGE}
-    cel_cases = [bad for bad in BAD_SPECS.values() if bad.only_cel_rejects]
-    assert all(rule["message"] in bad.model_says for bad in cel_cases)
+    assert model.PORTS_DIFFER_MESSAGE in BAD_SPECS["same-port-twice"].model_says
+    for resource in ("cpu", "memory"):
+        message = model.limit_below_request_message(resource)
+        assert any(message in bad.model_says for bad in BAD_SPECS.values())
+    rules = {r.rule for r in API_SERVER.cel.rules}
+    assert len(rules) == 4, rules  # ports, cpu and memory limits, storage size
+
+
+def test_a_size_the_cel_rule_lets_through_is_still_refused_by_the_operator() -> None:
+    """The CEL rule is a lower bound of the agent's budget; the gap is InvalidSpec."""
+    spec = with_changes({"storage.size": "220Mi"})  # 64 MiB segments need a little more
+
+    assert schema_errors(manifest(spec)) == []
+    message = model_error(spec)
+    assert message is not None and "spec.storage.size 220Mi cannot hold" in message
 
 
 def test_missing_spec_rejected() -> None:

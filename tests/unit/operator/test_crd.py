@@ -13,7 +13,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from durable_producer.contract import DEFAULT_MAX_BATCH_BYTES
 from durable_producer.operator import crd, model
+from durable_producer.operator.quantities import MIB
+from durable_producer.operator.sizing import minimum_volume_bytes
+from support.crd_validation import CelRules
 
 REPOSITORY = Path(__file__).resolve().parents[3]
 CRD_PATH = REPOSITORY / "crds" / crd.CRD_FILE_NAME
@@ -163,3 +167,34 @@ def test_module_entry_point_prints_the_crd() -> None:
         timeout=60,
     ).stdout
     assert printed == CRD_PATH.read_text()
+
+
+def test_every_cel_rule_compiles_with_a_cel_library() -> None:
+    rules = CelRules(crd.resource_schema())  # compiles each rule and messageExpression
+
+    assert {rule.path for rule in rules.rules} == {
+        ".spec", ".spec.agent.resources", ".spec.agent.ports"}
+
+
+def test_storage_size_rule_never_refuses_a_size_the_agent_budget_accepts() -> None:
+    """The CEL rule is a lower bound of volume_budget's answer, for every segment size."""
+    spec_schema = crd.resource_schema()["properties"]["spec"]
+    rules = CelRules(spec_schema)
+    base = {"kafka": {"bootstrapServers": ["k:9092"]}, "throughput": {"peakBytesPerSecond": 1}}
+    # Every size the schema allows from 1 to 16 MiB, then around each power of two up to 1024
+    # (celpy takes ~20 ms per object).
+    segments = sorted({*range(1, 17), *(2**k + d for k in range(4, 11) for d in (-1, 0, 1))}
+                      - {1025})
+    for segment in segments:
+        smallest = minimum_volume_bytes(segment * MIB, DEFAULT_MAX_BATCH_BYTES) // MIB
+        spec = apply_schema_defaults(spec_schema, {
+            **copy.deepcopy(base), "storage": {"size": f"{smallest}Mi"},
+            "agent": {"segmentSizeMib": segment}})
+        assert rules.errors(spec, spec_schema) == [], segment
+    # Tight where the margin is smallest (1 MiB segments): one MiB less is refused.
+    smallest = minimum_volume_bytes(MIB, DEFAULT_MAX_BATCH_BYTES) // MIB
+    too_small = apply_schema_defaults(spec_schema, {
+        **copy.deepcopy(base), "storage": {"size": f"{smallest - 1}Mi"},
+        "agent": {"segmentSizeMib": 1}})
+    (error,) = rules.errors(too_small, spec_schema)
+    assert f"need at least {smallest}Mi" in error

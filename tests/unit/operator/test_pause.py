@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from durable_producer.contract import PAUSE_ANNOTATION
-from durable_producer.operator import pause
+from durable_producer.operator import conditions, pause
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -34,7 +34,7 @@ def test_pausing_sets_the_condition_once() -> None:
     again = pause.paused_status_patch(patch, 3, NOW + timedelta(minutes=1))
 
     (condition,) = [c for c in patch["conditions"] if c["type"] == pause.PAUSED_CONDITION]
-    assert (condition["status"], condition["reason"]) == ("True", pause.REASON_PAUSED)
+    assert (condition["status"], condition["reason"]) == ("True", conditions.REASON_PAUSED)
     assert PAUSE_ANNOTATION in condition["message"]
     assert ready in patch["conditions"]
     assert again == {}
@@ -47,7 +47,7 @@ def test_resuming_turns_it_false_and_never_paused_objects_get_none() -> None:
     untouched = pause.resumed_status({"bufferSize": "2Gi", "conditions": []}, 2, NOW)
 
     (condition,) = resumed["conditions"]
-    assert (condition["status"], condition["reason"]) == ("False", pause.REASON_RESUMED)
+    assert (condition["status"], condition["reason"]) == ("False", conditions.REASON_RESUMED)
     assert condition["observedGeneration"] == 2
     assert resumed["bufferSize"] == "2Gi"
     assert untouched == {"bufferSize": "2Gi", "conditions": []}

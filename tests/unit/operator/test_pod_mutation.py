@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_producer import contract
+from durable_producer import contract, volume_budget
 from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.operator import pod_mutation
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
-from durable_producer.operator.sizing import FILESYSTEM_RESERVE_BYTES, SizingInputs, size_buffer
+from durable_producer.operator.sizing import SizingInputs, size_buffer
 
 AGENT_IMAGE = AgentImage.from_environ(
     {"DURABLE_PRODUCER_AGENT_IMAGE": "registry.example/agent:1.2.3"})
@@ -141,7 +141,11 @@ def test_sidecar_arguments_are_accepted_by_the_real_agent_cli() -> None:
     assert str(args.ssl_ca_file) == "/etc/durable-producer/kafka-ca/ca.crt"
     assert str(args.sasl_password_file) == "/etc/durable-producer/kafka-sasl/password"
     volume_bytes = size_buffer(SizingInputs.from_spec(spec)).size_bytes
-    assert args.max_buffer_bytes == volume_bytes - FILESYSTEM_RESERVE_BYTES > 0
+    # The WAL's share of the volume, as the agent's own budget computes it from its settings.
+    agent_budget = volume_budget.wal_budget(
+        volume_budget.usable_bytes(volume_bytes), args.segment_bytes, args.max_batch_bytes
+    )
+    assert args.max_buffer_bytes == agent_budget.wal_bytes > 0
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert set(mounts) == {"durable-buffer", "durable-kafka-ca", "durable-kafka-client-tls",
                            "durable-kafka-sasl"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -40,15 +41,16 @@ def test_valid_spec_is_ready_with_size_runway_and_generation() -> None:
     status = outcome.status
     assert outcome.problem is None and outcome.problem_reason is None
     assert status["observedGeneration"] == 3
-    assert status["bufferSize"] == "23Gi"
-    assert status["runwaySeconds"] == 3660
-    assert status["attachedPods"] == 0 and status["backlogBytes"] == 0
+    assert status["bufferSize"] == "24Gi"  # docs/sizing.md's worked example
+    assert status["runwaySeconds"] == 3609
+    # No agent has answered yet: the backlog is unknown, not 0 (the pool timer publishes it).
+    assert status["attachedPods"] == 0 and "backlogBytes" not in status
     ready = find(status, READY)
     assert ready == {
         "type": READY,
         "status": "True",
         "reason": REASON_RECONCILED,
-        "message": "buffer volumes of 23Gi survive 3660s of Kafka outage at peak rate",
+        "message": "buffer volumes of 24Gi survive 3609s of Kafka outage at peak rate",
         "lastTransitionTime": "2026-11-22T01:00:00Z",
         "observedGeneration": 3,
     }
@@ -61,7 +63,7 @@ def test_transition_time_kept_while_status_unchanged_and_moved_on_change() -> No
     again = desired_status({**SPEC, "outageSeconds": 7200}, first, 2, T1).status
     assert find(again, READY)["lastTransitionTime"] == "2026-11-22T01:00:00Z"
     assert find(again, READY)["observedGeneration"] == 2
-    assert again["bufferSize"] == "45Gi"
+    assert again["bufferSize"] == "48Gi"
 
     broken = desired_status({**SPEC, "outageSeconds": 0}, again, 3, T1).status
     assert find(broken, READY)["status"] == "False"
@@ -110,14 +112,14 @@ def test_short_override_is_degraded_but_ready() -> None:
     spec = {**SPEC, "storage": {"size": "16Gi"}}
     outcome = desired_status(spec, {}, 1, T0)
     assert outcome.status["bufferSize"] == "16Gi"
-    assert outcome.status["runwaySeconds"] == 2514
+    assert outcome.status["runwaySeconds"] == 2391
     assert find(outcome.status, READY)["status"] == "True"
     degraded = find(outcome.status, DEGRADED)
     assert degraded["status"] == "True"
     assert degraded["reason"] == REASON_RUNWAY_BELOW_TARGET
     assert degraded["message"] == outcome.problem
     assert outcome.problem_reason == REASON_RUNWAY_BELOW_TARGET
-    assert "use the computed 23Gi" in degraded["message"]
+    assert "use the computed 24Gi" in degraded["message"]
 
 
 def test_figures_owned_by_other_reconcilers_are_preserved() -> None:
@@ -180,6 +182,53 @@ def test_format_time_is_utc_rfc3339() -> None:
 
 
 def test_every_reason_is_documented_in_the_operator_guide() -> None:
+    """The conditions table lists every (condition, status, reason) a user can see."""
     guide = (Path(__file__).resolve().parents[3] / "docs" / "operator.md").read_text()
-    for reason in reconcile.REASONS:
+    section = guide[guide.index("## Conditions and reasons") :]
+    rows = set(re.findall(r"^\| `(\w+)` \| `(\w+)` \| `(\w+)` \|", section, re.MULTILINE))
+    for condition, status, reason in reconcile.REASONS:
         assert f"`{reason}`" in guide, f"docs/operator.md does not explain reason {reason}"
+        assert (condition, status, reason) in rows, (condition, status, reason)
+    assert rows == set(reconcile.REASONS), "the table lists a reason the code never sets"
+
+
+def deployed(size: str, in_use: int, *, fits: bool) -> dict[str, Any]:
+    return {"size": size, "fitsSpec": fits, "inUse": in_use, "claimed": 0, "free": 0,
+            "draining": 0}
+
+
+def test_runway_is_the_smallest_volume_in_use_after_a_spec_change() -> None:
+    """Defect: after raising the throughput, pods ran on the old 6Gi volumes while the status
+    claimed the runway of the new size."""
+    spec = {**SPEC, "throughput": {"peakBytesPerSecond": 5 * 2**20}}  # 24Gi for an hour
+    current = {"deployedVolumes": [deployed("6Gi", 2, fits=False), deployed("24Gi", 1, fits=True)]}
+
+    outcome = desired_status(spec, current, 2, T0)
+
+    status = outcome.status
+    assert status["bufferSize"] == "24Gi"
+    assert 800 < status["runwaySeconds"] < 1000  # what 6Gi buys at 5 MiB/s, not 3609
+    degraded = find(status, DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "VolumesBelowSpec")
+    assert "volumes of 6Gi still in use" in degraded["message"]
+    assert f"only {status['runwaySeconds']}s" in degraded["message"]
+    assert degraded["observedGeneration"] == 2
+    assert outcome.problem == degraded["message"]
+
+    # Only free (not used) small volumes left: the spec's runway again.
+    current = {"deployedVolumes": [{**deployed("6Gi", 0, fits=False), "free": 2}]}
+    status = desired_status(spec, current, 2, T0).status
+    assert status["runwaySeconds"] == 3609
+    assert find(status, DEGRADED)["reason"] == REASON_AS_EXPECTED
+
+
+def test_a_computed_size_too_large_for_most_storage_is_degraded() -> None:
+    spec = {**SPEC, "throughput": {"peakBytesPerSecond": 10 * 2**30}}
+
+    outcome = desired_status(spec, {}, 1, T0)
+
+    assert find(outcome.status, READY)["status"] == "True"
+    degraded = find(outcome.status, DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "VeryLargeVolume")
+    assert outcome.status["bufferSize"] in degraded["message"]
+    assert outcome.problem_reason == "VeryLargeVolume"

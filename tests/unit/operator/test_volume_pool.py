@@ -12,7 +12,7 @@ from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.buffer_agent.metrics import PREFIX as METRICS_PREFIX
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.contract import BACKLOG_METRIC
-from durable_producer.operator import agent_scrape, manifests, pool_status
+from durable_producer.operator import agent_scrape, handout, manifests, pool_status, volume_fit
 from durable_producer.operator import volume_pool as vp
 from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.model import DurableProducerSpec
@@ -44,7 +44,7 @@ def pvc(name: str, *, version: str = "1", **annotations: str | None) -> dict[str
     return {"metadata": {
         "name": name, "resourceVersion": version, "labels": {vp.POOL_LABEL: "orders"},
         "annotations": {keys[k]: v for k, v in annotations.items() if v is not None},
-        "creationTimestamp": ago(3600),
+        "creationTimestamp": ago(3600), "finalizers": [vp.VOLUME_FINALIZER],
     }}
 
 
@@ -75,7 +75,7 @@ def test_free_volume_with_possible_backlog_is_handed_out_first() -> None:
     volumes = [pvc("a", released_at=ago(5), backlog="empty"),
                pvc("b", released_at=ago(5), backlog="unknown")]
 
-    chosen = vp.choose_volume(volumes, [], NOW, POLICY)
+    chosen = handout.choose_volume(volumes, [], NOW, POLICY)
 
     assert chosen is not None and chosen["metadata"]["name"] == "b"
 
@@ -90,13 +90,13 @@ def test_volumes_in_use_recently_claimed_draining_or_deleted_are_not_handed_out(
         deleted,
     ]
 
-    assert vp.choose_volume(volumes, [pod("p", "used")], NOW, POLICY) is None
+    assert handout.choose_volume(volumes, [pod("p", "used")], NOW, POLICY) is None
 
 
 def test_claim_that_outlived_its_grace_without_a_pod_is_free_again() -> None:
     volumes = [pvc("stale", claim="t1", claimed_at=ago(61))]
 
-    chosen = vp.choose_volume(volumes, [], NOW, POLICY)
+    chosen = handout.choose_volume(volumes, [], NOW, POLICY)
 
     assert chosen is not None and chosen["metadata"]["name"] == "stale"
 
@@ -104,11 +104,11 @@ def test_claim_that_outlived_its_grace_without_a_pod_is_free_again() -> None:
 def test_finished_pods_do_not_hold_their_volume() -> None:
     volumes = [pvc("v", claim="t1", claimed_at=ago(600))]
 
-    assert vp.choose_volume(volumes, [pod("done", "v", phase="Succeeded")], NOW, POLICY)
+    assert handout.choose_volume(volumes, [pod("done", "v", phase="Succeeded")], NOW, POLICY)
 
 
 def test_claim_patch_is_guarded_by_the_resource_version_and_marks_backlog_unknown() -> None:
-    patch = vp.claim_patch(pvc("v", version="42", backlog="empty"), "token-1", NOW)
+    patch = handout.claim_patch(pvc("v", version="42", backlog="empty"), "token-1", NOW)
 
     assert patch["metadata"]["resourceVersion"] == "42"
     assert patch["metadata"]["annotations"] == {
@@ -149,11 +149,11 @@ def claim(store: VersionedStore, snapshot: list[dict[str, Any]], token: str) -> 
     """The webhook's claim loop: on a conflict, re-read and try the next free volume."""
     excluded: set[str] = set()
     for _ in range(5):
-        candidate = vp.choose_volume(snapshot, [], NOW, POLICY, exclude=excluded)
+        candidate = handout.choose_volume(snapshot, [], NOW, POLICY, exclude=excluded)
         if candidate is None:
             return None
         try:
-            store.patch(candidate["metadata"]["name"], vp.claim_patch(candidate, token, NOW))
+            store.patch(candidate["metadata"]["name"], handout.claim_patch(candidate, token, NOW))
         except Conflict:
             excluded.add(candidate["metadata"]["name"])
             snapshot = store.list()
@@ -173,7 +173,7 @@ def test_two_claims_from_the_same_snapshot_never_share_a_volume() -> None:
     owners = {name: v["metadata"]["annotations"][vp.CLAIM_TOKEN_ANNOTATION]
               for name, v in store.volumes.items()}
     assert sorted(owners.values()) == ["pod-1", "pod-2"]
-    assert vp.claim_is_ours(store.volumes[first], "pod-1")
+    assert handout.claim_is_ours(store.volumes[first], "pod-1")
 
 
 def test_losing_claimer_gets_nothing_when_the_only_volume_is_taken() -> None:
@@ -203,7 +203,7 @@ def test_volume_whose_pod_is_gone_is_released_then_drained_after_the_grace() -> 
 
     assert annotation_patch(released, "v") == {
         vp.CLAIM_TOKEN_ANNOTATION: None, vp.CLAIMED_AT_ANNOTATION: None,
-        vp.RELEASED_AT_ANNOTATION: format_time(NOW)}
+        vp.CLAIM_KEY_ANNOTATION: None, vp.RELEASED_AT_ANNOTATION: format_time(NOW)}
     assert not released.jobs_to_create
 
     within_grace = vp.plan_pool([pvc("v", released_at=ago(29), backlog="unknown")], [], [], NOW,
@@ -345,7 +345,10 @@ def test_lifecycle_document_draws_every_state_and_lists_every_annotation() -> No
         assert f"{state.value}" in diagram, state
     for annotation in (vp.CLAIM_TOKEN_ANNOTATION, vp.CLAIMED_AT_ANNOTATION,
                        vp.RELEASED_AT_ANNOTATION, vp.BACKLOG_ANNOTATION,
-                       vp.DRAIN_JOB_ANNOTATION, vp.DRAIN_FAILURES_ANNOTATION):
+                       vp.DRAIN_JOB_ANNOTATION, vp.DRAIN_FAILURES_ANNOTATION,
+                       vp.CLAIM_KEY_ANNOTATION, volume_fit.STORAGE_CLASS_ANNOTATION,
+                       volume_fit.EXPANSION_REFUSED_ANNOTATION, vp.VOLUME_FINALIZER,
+                       vp.ABANDON_ANNOTATION):
         assert f"`{annotation}`" in doc, annotation
     for variable in POOL_ENV.values():
         if "PENDING" not in variable:

@@ -11,14 +11,20 @@ from __future__ import annotations
 
 from collections import deque
 
+PartitionKey = tuple[str, int]
+"""(topic, partition) of a frame."""
+
 
 class _PendingFrame:
-    __slots__ = ("appended_ms", "offset", "remaining")
+    __slots__ = ("appended_ms", "key", "offset", "remaining")
 
-    def __init__(self, offset: int, remaining: int, appended_ms: int) -> None:
+    def __init__(
+        self, offset: int, remaining: int, appended_ms: int, key: PartitionKey | None
+    ) -> None:
         self.offset = offset
         self.remaining = remaining
         self.appended_ms = appended_ms
+        self.key = key
 
 
 class AckTracker:
@@ -30,11 +36,17 @@ class AckTracker:
         self._delivered_high = start_offset
         self._pending_records = 0
 
-    def register(self, offset: int, record_count: int, appended_ms: int = 0) -> None:
+    def register(
+        self,
+        offset: int,
+        record_count: int,
+        appended_ms: int = 0,
+        key: PartitionKey | None = None,
+    ) -> None:
         """Track the frame at ``offset``; frames must come in increasing offset order.
 
         A frame with no records to wait for (empty, or dead-lettered as a whole) counts as
-        delivered at once.
+        delivered at once. ``key``: its topic and partition (``delivered_prefixes``).
         """
         if offset < self._next_after_last:
             raise ValueError(
@@ -46,7 +58,7 @@ class AckTracker:
         if record_count == 0:
             self._note_delivered(offset)
             return
-        frame = _PendingFrame(offset, record_count, appended_ms)
+        frame = _PendingFrame(offset, record_count, appended_ms, key)
         self._queue.append(frame)
         self._by_offset[offset] = frame
         self._pending_records += record_count
@@ -80,6 +92,26 @@ class AckTracker:
         if self._queue:
             return self._queue[0].offset
         return self._next_after_last
+
+    def settled_offsets(self) -> list[int]:
+        """Frames at or above the watermark that are fully delivered."""
+        return [frame.offset for frame in self._queue if not frame.remaining]
+
+    def delivered_prefixes(self) -> dict[PartitionKey, int]:
+        """Per partition, the highest frame offset such that every frame of that partition
+        from the watermark up to it is fully delivered (partitions with none: absent). One
+        pass over the frames in flight."""
+        prefixes: dict[PartitionKey, int] = {}
+        blocked: set[PartitionKey] = set()
+        for frame in self._queue:
+            key = frame.key
+            if key is None or key in blocked:
+                continue
+            if frame.remaining:
+                blocked.add(key)
+            else:
+                prefixes[key] = frame.offset
+        return prefixes
 
     @property
     def oldest_pending_appended_ms(self) -> int | None:

@@ -53,6 +53,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
+from durable_producer.buffer_agent.forward.replay_accounting import ReplayAccount
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch
 from durable_producer.buffer_agent.kafka.record_decode import (
     Record,
@@ -209,9 +210,16 @@ class DeliveryLedger:
     tracker from their reports, counts what was forwarded. Single-threaded (the forwarding
     thread); the counters may be read from any thread."""
 
-    def __init__(self, tracker: AckTracker, failures: FailureHandling) -> None:
+    def __init__(
+        self,
+        tracker: AckTracker,
+        failures: FailureHandling,
+        replay: ReplayAccount | None = None,
+    ) -> None:
+        """``replay`` counts the duplicates of frames sent again (``replay_accounting``)."""
         self.tracker = tracker
         self.failures = failures
+        self.replay = replay or ReplayAccount(checkpoint=tracker.watermark)
         self.generation = 0
         # Sparse frames whose last record was refused by produce(): settled by the next
         # success on their partition.
@@ -220,7 +228,6 @@ class DeliveryLedger:
         self.forwarded_bytes = 0
         self.sparse_records = 0
         self.careful_records = 0
-        self.replayed_duplicates = 0
 
     def disown_reports(self) -> None:
         """Reports still to come for the frames produced so far are ignored (their producer
@@ -238,6 +245,10 @@ class DeliveryLedger:
             return  # reports from a producer that was reset; the frame is being replayed
         self.tracker.ack(delivery.offset, delivery.count)
         forwarded = delivery.count - delivery.dead
+        if delivery.offset < self.replay.until:
+            self.replay.settled_again(
+                delivery.offset, delivery.topic, delivery.partition, forwarded
+            )
         self.forwarded_records += forwarded
         if delivery.sparse:
             self.sparse_records += forwarded
@@ -288,14 +299,13 @@ class DeliveryLedger:
         producer: Producer,
         *,
         sparse: bool,
-        replay_until: int,
         wait_for_room: Callable[[], bool],
     ) -> int:
         """Hand every record of ``frame`` to ``producer``; returns how many were handed over
         (0 if none, or if the frame was given up). When the client's queue is full,
         ``wait_for_room`` serves reports; if it returns False the frame is given up: it
-        stays above the watermark and is replayed. Records of frames below ``replay_until``
-        are counted as possible duplicates."""
+        stays above the watermark and is replayed. Records of frames sent before (below
+        ``replay.until``) are counted as certain or possible duplicates."""
         delivery = FrameDelivery(self, self.generation, frame, sparse)
         try:
             # None: no callback (record_decode's signature does not say it may be None yet).
@@ -322,9 +332,11 @@ class DeliveryLedger:
         if not produced:
             self.tracker.register(frame.offset, 0)
             return 0
-        if frame.offset < replay_until:
-            self.replayed_duplicates += produced
-        self.tracker.register(frame.offset, total, frame.appended_ms)
+        if frame.offset < self.replay.until:
+            self.replay.sent_again(frame.offset, frame.topic, frame.partition, produced)
+        self.tracker.register(
+            frame.offset, total, frame.appended_ms, (frame.topic, frame.partition)
+        )
         if sparse:
             # One report for the frame: the last record's (see the module docstring).
             last = calls[-1]

@@ -1,11 +1,21 @@
 """What the forwarder does about each Kafka error: the decisions only, no Kafka needed.
 
-- non-retriable record errors (too large, authorization, invalid record; ``PERMANENT_ERRORS``)
-  go to the dead-letter area with the reason and the forwarder moves on. Never a silent
-  drop. Undecodable batches go there too (decided where the frame is decoded). A permanent
-  error *reported* for a batch may have hit innocent records batched with the bad one: the
-  producer is reset to send one record per request (``ISOLATE``) and only a record refused
-  on its own (or refused by ``produce()`` itself) is dead-lettered.
+- records Kafka refuses with an error no retry fixes unless the cluster changes (too large,
+  authorization, invalid record, policy; ``PERMANENT_ERRORS``) are produced again every
+  ``retry_backoff_s`` (doubling up to ``retry_backoff_max_s``) for ``dead_letter_after_s``
+  (default 120 s): ACLs propagate to every broker, a topic's ``max.message.bytes`` is raised
+  back, and the records go through instead of into the dead-letter area. Refused for longer
+  (a spell per partition, like unknown topics below), they go to the dead-letter area with
+  the reason and the forwarder moves on; never a silent drop. Refusals the client makes
+  itself (``CLIENT_REFUSALS`` raised by ``produce()``) are dead-lettered at once, and so is
+  everything with
+  ``dead_letter_after_s`` 0. Undecodable batches go there too (decided where the frame is
+  decoded). A permanent error *reported* for a batch may have hit innocent records batched
+  with the bad one: the producer is reset to send one record per request (``ISOLATE``) and
+  only a record refused on its own (or refused by ``produce()`` itself) is retried or
+  dead-lettered. While records wait for a retry the forwarder sends nothing newer (see
+  ``forwarder``), so a record refused and later accepted keeps its place in its partition;
+  only records already in flight when the refusal came back can overtake it.
 - a record whose topic or partition is unknown (``UNKNOWN_TOPIC_ERRORS``) is produced again
   every ``retry_backoff_s`` (failed records of one partition are retried in the order they
   failed); still unknown after ``unknown_topic_wait_s``, it is dead-lettered.
@@ -39,6 +49,9 @@ PERMANENT_ERRORS = frozenset(
         KafkaError._INVALID_ARG,
     }
 )
+# Raised by produce() itself with one of these, the refusal is the client's own check
+# (message.max.bytes, arguments): no change on the cluster can make the record go through.
+CLIENT_REFUSALS = frozenset({KafkaError._INVALID_ARG, KafkaError.MSG_SIZE_TOO_LARGE})
 # Errors that may clear once metadata catches up: retried for a bounded time.
 UNKNOWN_TOPIC_ERRORS = frozenset(
     {
@@ -76,12 +89,24 @@ def fatal_error(code: int) -> Verdict:
 
 
 class RecordFailurePolicy:
-    """The verdict on one failed record; remembers since when each partition is unknown."""
+    """The verdict on one failed record; remembers since when each partition is unknown or
+    refused."""
 
-    def __init__(self, unknown_topic_wait_s: float) -> None:
+    def __init__(
+        self,
+        unknown_topic_wait_s: float,
+        dead_letter_after_s: float = 0.0,
+        *,
+        longest_retry_gap_s: float = 0.0,
+    ) -> None:
+        """``longest_retry_gap_s``: the longest backoff between two retries of a record; a
+        spell of failures does not end within it."""
         self.unknown_topic_wait_s = unknown_topic_wait_s
-        # (topic, partition) -> (first, last) failure time of its current unknown spell.
+        self.dead_letter_after_s = dead_letter_after_s
+        self.longest_retry_gap_s = longest_retry_gap_s
+        # (topic, partition) -> (first, last) failure time of its current spell.
         self._unknown_since: dict[tuple[str, int], tuple[float, float]] = {}
+        self._refused_since: dict[tuple[str, int], tuple[float, float]] = {}
 
     def judge(
         self,
@@ -97,22 +122,32 @@ class RecordFailurePolicy:
         ``isolating``: the producer sends one record per request (a report is about that
         record alone); ``now``: a monotonic clock reading."""
         if code in PERMANENT_ERRORS:
-            if synchronous or isolating:
+            if not (synchronous or isolating):
+                # The broker refused a whole batch: which of its records is at fault is
+                # unknown. Send again one record per request and let the broker tell.
+                return Verdict.ISOLATE
+            if (synchronous and code in CLIENT_REFUSALS) or self.dead_letter_after_s <= 0:
                 return Verdict.DEAD_LETTER
-            # The broker refused a whole batch: which of its records is at fault is
-            # unknown. Send again one record per request and let the broker tell.
-            return Verdict.ISOLATE
+            return self._spell(self._refused_since, topic, partition, now, self.dead_letter_after_s)
         if code in UNKNOWN_TOPIC_ERRORS:
-            return self._unknown(topic, partition, now)
+            return self._spell(
+                self._unknown_since, topic, partition, now, self.unknown_topic_wait_s
+            )
         return Verdict.RESET
 
-    def _unknown(self, topic: str, partition: int, now: float) -> Verdict:
-        """Retried until the partition has been unknown for ``unknown_topic_wait_s``; a spell
-        ends when no failure was seen for that long."""
+    def _spell(
+        self,
+        spells: dict[tuple[str, int], tuple[float, float]],
+        topic: str,
+        partition: int,
+        now: float,
+        wait: float,
+    ) -> Verdict:
+        """Retried until the partition has failed for ``wait`` seconds; a spell ends when no
+        failure was seen for that long (or for the longest retry gap, if that is longer)."""
         key = (topic, partition)
-        wait = self.unknown_topic_wait_s
-        first, last = self._unknown_since.get(key, (now, now))
-        if now - last > wait:
+        first, last = spells.get(key, (now, now))
+        if now - last > max(wait, self.longest_retry_gap_s):
             first = now
-        self._unknown_since[key] = (first, now)
+        spells[key] = (first, now)
         return Verdict.DEAD_LETTER if now - first >= wait else Verdict.RETRY

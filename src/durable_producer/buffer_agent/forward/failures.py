@@ -17,6 +17,7 @@ from durable_producer.buffer_agent.forward.failure_policy import (
     Verdict,
     batch_failure,
 )
+from durable_producer.buffer_agent.forward.health import ForwarderHealth
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import Frame
 
@@ -35,14 +36,26 @@ class FailureHandler:
         *,
         unknown_topic_wait_s: float,
         retry_backoff_s: float,
+        retry_backoff_max_s: float | None = None,
+        dead_letter_after_s: float = 0.0,
+        health: ForwarderHealth | None = None,
     ) -> None:
         self._dead_letters = dead_letters
         self._mode = mode
         self._metrics = metrics
-        self._policy = RecordFailurePolicy(unknown_topic_wait_s)
+        self._health = health
         self._retry_backoff_s = retry_backoff_s
+        self._retry_backoff_max_s = retry_backoff_max_s or retry_backoff_s
+        self._policy = RecordFailurePolicy(
+            unknown_topic_wait_s,
+            dead_letter_after_s,
+            longest_retry_gap_s=2 * self._retry_backoff_max_s,
+        )
         # (due time, frame, record index) of records to produce again, in failure order.
         self.retries: deque[tuple[float, FrameDelivery, int]] = deque()
+        # Failed attempts of records retried, by (WAL offset, record index); forgotten below
+        # the checkpoint.
+        self._attempts: dict[tuple[int, int], int] = {}
         # Records dead-lettered by this run, by WAL offset: skipped when a reset re-forwards
         # their frame (no second dead letter, and no endless loop on a broker that fences a
         # producer after a permanent error); forgotten below the checkpoint.
@@ -55,6 +68,7 @@ class FailureHandler:
         """Record ``index`` of a current frame failed: raised by ``produce()``
         (``synchronous``) or reported failed."""
         now = time.monotonic()
+        self._note(error)
         verdict = self._policy.judge(
             error.code(),
             delivery.topic,
@@ -66,7 +80,10 @@ class FailureHandler:
         if verdict is Verdict.DEAD_LETTER:
             self._dead_letter_record(delivery, index, error)
         elif verdict is Verdict.RETRY:
-            self.retries.append((now + self._retry_backoff_s, delivery, index))
+            attempt = self._attempts.get((delivery.offset, index), 0)
+            self._attempts[(delivery.offset, index)] = attempt + 1
+            backoff = min(self._retry_backoff_s * 2**attempt, self._retry_backoff_max_s)
+            self.retries.append((now + backoff, delivery, index))
         else:
             self._mode.request_reset(
                 f"{error.name()}: {error.str()} ({delivery.topic}/{delivery.partition})",
@@ -79,19 +96,25 @@ class FailureHandler:
         if not delivery.unreported:  # the report was about that one record only
             self.record_failed(delivery, delivery.reporter, error)
             return
+        self._note(error)
         self._mode.request_reset(
             f"{error.name()}: {error.str()} (sparse frame {delivery.offset},"
             f" {delivery.topic}/{delivery.partition})",
             isolate=batch_failure(error.code()) is Verdict.ISOLATE,
         )
 
+    def _note(self, error: KafkaError) -> None:
+        if self._health is not None:
+            self._health.error("delivery", error.code(), error.name(), error.str())
+
     # ----------------------------------------------------------------- retries
     def retry_due(self, now: float) -> bool:
         return bool(self.retries) and self.retries[0][0] <= now
 
     def produce_due_retries(self, producer: Producer, now: float, generation: int) -> None:
-        """Produce again records whose topic or partition was unknown, in failure order;
-        those of frames older than ``generation`` are dropped (their frame is replayed)."""
+        """Produce again records whose topic or partition was unknown or that were refused,
+        in failure order; those of frames older than ``generation`` are dropped (their frame
+        is replayed). A record ``produce()`` refuses again keeps its place at the head."""
         retries = self.retries
         while retries and retries[0][0] <= now:
             _, delivery, index = retries.popleft()
@@ -112,11 +135,17 @@ class FailureHandler:
                 retries.appendleft((now, delivery, index))
                 return
             except KafkaException as exception:
+                waiting = len(retries)
                 self.record_failed(delivery, index, exception.args[0], synchronous=True)
+                if len(retries) > waiting:  # retried later: back to the head, in order
+                    retries.appendleft(retries.pop())
+                    return
 
     # ----------------------------------------------------------------- dead letters
     def forget_below(self, checkpoint: int) -> None:
         """Frames below the checkpoint are never forwarded again."""
+        if self._attempts:
+            self._attempts = {k: n for k, n in self._attempts.items() if k[0] >= checkpoint}
         if self.dead_lettered:
             self.dead_lettered = {
                 offset: indexes
@@ -139,6 +168,7 @@ class FailureHandler:
             error_code=error.name(),
         )
         self.dead_lettered.setdefault(delivery.offset, set()).add(index)
+        self._attempts.pop((delivery.offset, index), None)
         self._count_dead_letter(error.name())
         delivery.dead += 1
         log.error(

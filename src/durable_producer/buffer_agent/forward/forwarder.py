@@ -10,7 +10,9 @@ contiguous watermark becomes the WAL checkpoint (``progress``: the checkpoint, a
 sent/delivered hint that counts duplicates). Records Kafka refuses are dead-lettered,
 retried or make the forwarder reset its producer (``failure_policy`` decides, ``failures``
 acts); a reset re-forwards from the watermark carefully, then the forwarder returns to
-sparse mode.
+sparse mode. What is sent again is counted as certain or possible duplicates
+(``replay_accounting``); ``health`` says which fault the forwarder is in and ``publisher``
+shows both.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +33,11 @@ from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.delivery import DeliveryLedger, DeliveryMode
 from durable_producer.buffer_agent.forward.failure_policy import Verdict, fatal_error
 from durable_producer.buffer_agent.forward.failures import FailureHandler
+from durable_producer.buffer_agent.forward.health import ForwarderHealth
 from durable_producer.buffer_agent.forward.producer import ProducerFactory, discard, serve_reports
 from durable_producer.buffer_agent.forward.progress import Progress
+from durable_producer.buffer_agent.forward.publisher import DrainSummary, ForwarderStats, Publisher
+from durable_producer.buffer_agent.forward.replay_accounting import ReplayAccount
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import WalClosedError, WalReader, WriteAheadLog
 
@@ -44,35 +49,7 @@ log = logging.getLogger(__name__)
 POLL_EVERY_RECORDS = 1_000
 
 
-@dataclass(frozen=True, slots=True)
-class ForwarderStats:
-    forwarded_records: int
-    forwarded_bytes: int
-    dead_letters: int
-    replayed_duplicates: int
-    producer_resets: int
-    in_flight_records: int
-    watermark: int
-    checkpoint_offset: int
-    sparse_records: int = 0
-    """Records forwarded in sparse mode (one delivery report per frame)."""
-    careful_records: int = 0
-    """Records forwarded in careful mode (one delivery report per record)."""
-    careful: bool = False
-    """True while the forwarder is in careful mode."""
-
-
-@dataclass(frozen=True, slots=True)
-class DrainSummary:
-    """What ``drain`` achieved: ``complete`` when everything up to ``target_offset`` is in Kafka."""
-
-    complete: bool
-    target_offset: int
-    checkpoint_offset: int
-    forwarded_records: int
-    dead_letters: int
-    replayed_duplicates: int
-    elapsed_s: float
+__all__ = ["DrainSummary", "Forwarder", "ForwarderStats"]
 
 
 class Forwarder:
@@ -97,7 +74,13 @@ class Forwarder:
         self._wal = wal
         self._config = config or ForwarderConfig()
         self._metrics = metrics
-        self._producers = ProducerFactory(client_config, self._config, self._on_fatal_error)
+        self.health = ForwarderHealth(
+            stall_after_s=self._config.stall_after_s,
+            on_error=metrics.count_kafka_error if metrics is not None else None,
+        )
+        self._producers = ProducerFactory(
+            client_config, self._config, self._on_fatal_error, health=self.health
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
@@ -109,17 +92,21 @@ class Forwarder:
             metrics,
             unknown_topic_wait_s=self._config.unknown_topic_wait_s,
             retry_backoff_s=self._config.retry_backoff_s,
+            retry_backoff_max_s=self._config.retry_backoff_max_s,
+            dead_letter_after_s=self._config.dead_letter_after_s,
+            health=self.health,
         )
-        self._ledger = DeliveryLedger(AckTracker(wal.checkpoint_offset), self._failures)
         self._progress = Progress(wal, state_dir, metrics, before_checkpoint)
+        self._replay = ReplayAccount.of_volume(state_dir, wal.checkpoint_offset, self._progress)
+        self._ledger = DeliveryLedger(
+            AckTracker(wal.checkpoint_offset), self._failures, self._replay
+        )
+        self._publisher = Publisher(wal, metrics, self.health, self._producers.client_log)
         self._reader: WalReader | None = None
         self._producer: Producer | None = None
         self._unpolled_records = 0
 
         self._producer_resets = 0
-        self._published_watermark = wal.checkpoint_offset
-        self._published_in_flight = 0
-        self._reported = (0, 0, 0)
         self._next_checkpoint = 0.0
         self._next_hint = 0.0
 
@@ -164,18 +151,19 @@ class Forwarder:
             self.start()
         deadline = started + timeout_s
         while time.monotonic() < deadline and self.running:
-            if self._published_watermark >= target:
+            if self._publisher.watermark >= target:
                 break
             time.sleep(0.005)
         self.stop(flush_timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
         return DrainSummary(
-            complete=self._published_watermark >= target,
+            complete=self._publisher.watermark >= target,
             target_offset=target,
             checkpoint_offset=self._wal.checkpoint_offset,
             forwarded_records=self._ledger.forwarded_records,
             dead_letters=self._failures.dead_letter_count,
-            replayed_duplicates=self._ledger.replayed_duplicates,
+            replayed_duplicates=self._replay.certain_duplicates,
             elapsed_s=time.monotonic() - started,
+            possible_duplicates=self._replay.possible_duplicates,
         )
 
     def stats(self) -> ForwarderStats:
@@ -184,14 +172,16 @@ class Forwarder:
             forwarded_records=ledger.forwarded_records,
             forwarded_bytes=ledger.forwarded_bytes,
             dead_letters=self._failures.dead_letter_count,
-            replayed_duplicates=ledger.replayed_duplicates,
+            replayed_duplicates=self._replay.certain_duplicates,
             producer_resets=self._producer_resets,
-            in_flight_records=self._published_in_flight,
-            watermark=self._published_watermark,
+            in_flight_records=self._publisher.in_flight,
+            watermark=self._publisher.watermark,
             checkpoint_offset=self._wal.checkpoint_offset,
             sparse_records=ledger.sparse_records,
             careful_records=ledger.careful_records,
             careful=self._mode.careful,
+            possible_duplicates=self._replay.possible_duplicates,
+            state=self.health.state().value,
         )
 
     # ----------------------------------------------------------------- the forwarding thread
@@ -226,6 +216,13 @@ class Forwarder:
             producer, reader = self._producer, self._reader
             assert reader is not None and producer is not None
             in_flight = not ledger.tracker.idle
+            if failures.retries:
+                # Refused records wait for a retry: send nothing newer until they are
+                # through or dead-lettered, so they keep their place in their partition.
+                self._poll(0.02)
+                failures.produce_due_retries(producer, time.monotonic(), ledger.generation)
+                self._housekeeping(time.monotonic())
+                continue
             if mode.careful and self._careful_pass_done():
                 if not in_flight:
                     self._return_to_sparse()
@@ -240,8 +237,11 @@ class Forwarder:
             if not frames and not in_flight:
                 self._wait_for_appends(appended_before, 0.05)
             sparse = not mode.careful
-            replay_until = self._progress.replay_until
             wait_for_room = self._wait_for_room
+            if frames:  # recorded before sending: a crash can never hide a send
+                self._replay.before_sending(
+                    frames[-1].offset + 1, ledger.tracker, self._wal.checkpoint_offset
+                )
             for frame in frames:
                 if self._stop.is_set() or mode.reset_reason is not None:
                     break
@@ -249,7 +249,6 @@ class Forwarder:
                     frame,
                     producer,
                     sparse=sparse,
-                    replay_until=replay_until,
                     wait_for_room=wait_for_room,
                 )
                 if produced:
@@ -330,6 +329,7 @@ class Forwarder:
         believing its reports now (a lax broker may accept a batch after the failed one, and
         a sparse report would then vouch for the gap)."""
         self._ledger.disown_reports()
+        self.health.error("fatal", error.code(), error.name(), error.str())
         self._mode.request_reset(
             f"fatal producer error {error.name()}: {error.str()}",
             isolate=fatal_error(error.code()) is Verdict.ISOLATE,
@@ -356,6 +356,7 @@ class Forwarder:
         if old is not None:
             discard(old)
         self._progress.replaying_up_to(ledger.tracker.next_offset)
+        self._replay.after_reset(ledger.tracker)
         watermark = ledger.tracker.watermark
         self._checkpoint(durable_hint=True)
         ledger.start_over(watermark)
@@ -388,26 +389,4 @@ class Forwarder:
 
     # ----------------------------------------------------------------- observability
     def _publish(self) -> None:
-        """Copy counters for other threads and push increments to the metrics."""
-        tracker = self._ledger.tracker
-        self._published_watermark = tracker.watermark
-        self._published_in_flight = tracker.pending_records
-        metrics = self._metrics
-        if metrics is None:
-            return
-        ledger = self._ledger
-        records, size, duplicates = self._reported
-        if ledger.forwarded_records != records:
-            metrics.forwarded_records.inc(ledger.forwarded_records - records)
-            metrics.forwarded_bytes.inc(ledger.forwarded_bytes - size)
-        if ledger.replayed_duplicates != duplicates:
-            metrics.replayed_duplicates.inc(ledger.replayed_duplicates - duplicates)
-        self._reported = (
-            ledger.forwarded_records,
-            ledger.forwarded_bytes,
-            ledger.replayed_duplicates,
-        )
-        metrics.in_flight_records.set(tracker.pending_records)
-        oldest = tracker.oldest_pending_appended_ms
-        age = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000.0)
-        metrics.oldest_unsent_age_seconds.set(age)
+        self._publisher.publish(self._ledger, self._failures)

@@ -15,6 +15,8 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
+from durable_producer.buffer_agent.forward.health import ForwarderHealth
+from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
 
 log = logging.getLogger(__name__)
 
@@ -60,11 +62,19 @@ class ProducerFactory:
         client_config: Mapping[str, Any],
         config: ForwarderConfig,
         on_fatal: Callable[[KafkaError], None],
+        *,
+        health: ForwarderHealth | None = None,
     ) -> None:
+        """``health`` is told every other error the client reports (connections, timeouts,
+        authentication); the client's log lines go through ``client_log``."""
         self._client_config = dict(client_config)
         self._config = config
         self._sparse_config = producer_config(client_config, config)
         self._on_fatal = on_fatal
+        self._health = health
+        self.client_log = ClientLog(
+            logging.getLogger(CLIENT_LOGGER), "forwarder", on_connection_error=self._connection_log
+        )
 
     def create(self, *, careful: bool, isolate: bool) -> Producer:
         settings = self._sparse_config
@@ -72,13 +82,22 @@ class ProducerFactory:
             settings = producer_config(
                 self._client_config, self._config, careful=True, isolate=isolate
             )
-        return Producer({**settings, "error_cb": self._error_cb})
+        extra: dict[str, Any] = {"error_cb": self._error_cb}
+        if "logger" not in settings:
+            extra["logger"] = self.client_log
+        return Producer({**settings, **extra})
 
     def _error_cb(self, error: KafkaError) -> None:
         if error.fatal():
             self._on_fatal(error)
-        else:
-            log.debug("Kafka client: %s", error)
+            return
+        log.debug("Kafka client: %s", error)
+        if self._health is not None:
+            self._health.error("transport", error.code(), error.name(), error.str())
+
+    def _connection_log(self, text: str) -> None:
+        if self._health is not None:
+            self._health.error("transport", KafkaError._TRANSPORT, "_TRANSPORT", text)
 
 
 def serve_reports(

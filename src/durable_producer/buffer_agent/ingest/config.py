@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_FRAME_BYTES
 from durable_producer.buffer_agent.options import host_port, option, positive_int
-from durable_producer.contract import AGENT_HOST, KAFKA_PORT
+from durable_producer.contract import AGENT_HOST, DEFAULT_MAX_BATCH_BYTES, KAFKA_PORT
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class IngressConfig:
     """Port clients are told to connect to; defaults to the bound port."""
     max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     max_batch_bytes: int = field(
-        default=1_048_588,
+        default=DEFAULT_MAX_BATCH_BYTES,
         metadata=option(
             "largest record batch accepted from a client (Kafka's message.max.bytes)",
             parse=positive_int,

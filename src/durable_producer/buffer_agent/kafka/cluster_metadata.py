@@ -22,12 +22,15 @@ what decides for a direct producer.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
+
+from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
 
 PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
 """Partition counts of those of the given topics that exist (all topics if none are given);
@@ -41,11 +44,15 @@ _CREATION_POLL_S = 0.1
 def cluster_metadata_source(
     client_config: Mapping[str, Any], timeout_s: float = 5.0, creation_wait_s: float = 2.0
 ) -> PartitionCounts:
-    """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable."""
-    admin = AdminClient(dict(client_config))
+    """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable.
+    Its log lines go through ``client_log`` (one line per spell of connection failures)."""
+    client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
+    settings: dict[str, Any] = {"logger": client_log, **client_config}
+    admin = AdminClient(settings)
 
     def partition_counts(topics: Sequence[str]) -> Mapping[str, int]:
         metadata = _list_topics(admin, None, timeout_s)
+        client_log.recovered()
         wanted = set(topics) if topics else None
         counts = {
             name: len(topic.partitions)
@@ -86,3 +93,5 @@ def _list_topics(admin: AdminClient, topic: str | None, timeout_s: float) -> Any
         return admin.list_topics(topic, timeout=timeout_s)
     except KafkaException as error:
         raise ConnectionError(f"Kafka cluster unreachable: {error}") from error
+    finally:
+        admin.poll(0)  # serves the client's log lines

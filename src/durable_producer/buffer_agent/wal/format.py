@@ -25,6 +25,7 @@ pod, see ``durable_producer.contract.DATA_DIR``). The agent keeps three director
         producer_state.json
         metadata.json
         forwarder.json
+        delivery-marks                    binary: two slots, see forward/delivery_marks.py
       dead-letter/                        records Kafka refused for good
         dead-letters.jsonl
         resent.jsonl
@@ -174,8 +175,13 @@ Each name below is a constant of the package that owns the file (grep for it).
 - ``forwarder.json`` (``HINT_FILE``, ``forward/``): the forwarder's hint, ``{"sent_high": N,
   "delivered_high": M}``: one past the last frame handed to the Kafka client, and one past the
   last delivered. Rewritten every ``hint_interval_s`` without fsync (through
-  ``.forwarder.json.fast``) and at every checkpoint and stop with fsync. Frames between the
-  checkpoint and ``sent_high`` are counted as possible duplicates when replayed.
+  ``.forwarder.json.fast``) and at every checkpoint and stop with fsync. Without a
+  ``delivery-marks`` file, frames between the checkpoint and ``sent_high`` are counted as
+  possible duplicates when replayed.
+- ``delivery-marks`` (``MARKS_FILE``, ``forward/delivery_marks.py``): what Kafka is known to
+  hold above the checkpoint (delivered below N, per partition up to M, nothing sent at or
+  above S), two CRC-checked slots of 32 KiB rewritten in place; it makes the duplicates
+  counted after a crash certain or possible (``forward/replay_accounting.py``).
 
 ``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``forward/dead_letter.py``)
 ----------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -13,8 +12,8 @@ import pytest
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.delivery_marks import read_marks
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
-from durable_producer.buffer_agent.forward.progress import HINT_FILE
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
@@ -206,11 +205,9 @@ time.sleep(600)
 """
 
 
-def _hinted_delivered_high(data_dir: Path) -> int:
-    try:
-        return int(json.loads((data_dir / "state" / HINT_FILE).read_bytes())["delivered_high"])
-    except (OSError, ValueError):
-        return -1
+def _marked_delivered_below(data_dir: Path) -> int:
+    marks = read_marks(data_dir / "state")
+    return -1 if marks is None else marks.delivered_below
 
 
 def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
@@ -223,7 +220,7 @@ def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
         [sys.executable, "-c", CRASHING_FORWARDER, str(data_dir), tansu_broker.bootstrap]
     )
     try:
-        wait_for(lambda: _hinted_delivered_high(data_dir) == 20, 30, what="delivered and hinted")
+        wait_for(lambda: _marked_delivered_below(data_dir) == 20, 30, what="delivered, marked")
     finally:
         crashing.kill()  # SIGKILL: no final checkpoint
         crashing.wait(timeout=10)

@@ -17,6 +17,7 @@ from durable_producer.buffer_agent.forward.delivery import (
     DeliveryMode,
     FrameDelivery,
 )
+from durable_producer.buffer_agent.forward.replay_accounting import ReplayAccount
 from durable_producer.buffer_agent.wal import Frame
 from support.batch_builder import SampleRecord, build_batch
 
@@ -86,14 +87,12 @@ def _produce(
     producer: _Producer,
     *,
     sparse: bool = True,
-    replay_until: int = 0,
     wait_for_room: Callable[[], bool] = lambda: True,
 ) -> int:
     return ledger.produce_frame(
         frame,
         producer,  # type: ignore[arg-type]
         sparse=sparse,
-        replay_until=replay_until,
         wait_for_room=wait_for_room,
     )
 
@@ -218,12 +217,14 @@ def test_an_undecodable_frame_is_dead_lettered_and_settled() -> None:
 
 def test_records_of_frames_below_the_replay_mark_count_as_possible_duplicates() -> None:
     ledger, _ = _ledger()
+    ledger.replay = ReplayAccount(until=1)  # a previous run sent frame 0, outcome unknown
     producer = _Producer()
 
-    _produce(ledger, _frame(0, 3), producer, replay_until=1)
-    _produce(ledger, _frame(1, 2), producer, replay_until=1)
+    _produce(ledger, _frame(0, 3), producer)
+    _produce(ledger, _frame(1, 2), producer)
 
-    assert ledger.replayed_duplicates == 3
+    assert ledger.replay.possible_duplicates == 3
+    assert ledger.replay.certain_duplicates == 0
 
 
 def test_start_over_forgets_orphans_and_tracks_from_the_watermark() -> None:

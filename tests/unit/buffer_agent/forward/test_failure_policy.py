@@ -121,3 +121,50 @@ def test_a_gapless_guarantee_failure_isolates_any_other_fatal_error_resets() -> 
     assert fatal_error(KafkaError._GAPLESS_GUARANTEE) is Verdict.ISOLATE
     assert fatal_error(KafkaError._FENCED) is Verdict.RESET
     assert fatal_error(KafkaError.INVALID_PRODUCER_EPOCH) is Verdict.RESET
+
+
+# --------------------------------------------------------------------- the retry window
+REFUSED_WAIT = 120.0
+
+
+@pytest.mark.parametrize(
+    "code", [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.MSG_SIZE_TOO_LARGE]
+)
+def test_a_refused_record_is_retried_for_the_window_then_dead_lettered(code: int) -> None:
+    """ACLs propagating, a topic's size limit raised back: the refusal may clear."""
+    policy = RecordFailurePolicy(WAIT, REFUSED_WAIT)
+
+    assert _judge(policy, code, now=0.0, isolating=True) is Verdict.RETRY
+    assert _judge(policy, code, now=119.0, isolating=True) is Verdict.RETRY
+    assert _judge(policy, code, now=120.0, isolating=True) is Verdict.DEAD_LETTER
+    assert _judge(policy, code, now=125.0, isolating=True) is Verdict.DEAD_LETTER, "same spell"
+    # A batch refused in sparse mode is still judged one record at a time first.
+    assert _judge(policy, code, now=125.0) is Verdict.ISOLATE
+
+
+def test_the_clients_own_refusals_are_dead_lettered_at_once() -> None:
+    """produce() refusing a record larger than the client's message.max.bytes: no change on
+    the cluster can help."""
+    policy = RecordFailurePolicy(WAIT, REFUSED_WAIT)
+
+    assert _judge(policy, KafkaError.MSG_SIZE_TOO_LARGE, synchronous=True) is Verdict.DEAD_LETTER
+    assert _judge(policy, KafkaError._INVALID_ARG, synchronous=True) is Verdict.DEAD_LETTER
+    # The topic's cached authorization error, raised by produce(), is the cluster's answer.
+    refusal = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert _judge(policy, refusal, synchronous=True) is Verdict.RETRY
+
+
+def test_a_window_of_0_dead_letters_at_once() -> None:
+    policy = RecordFailurePolicy(WAIT, 0.0)
+
+    refusal = KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert _judge(policy, refusal, isolating=True) is Verdict.DEAD_LETTER
+
+
+def test_retries_spaced_wider_than_a_short_wait_do_not_restart_the_spell() -> None:
+    policy = RecordFailurePolicy(1.5, 1.5, longest_retry_gap_s=10.0)
+    code = KafkaError._UNKNOWN_PARTITION
+
+    assert _judge(policy, code, now=0.0) is Verdict.RETRY
+    assert _judge(policy, code, now=1.2) is Verdict.RETRY
+    assert _judge(policy, code, now=3.0) is Verdict.DEAD_LETTER, "1.8 s apart: same spell"

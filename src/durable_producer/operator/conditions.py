@@ -1,0 +1,51 @@
+"""The conditions and reasons a user can see on a DurableProducer: defined once, here.
+
+docs/operator.md has a table with every (condition, reason) below; a unit test checks it.
+"""
+
+from __future__ import annotations
+
+READY = "Ready"
+DEGRADED = "Degraded"
+DELETING = "Deleting"
+RECONCILIATION_PAUSED = "ReconciliationPaused"
+
+REASON_RECONCILED = "Reconciled"
+REASON_INVALID_SPEC = "InvalidSpec"
+REASON_AS_EXPECTED = "AsExpected"
+REASON_RUNWAY_BELOW_TARGET = "RunwayBelowTarget"
+REASON_VERY_LARGE_VOLUME = "VeryLargeVolume"
+REASON_VOLUMES_BELOW_SPEC = "VolumesBelowSpec"
+REASON_POOL_PROBLEM = "VolumePoolProblem"
+REASON_DRAINING = "DrainingVolumes"
+REASON_BACKLOG_HELD = "BacklogHeld"
+REASON_PAUSED = "PauseAnnotation"
+REASON_RESUMED = "Resumed"
+
+# (condition, status, reason) -> what it means; docs/operator.md explains each.
+REASONS: dict[tuple[str, str, str], str] = {
+    (READY, "True", REASON_RECONCILED): "the spec is valid and the buffer size is computed",
+    (READY, "False", REASON_INVALID_SPEC): "the spec cannot be used; the message says why",
+    (DEGRADED, "True", REASON_RUNWAY_BELOW_TARGET): (
+        "spec.storage.size survives a shorter outage than spec.outageSeconds"
+    ),
+    (DEGRADED, "True", REASON_VERY_LARGE_VOLUME): (
+        "the computed size is larger than many storage classes provision"
+    ),
+    (DEGRADED, "True", REASON_VOLUMES_BELOW_SPEC): (
+        "volumes in use are smaller than the spec asks: their runway is shorter"
+    ),
+    (DEGRADED, "True", REASON_POOL_PROBLEM): (
+        "the volume pool has a problem: Pending volumes, failed drains, pods without an agent"
+    ),
+    (DEGRADED, "False", REASON_AS_EXPECTED): "nothing is known to be wrong",
+    (DELETING, "True", REASON_DRAINING): "being deleted: waiting for pods to end and drains",
+    (DELETING, "True", REASON_BACKLOG_HELD): (
+        "being deleted, but volumes that may hold backlog cannot be drained: held until"
+        " drained or abandoned"
+    ),
+    (RECONCILIATION_PAUSED, "True", REASON_PAUSED): (
+        "the pause annotation is set: no reconcile, pool work or drain on deletion (pause.py)"
+    ),
+    (RECONCILIATION_PAUSED, "False", REASON_RESUMED): "the pause annotation was removed",
+}
