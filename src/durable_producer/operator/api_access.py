@@ -100,3 +100,9 @@ FEATURE_API_ACCESS: dict[str, ApiAccess] = {
     DRAIN_JOBS: DRAIN_JOBS_API_ACCESS,
     SPARK_POD_TEMPLATES: SPARK_TEMPLATES_API_ACCESS,
 }
+
+# Feature flag name -> the cluster-scoped access it also needs (the chart grants it in the
+# ClusterRole, even when the operator watches only some namespaces: a Role cannot grant it).
+CLUSTER_FEATURE_API_ACCESS: dict[str, ApiAccess] = {
+    VOLUME_POOL: STORAGE_CLASSES_API_ACCESS,
+}

@@ -73,14 +73,22 @@ def peering_access(*, namespaced: bool) -> tuple[tuple[str, str, tuple[str, ...]
 
 
 def declared_operator_access(*, namespaced: bool = False) -> set[Grant]:
-    """What the operator uses with the default feature flags (pool, audit, Spark templates)."""
+    """What the operator uses with the default feature flags (pool, audit, Spark templates),
+    the pool's cluster-scoped StorageClass reads included."""
     return {
         (group, resource, verb)
         for group, resource, verbs in (
             *api_access.KUBERNETES_API_ACCESS, *api_access.POOL_API_ACCESS,
+            *api_access.STORAGE_CLASSES_API_ACCESS,
             *api_access.SPARK_TEMPLATES_API_ACCESS, *peering_access(namespaced=namespaced))
         for verb in verbs
     }
+
+
+def storage_class_access() -> set[Grant]:
+    return {(group, resource, verb)
+            for group, resource, verbs in api_access.STORAGE_CLASSES_API_ACCESS
+            for verb in verbs}
 
 
 def all_role_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -288,7 +296,9 @@ def test_rbac_grants_exactly_the_access_of_the_features_the_operator_runs(
         (group, resource, verb)
         for group, resource, verbs in (
             *api_access.KUBERNETES_API_ACCESS, *api_access.CLUSTER_PEERING_API_ACCESS,
-            *(entry for name in on.enabled for entry in api_access.FEATURE_API_ACCESS[name]))
+            *(entry for name in on.enabled for entry in api_access.FEATURE_API_ACCESS[name]),
+            *(entry for name in on.enabled
+              for entry in api_access.CLUSTER_FEATURE_API_ACCESS.get(name, ())))
         for verb in verbs
     }
 
@@ -297,9 +307,11 @@ def test_rbac_grants_exactly_the_access_of_the_features_the_operator_runs(
     assert rbac_grants(all_role_rules(objects)) == expected
 
 
-def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_crds(
+def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_cluster_objects(
     custom_objects: list[dict[str, Any]],
 ) -> None:
+    """The ClusterRole keeps only cluster-scoped reads: CRDs (kopf) and StorageClasses (the
+    pool: a Role cannot grant a cluster-scoped resource); the rest is in each namespace."""
     cluster_role = single_object(custom_objects, "ClusterRole")
     roles = objects_of_kind(custom_objects, "Role")
     bindings = objects_of_kind(custom_objects, "RoleBinding")
@@ -307,7 +319,9 @@ def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_crds(
     assert rbac_grants(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
-    }
+    } | storage_class_access()
+    for role in roles:
+        assert not rbac_grants(role["rules"]) & storage_class_access()
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
