@@ -60,7 +60,7 @@ def outdated_becomes(kubernetes_api: KubernetesApi, count: int, attached: int) -
     """Both figures come from the same pool timer run."""
     wait_for(lambda: (status_of(kubernetes_api).get("outdatedAgents"),
                       status_of(kubernetes_api).get("attachedPods")) == (count, attached),
-             timeout=30, what=f"status.outdatedAgents = {count} of {attached} attached pods")
+             timeout=60, what=f"status.outdatedAgents = {count} of {attached} attached pods")
 
 
 def test_a_new_agent_image_counts_old_pods_until_they_are_recreated(

@@ -113,7 +113,7 @@ def start_replica(
         )
         replica = Replica(name, operator, f"http://127.0.0.1:{port}/metrics",
                           f"http://127.0.0.1:{port}/readyz")
-        wait_for(replica.ready, timeout=30, interval=0.2, what=f"{name}'s /readyz")
+        wait_for(replica.ready, timeout=60, interval=0.2, what=f"{name}'s /readyz")
         return replica
 
     return start
@@ -209,7 +209,7 @@ def test_killing_the_leader_refuses_no_pod_and_the_other_replica_takes_over(
     takeover = time.monotonic() - killed_at
     kubernetes_api.create(durable_producer("payments"))  # a handler only the leader runs
     wait_for(lambda: (kubernetes_api.get("payments") or {}).get("status", {}).get("bufferSize"),
-             timeout=30, what="the new leader reconciling a new DurableProducer")
+             timeout=60, what="the new leader reconciling a new DurableProducer")
     time.sleep(1.0)
     loop.stop.set()
 

@@ -45,12 +45,13 @@ def test_a_paused_producer_is_not_reconciled_until_the_annotation_goes(
 ) -> None:
     kubernetes_api.create(durable_producer())
     start_webhook_operator()
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 1, what="reconciled")
+    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 1, timeout=60,
+             what="reconciled")
     size = status_of(kubernetes_api)["bufferSize"]
 
     annotate(kubernetes_api, "true")
     wait_for(lambda: condition(kubernetes_api, pause.PAUSED_CONDITION).get("status") == "True",
-             what="ReconciliationPaused=True")
+             timeout=60, what="ReconciliationPaused=True")
     kubernetes_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
     time.sleep(2)
 
@@ -61,7 +62,7 @@ def test_a_paused_producer_is_not_reconciled_until_the_annotation_goes(
 
     annotate(kubernetes_api, None)
     wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 2,
-             what="the change reconciled after the pause")
+             timeout=60, what="the change reconciled after the pause")
     resumed = condition(kubernetes_api, pause.PAUSED_CONDITION)
     assert (resumed["status"], resumed["reason"]) == ("False", conditions.REASON_RESUMED)
     assert status_of(kubernetes_api)["bufferSize"] != size
@@ -73,14 +74,15 @@ def test_deleting_a_paused_producer_waits_for_the_pause_to_end(
     kubernetes_api.create(durable_producer())
     start_webhook_operator()
     wait_for(lambda: (kubernetes_api.get("orders") or {}).get("metadata", {}).get("finalizers"),
-             what="the finalizer")
+             timeout=60, what="the finalizer")
     annotate(kubernetes_api, "true")
     wait_for(lambda: condition(kubernetes_api, pause.PAUSED_CONDITION).get("status") == "True",
-             what="ReconciliationPaused=True")
+             timeout=60, what="ReconciliationPaused=True")
 
     kubernetes_api.delete("orders")
     time.sleep(2)
     assert kubernetes_api.get("orders") is not None  # the finalizer holds while paused
 
     annotate(kubernetes_api, None)
-    wait_for(lambda: kubernetes_api.get("orders") is None, what="the deletion to finish")
+    wait_for(lambda: kubernetes_api.get("orders") is None, timeout=60,
+             what="the deletion to finish")

@@ -95,7 +95,7 @@ def test_a_pods_annotations_set_its_agents_resources_fsync_and_log_level(
     result["status"] = {"phase": "Running"}
     assert api_call(kubernetes_api, "POST", PODS_PATH, result)[0] in (200, 201)
     wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
-        "outdatedAgents") == 0, what="the tuned pod not counted as outdated")
+        "outdatedAgents") == 0, timeout=60, what="the tuned pod not counted as outdated")
     assert admissions(metrics_url)["mutated"] == 1
 
 
@@ -154,7 +154,7 @@ def test_an_opted_out_pod_is_admitted_as_it_is_and_not_reported(
     degraded = wait_for(lambda: next(
         (c for c in ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
             "conditions") or [] if c["type"] == "Degraded" and c["status"] == "True"), None),
-        what="the audit reporting the pod without an agent")
+        timeout=60, what="the audit reporting the pod without an agent")
 
     assert "sneaked-in" in degraded["message"]
     assert "debug-shell" not in degraded["message"]
