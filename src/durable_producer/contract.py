@@ -26,6 +26,29 @@ INJECTED_ANNOTATION: Final = f"{GROUP}/injected"
 """Set by the webhook on every pod it attached an agent to."""
 BUFFER_VOLUME_ANNOTATION: Final = f"{GROUP}/buffer-volume"
 """The PVC the webhook gave a pod."""
+AGENT_HASH_ANNOTATION: Final = f"{GROUP}/agent-hash"
+"""Set by the webhook: a hash of the agent sidecar it injected (image, args, resources, ...).
+A pod whose hash differs from what the webhook would inject now runs an outdated agent."""
+PAUSE_ANNOTATION: Final = f"operator.{GROUP}/pause-reconciliation"
+"""On a DurableProducer, ``"true"``: the operator leaves it alone (no reconcile, no pool work,
+no drain on deletion) until the annotation is removed; reported as a condition. Not under
+``durable.dev/``: kopf keeps its own bookkeeping there and ignores changes to it."""
+
+# Per-pod annotations, read by the webhook when the pod is created (validated: a pod with a
+# bad value is refused, with the reason). Any other annotation with this prefix is refused too.
+POD_OVERRIDE_PREFIX: Final = f"agent.{GROUP}/"
+INJECT_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}inject"
+"""``"false"``: a pod with the opt-in label gets no agent, no volume and no env (an explicit
+opt-out); ``"true"`` (or absent): the default."""
+CPU_REQUEST_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}cpu-request"
+CPU_LIMIT_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}cpu-limit"
+MEMORY_REQUEST_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}memory-request"
+MEMORY_LIMIT_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}memory-limit"
+"""The agent container's resources for this pod, instead of spec.agent.resources."""
+FSYNC_POLICY_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}fsync-policy"
+"""The agent's fsync policy for this pod (one of FSYNC_POLICIES), instead of spec.fsync.policy."""
+LOG_LEVEL_ANNOTATION: Final = f"{POD_OVERRIDE_PREFIX}log-level"
+"""The agent's log level for this pod (one of AGENT_LOG_LEVELS)."""
 
 # --------------------------------------------------------------------- the agent in a pod
 AGENT_CONTAINER_NAME: Final = "durable-agent"
@@ -57,6 +80,8 @@ DEFAULT_FSYNC_POLICY: Final = "interval"
 FULL_DISK_POLICIES: Final = ("reject", "block")
 DEFAULT_FULL_DISK_POLICY: Final = "reject"
 DEFAULT_CHECKPOINT_INTERVAL_SECONDS: Final = 5.0
+AGENT_LOG_LEVELS: Final = ("DEBUG", "INFO", "WARNING", "ERROR")
+"""The agent's ``--log-level`` values."""
 DEFAULT_MAX_BATCH_BYTES: Final = 1_048_588
 """The agent's ``--max-batch-bytes`` default (Kafka's ``message.max.bytes``); the operator
 budgets a volume's reserve with it (volume_budget.reserve_bytes)."""

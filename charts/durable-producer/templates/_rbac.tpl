@@ -9,13 +9,31 @@ told the same flags (DURABLE_PRODUCER_FEATURES) and registers only their handler
 */}}
 
 {{/*
-Cluster-scoped reads kopf needs whatever namespaces it watches: it discovers resources and
-follows CRD changes by listing and watching CustomResourceDefinitions.
+Cluster-scoped reads, in the ClusterRole whatever namespaces the operator watches (a Role
+cannot grant them): kopf discovers resources and follows CRD changes by listing and watching
+CustomResourceDefinitions; the volume pool reads StorageClasses to learn whether a volume too
+small for its spec can be grown (CLUSTER_FEATURE_API_ACCESS: STORAGE_CLASSES_API_ACCESS).
 */}}
 {{- define "durable-producer.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+{{- if .Values.rbac.features.volumePool }}
+- apiGroups: ["storage.k8s.io"]
+  resources: ["storageclasses"]
+  verbs: ["get"]
+{{- end }}
+{{- end }}
+
+{{/*
+kopf's peering object (CLUSTER_PEERING_API_ACCESS / NAMESPACED_PEERING_API_ACCESS): a
+ClusterKopfPeering for a cluster-wide operator (in the ClusterRole), a KopfPeering in each
+watched namespace otherwise (in the Roles).
+*/}}
+{{- define "durable-producer.peeringRules" -}}
+- apiGroups: ["kopf.dev"]
+  resources: [{{ if .Values.operator.watchNamespaces }}"kopfpeerings"{{ else }}"clusterkopfpeerings"{{ end }}]
+  verbs: ["list", "watch", "patch"]
 {{- end }}
 
 {{/*

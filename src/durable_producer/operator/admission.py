@@ -4,9 +4,11 @@ kopf's webhook server calls the ``attach-buffer-agent`` handler (handlers.py) fo
 review that carries the opt-in label; the MutatingWebhookConfiguration comes from the Helm
 chart and calls ``https://<service>/attach-buffer-agent`` for CREATE only, and any other
 operation is admitted untouched here too (kopf does not filter by operation).
-``handle_admission`` looks up the DurableProducer, refuses a pod whose names clash with ours
-(pod_clashes.py), claims a volume (claims.py) and answers with the JSONPatch of
-pod_mutation.py. A second pass over an admitted pod (reinvocation) yields no operations.
+``handle_admission`` admits an opted-out pod untouched, reads the pod's own agent settings
+(overrides.py; bad ones refuse the pod), looks up the DurableProducer, refuses a pod whose names
+clash with ours (pod_clashes.py), claims a volume (claims.py) and answers with the JSONPatch of
+pod_mutation.py. A second pass over an admitted pod (reinvocation) yields no operations. Every
+answer is counted and timed (metrics.py) by its result.
 
 Every API call of one review shares a deadline under the API server's webhook timeout
 (cluster.api_deadline); an API failure is a refusal that says what failed, never a bare 500.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,8 +29,15 @@ import kubernetes
 import urllib3
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.contract import PRODUCER_LABEL
-from durable_producer.operator import claims, pod_clashes, pod_mutation, reconcile
+from durable_producer.contract import INJECT_ANNOTATION, PRODUCER_LABEL
+from durable_producer.operator import (
+    claims,
+    metrics,
+    overrides,
+    pod_clashes,
+    pod_mutation,
+    reconcile,
+)
 from durable_producer.operator.api_access import POOL_USER_AGENT
 from durable_producer.operator.cluster import (
     ApiDeadlineExceeded,
@@ -35,6 +45,7 @@ from durable_producer.operator.cluster import (
     cluster,
     prepare_clients,
 )
+from durable_producer.operator.http_endpoint import ReadyWebhookServer
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 
@@ -70,10 +81,11 @@ class NoWebhookServer:
 
 
 def webhook_server(webhook: WebhookSettings) -> kopf.WebhookServer | NoWebhookServer:
-    """kopf's webhook server with the mounted certificate; the chart owns the configuration."""
+    """kopf's webhook server with the mounted certificate (it reloads renewed files within a
+    minute); it reports to /readyz once listening. The chart owns the configuration."""
     if not webhook.enabled:
         return NoWebhookServer()
-    return kopf.WebhookServer(
+    return ReadyWebhookServer(
         addr=webhook.addr or None,  # None: every interface, IPv4 and IPv6
         port=webhook.port,
         certfile=webhook.certfile,
@@ -135,6 +147,16 @@ def _producer_spec(namespace: str, producer: str) -> tuple[dict[str, Any], Durab
     return found, spec
 
 
+def answer_result(answer: AdmissionAnswer | None, error: BaseException | None) -> str:
+    """The metrics result of one review: refused when the pod (or its DurableProducer) is
+    wrong, failed when the operator could not do its part (API errors, conflicts, deadlines)."""
+    if error is None:
+        return metrics.ADMISSION_MUTATED if answer and answer.ops else metrics.ADMISSION_ADMITTED
+    if isinstance(error, kopf.AdmissionError) and error.code == 400:
+        return metrics.ADMISSION_REFUSED
+    return metrics.ADMISSION_FAILED
+
+
 def handle_admission(
     body: Mapping[str, Any],
     *,
@@ -147,10 +169,35 @@ def handle_admission(
 
     Only a pod being created is mutated. Dry-run requests claim nothing: they are answered
     with the volume a real request would likely get. Raises kopf.AdmissionError to refuse the
-    pod, with a message saying why.
+    pod, with a message saying why. Counted and timed by result (metrics.py).
     """
+    started = time.monotonic()
+    try:
+        answer = _admit(body, operation=operation, dryrun=dryrun, config=config, logger=logger)
+    except BaseException as error:
+        metrics.admission_answered(answer_result(None, error), time.monotonic() - started)
+        raise
+    metrics.admission_answered(answer_result(answer, None), time.monotonic() - started)
+    return answer
+
+
+def _admit(
+    body: Mapping[str, Any],
+    *,
+    operation: str | None,
+    dryrun: bool,
+    config: OperatorConfig,
+    logger: kopf.Logger,
+) -> AdmissionAnswer:
     if operation != MUTATED_OPERATION:
         return AdmissionAnswer()  # an update, a delete: the agent is attached at creation only
+    if overrides.opted_out(body):
+        return AdmissionAnswer(
+            warnings=[f"{INJECT_ANNOTATION}=false: no buffer agent, volume or env added"]
+        )
+    pod_overrides = overrides.pod_overrides(body)
+    if isinstance(pod_overrides, list):
+        raise _reject(f"pod cannot get a buffer agent: {'; '.join(pod_overrides)}")
     if not config.features.volume_pool:
         raise _reject(
             "this durable-producer installation has the volume pool switched off (the chart's"
@@ -168,7 +215,10 @@ def handle_admission(
         except API_FAILURES as error:
             doing = f"read DurableProducer {producer_name}"
             raise api_failure(error, doing, namespace, budget) from error
-        found = pod_clashes.clashes(pod, spec)
+        effective = overrides.effective_spec(spec, pod_overrides)
+        if isinstance(effective, str):
+            raise _reject(f"pod cannot get a buffer agent: {effective}")
+        found = pod_clashes.clashes(pod, effective)
         if found:
             raise _reject(
                 f"pod cannot get the buffer agent of DurableProducer {namespace}/{producer_name}:"
@@ -183,11 +233,16 @@ def handle_admission(
                     if dryrun
                     else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
                 )
-            except API_FAILURES as error:
+            except (*API_FAILURES, kopf.AdmissionError) as error:
+                metrics.claim_failed(namespace, producer_name)
+                if isinstance(error, kopf.AdmissionError):
+                    raise  # claims' own refusal: conflicting claims, retry
                 doing = f"claim a buffer volume for DurableProducer {producer_name}"
                 raise api_failure(error, doing, namespace, budget) from error
     warnings = ["dry run: no buffer volume was claimed"] if dryrun else []
-    ops = pod_mutation.mutation_patch(pod, producer_name, spec, claim, config.agent_image)
+    ops = pod_mutation.mutation_patch(
+        pod, producer_name, effective, claim, config.agent_image, pod_overrides.log_level
+    )
     if ops:
         logger.info("attaching agent and volume %s (DurableProducer %s)", claim, producer_name)
     return AdmissionAnswer(ops, warnings)

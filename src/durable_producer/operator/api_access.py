@@ -41,6 +41,17 @@ KUBERNETES_API_ACCESS: ApiAccess = (
     ("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch")),
 )
 
+# kopf's peering (the chart runs `kopf run --peering=NAME`): every replica lists and watches
+# the peering object and patches its keep-alive into it. A cluster-wide operator uses a
+# ClusterKopfPeering, one watching namespaces a KopfPeering in each (the chart grants one).
+PEERING_GROUP = "kopf.dev"
+CLUSTER_PEERING_API_ACCESS: ApiAccess = (
+    (PEERING_GROUP, "clusterkopfpeerings", ("list", "watch", "patch")),
+)
+NAMESPACED_PEERING_API_ACCESS: ApiAccess = (
+    (PEERING_GROUP, "kopfpeerings", ("list", "watch", "patch")),
+)
+
 # Creating an object whose owner reference to its DurableProducer sets blockOwnerDeletion (PVCs,
 # drain Jobs, the Spark templates ConfigMap: manifests.owner_reference) needs `update` on the
 # owner's finalizers subresource where the OwnerReferencesPermissionEnforcement admission
@@ -88,4 +99,10 @@ FEATURE_API_ACCESS: dict[str, ApiAccess] = {
     VOLUME_POOL: VOLUME_POOL_API_ACCESS,
     DRAIN_JOBS: DRAIN_JOBS_API_ACCESS,
     SPARK_POD_TEMPLATES: SPARK_TEMPLATES_API_ACCESS,
+}
+
+# Feature flag name -> the cluster-scoped access it also needs (the chart grants it in the
+# ClusterRole, even when the operator watches only some namespaces: a Role cannot grant it).
+CLUSTER_FEATURE_API_ACCESS: dict[str, ApiAccess] = {
+    VOLUME_POOL: STORAGE_CLASSES_API_ACCESS,
 }

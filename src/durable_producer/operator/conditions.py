@@ -8,6 +8,7 @@ from __future__ import annotations
 READY = "Ready"
 DEGRADED = "Degraded"
 DELETING = "Deleting"
+RECONCILIATION_PAUSED = "ReconciliationPaused"
 
 REASON_RECONCILED = "Reconciled"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -18,6 +19,8 @@ REASON_VOLUMES_BELOW_SPEC = "VolumesBelowSpec"
 REASON_POOL_PROBLEM = "VolumePoolProblem"
 REASON_DRAINING = "DrainingVolumes"
 REASON_BACKLOG_HELD = "BacklogHeld"
+REASON_PAUSED = "PauseAnnotation"
+REASON_RESUMED = "Resumed"
 
 # (condition, status, reason) -> what it means; docs/operator.md explains each.
 REASONS: dict[tuple[str, str, str], str] = {
@@ -41,4 +44,8 @@ REASONS: dict[tuple[str, str, str], str] = {
         "being deleted, but volumes that may hold backlog cannot be drained: held until"
         " drained or abandoned"
     ),
+    (RECONCILIATION_PAUSED, "True", REASON_PAUSED): (
+        "the pause annotation is set: no reconcile, pool work or drain on deletion (pause.py)"
+    ),
+    (RECONCILIATION_PAUSED, "False", REASON_RESUMED): "the pause annotation was removed",
 }

@@ -156,6 +156,7 @@ PRINTER_COLUMNS: list[JsonSchema] = [
     {"name": "Runway", "type": "integer", "jsonPath": ".status.runwaySeconds", "priority": 1},
     {"name": "Pods", "type": "integer", "jsonPath": ".status.attachedPods"},
     {"name": "Backlog", "type": "integer", "jsonPath": ".status.backlogBytes"},
+    {"name": "Outdated", "type": "integer", "jsonPath": ".status.outdatedAgents"},
     {
         "name": "Reason",
         "type": "string",

@@ -5,8 +5,13 @@ Run with::
     kopf run -m durable_producer.operator.handlers --standalone --all-namespaces \\
         --liveness=http://0.0.0.0:8080/healthz
 
-- ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf,
-  then ``register_feature_handlers`` and admission.prepare (the webhook's API clients).
+(the chart runs ``--peering=NAME`` instead of ``--standalone``: several replicas, one of them
+running the handlers at a time; see startup.py).
+
+- ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf
+  (peering priority, webhook server), starts /metrics and /readyz (startup.serve_endpoint),
+  then ``register_feature_handlers`` and admission.prepare (the webhook's API clients); /readyz
+  turns ready once all that is done and the webhook listens.
 - ``reconcile_durable_producer`` (DurableProducer resume/create/update): reconcile (pure).
 - ``render_spark_templates`` (same events; feature sparkPodTemplates):
   spark_actions.handle_spark_templates.
@@ -16,6 +21,9 @@ Run with::
   pool_actions.handle_deletion.
 - ``attach_buffer_agent`` (webhook, pod reviews with the opt-in label):
   admission.handle_admission.
+
+A DurableProducer with the pause annotation (pause.py) is left alone by every handler but the
+webhook. Every handler run is counted by result (metrics.py).
 
 Nothing happens at import time but registration. The environment is read once, by the
 startup handler, into an ``OperatorConfig`` that reaches every handler through kopf's memo.
@@ -29,6 +37,9 @@ after the startup handlers are done.
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,7 +47,16 @@ import jsonpatch
 import kopf
 
 from durable_producer.contract import GROUP, PLURAL, PRODUCER_LABEL, VERSION
-from durable_producer.operator import admission, pool_actions, reconcile, spark_actions, startup
+from durable_producer.operator import (
+    admission,
+    http_endpoint,
+    metrics,
+    pause,
+    pool_actions,
+    reconcile,
+    spark_actions,
+    startup,
+)
 from durable_producer.operator.pool_status import REASON_POOL_PROBLEM
 from durable_producer.operator.settings import OperatorConfig
 
@@ -44,7 +64,9 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 POOL_TIMER_ID = "volume-pool"
 DRAIN_HANDLER_ID = "drain-volumes"
 SPARK_TEMPLATES_ID = "spark-templates"
+RECONCILE_ID = "reconcile"  # the metrics label of reconcile_durable_producer (kopf's id: its name)
 CONFIG_KEY = "config"
+HANDLER_IDS = (RECONCILE_ID, SPARK_TEMPLATES_ID, POOL_TIMER_ID, DRAIN_HANDLER_ID)
 
 
 def config_of(memo: kopf.Memo) -> OperatorConfig:
@@ -62,9 +84,43 @@ def start_operator(
     """Read the settings, configure kopf, and register the handlers of the features on."""
     config = OperatorConfig.from_environ(os.environ)
     memo[CONFIG_KEY] = config
+    http_endpoint.READINESS.reset()
     startup.configure_kopf(settings, config, logger)
+    startup.configure_peering(settings, config, time.time_ns())
+    startup.serve_endpoint(config, logger)
+    metrics.register_defaults(
+        (handler, result)
+        for handler in HANDLER_IDS
+        for result in (metrics.RESULT_SUCCESS, metrics.RESULT_RETRY, metrics.RESULT_ERROR)
+    )
     register_feature_handlers(config, kopf.get_default_registry(), logger)
     admission.prepare(config, logger)
+    http_endpoint.READINESS.handlers_registered.set()
+
+
+@contextmanager
+def counted(handler: str) -> Iterator[None]:
+    """Count one handler run by its result: success, retry (kopf.TemporaryError) or error."""
+    try:
+        yield
+    except kopf.TemporaryError:
+        metrics.handler_run(handler, metrics.RESULT_RETRY)
+        raise
+    except BaseException:
+        metrics.handler_run(handler, metrics.RESULT_ERROR)
+        raise
+    metrics.handler_run(handler, metrics.RESULT_SUCCESS)
+
+
+def paused(body: kopf.Body, patch: kopf.Patch) -> bool:
+    """Whether the DurableProducer is paused; if so, its status says so (pause.py)."""
+    if not pause.is_paused(body):
+        return False
+    generation = (body.get("metadata") or {}).get("generation")
+    patch.status.update(
+        pause.paused_status_patch(body.get("status") or {}, generation, datetime.now(UTC))
+    )
+    return True
 
 
 def register_feature_handlers(
@@ -101,16 +157,22 @@ def reconcile_durable_producer(
     """Compute the desired status and patch what differs. Never raises on a bad spec.
 
     A bad spec is reported in the status; an unexpected error in the pure code is a bug that
-    retrying cannot fix, so it fails the handler permanently (until the next change).
+    retrying cannot fix, so it fails the handler permanently (until the next change). Paused:
+    only the ReconciliationPaused condition is written.
     """
-    current = dict(body.get("status") or {})
-    try:
-        outcome = reconcile.desired_status(
-            body.get("spec"), current, meta.get("generation"), datetime.now(UTC)
-        )
-    except Exception as error:
-        raise kopf.PermanentError(f"reconcile failed: {error!r}") from error
-    patch.status.update(reconcile.status_patch(current, outcome.status))
+    with counted(RECONCILE_ID):
+        if paused(body, patch):
+            return
+        current = dict(body.get("status") or {})
+        now = datetime.now(UTC)
+        try:
+            outcome = reconcile.desired_status(
+                body.get("spec"), current, meta.get("generation"), now
+            )
+        except Exception as error:
+            raise kopf.PermanentError(f"reconcile failed: {error!r}") from error
+        desired = pause.resumed_status(outcome.status, meta.get("generation"), now)
+        patch.status.update(reconcile.status_patch(current, desired))
     if outcome.problem is not None:
         logger.warning(outcome.problem)
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
@@ -122,19 +184,30 @@ def render_spark_templates(
     """Create, re-render or remove the templates ConfigMap; record its name in status.
 
     Registered by start_operator (resume, create, update) when the feature is on."""
-    patch.status.update(spark_actions.handle_spark_templates(body, logger))
+    with counted(SPARK_TEMPLATES_ID):
+        if not paused(body, patch):
+            patch.status.update(spark_actions.handle_spark_templates(body, logger))
 
 
 def maintain_volume_pool(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     """Timer (registered by start_operator): release, drain, reclaim, audit, publish."""
-    if (body.get("metadata") or {}).get("deletionTimestamp"):
+    metadata = body.get("metadata") or {}
+    if metadata.get("deletionTimestamp"):
         return  # the delete handler owns the pool from here
-    update = pool_actions.handle_pool_timer(body, config_of(memo), logger)
-    patch.status.update(update.changes)
-    for warning in update.warnings:
-        kopf.warn(body, reason=REASON_POOL_PROBLEM, message=warning)
+    with counted(POOL_TIMER_ID):
+        if paused(body, patch):
+            return
+        update = pool_actions.handle_pool_timer(body, config_of(memo), logger)
+        patch.status.update(update.changes)
+        metrics.POOL_FIGURES.observe(
+            str(metadata.get("namespace")),
+            str(metadata.get("name")),
+            {**(body.get("status") or {}), **update.changes},
+        )
+        for warning in update.warnings:
+            kopf.warn(body, reason=REASON_POOL_PROBLEM, message=warning)
 
 
 def drain_volumes_before_deletion(
@@ -142,8 +215,14 @@ def drain_volumes_before_deletion(
 ) -> None:
     """Hold the DurableProducer (our finalizer) until each volume is drained and deleted.
 
-    Registered by start_operator (deletion) when the volume pool is on."""
-    pool_actions.handle_deletion(body, config_of(memo), logger, patch.status)
+    Registered by start_operator (deletion) when the volume pool is on. Paused: it waits."""
+    config = config_of(memo)
+    with counted(DRAIN_HANDLER_ID):
+        if pause.is_paused(body):
+            raise kopf.TemporaryError(pause.PAUSED_MESSAGE, delay=config.pool_interval_seconds)
+        pool_actions.handle_deletion(body, config, logger, patch.status)
+    metadata = body.get("metadata") or {}
+    metrics.POOL_FIGURES.forget(str(metadata.get("namespace")), str(metadata.get("name")))
 
 
 @kopf.on.mutate(

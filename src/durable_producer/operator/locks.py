@@ -1,7 +1,8 @@
 """One lock per DurableProducer: claims and pool changes of one producer take turns.
 
-Within this process only (the operator runs as a single replica); across processes the API
-server's resourceVersion preconditions keep concurrent claims apart (see volume_pool.py).
+Within this process only; across processes (every operator replica serves the webhook and
+claims volumes) the API server's resourceVersion preconditions keep concurrent claims apart
+(see volume_pool.py).
 """
 
 from __future__ import annotations

@@ -398,6 +398,12 @@ class DurableProducerStatus(CamelModel):
         description="Buffer volumes by size and storage class, and by state: what is deployed.",
         json_schema_extra={"x-kubernetes-list-type": "atomic"},
     )
+    outdated_agents: int | None = Field(
+        default=None,
+        ge=0,
+        description="Pods whose agent differs from what the webhook would inject now (a new"
+        " agent image or spec): recreate them, e.g. kubectl rollout restart.",
+    )
     spark_templates_config_map: KubernetesName | None = Field(
         default=None,
         description="ConfigMap holding the rendered Spark pod templates (spec.spark).",

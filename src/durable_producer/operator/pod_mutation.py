@@ -15,6 +15,7 @@ from typing import Any
 
 from durable_producer.contract import (
     AGENT_CONTAINER_NAME,
+    AGENT_HASH_ANNOTATION,
     AGENT_HOST,
     BOOTSTRAP_ENV,
     BOOTSTRAP_TWIN_ENV,
@@ -26,6 +27,7 @@ from durable_producer.contract import (
     PRODUCER_LABEL,
 )
 from durable_producer.operator import sizing
+from durable_producer.operator.injection_hash import sidecar_hash
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
 
@@ -93,8 +95,9 @@ def max_buffer_bytes(spec: DurableProducerSpec) -> int:
     return sizing.max_buffer_bytes(spec)
 
 
-def agent_run_args(spec: DurableProducerSpec) -> list[str]:
-    """Arguments of the sidecar: `durable-agent run ...` with the spec's settings."""
+def agent_run_args(spec: DurableProducerSpec, log_level: str | None = None) -> list[str]:
+    """Arguments of the sidecar: `durable-agent run ...` with the spec's settings (and the
+    pod's log level, when its annotation sets one: overrides.py)."""
     ports = spec.agent.ports
     return [
         "run",
@@ -108,6 +111,7 @@ def agent_run_args(spec: DurableProducerSpec) -> list[str]:
         f"--segment-bytes={spec.agent.segment_size_mib * 2**20}",
         f"--max-buffer-bytes={max_buffer_bytes(spec)}",
         f"--drain-timeout={AGENT_DRAIN_TIMEOUT_SECONDS}",
+        *([f"--log-level={log_level}"] if log_level else []),
     ]
 
 
@@ -208,9 +212,11 @@ def agent_base_container(
     }
 
 
-def agent_sidecar(spec: DurableProducerSpec, agent_image: AgentImage) -> dict[str, Any]:
+def agent_sidecar(
+    spec: DurableProducerSpec, agent_image: AgentImage, log_level: str | None = None
+) -> dict[str, Any]:
     """The agent as a native sidecar: an initContainer that keeps running (restartPolicy)."""
-    container = agent_base_container(spec, agent_run_args(spec), agent_image)
+    container = agent_base_container(spec, agent_run_args(spec, log_level), agent_image)
     metrics_port = spec.agent.ports.metrics
 
     def probe(path: str, period: int, failures: int) -> dict[str, Any]:
@@ -292,14 +298,16 @@ def mutated_pod(
     spec: DurableProducerSpec,
     claim_name: str,
     agent_image: AgentImage,
+    log_level: str | None = None,
 ) -> dict[str, Any]:
-    """The pod as it should be admitted: a deep copy with the agent, env and volume in place."""
+    """The pod as it should be admitted: a deep copy with the agent, env and volume in place,
+    and the hash of the injected sidecar (injection_hash.py) in an annotation."""
     result: dict[str, Any] = copy.deepcopy(dict(pod))
     metadata = result.setdefault("metadata", {})
     pod_spec = result.setdefault("spec", {})
-
+    sidecar = agent_sidecar(spec, agent_image, log_level)
     pod_spec["initContainers"] = _upsert_by_name(
-        pod_spec.get("initContainers"), agent_sidecar(spec, agent_image), first=True
+        pod_spec.get("initContainers"), sidecar, first=True
     )
     address = bootstrap_address(spec)
     pod_spec["containers"] = [
@@ -331,6 +339,7 @@ def mutated_pod(
     annotations = dict(metadata.get("annotations") or {})
     annotations[INJECTED_ANNOTATION] = injected_summary(producer, spec, claim_name, agent_image)
     annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
+    annotations[AGENT_HASH_ANNOTATION] = sidecar_hash(sidecar)
     metadata["annotations"] = annotations
     return result
 
@@ -366,9 +375,10 @@ def mutation_patch(
     spec: DurableProducerSpec,
     claim_name: str,
     agent_image: AgentImage,
+    log_level: str | None = None,
 ) -> list[JsonPatchOp]:
     """The JSONPatch the webhook answers with; empty when the pod is already as desired."""
-    return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, agent_image))
+    return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, agent_image, log_level))
 
 
 def is_injected(pod: Mapping[str, Any]) -> bool:

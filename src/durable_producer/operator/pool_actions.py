@@ -25,7 +25,9 @@ from kubernetes.client.exceptions import ApiException
 
 from durable_producer.operator import (
     agent_scrape,
+    agent_versions,
     manifests,
+    metrics,
     pool_status,
     reconcile,
     volume_fit,
@@ -139,11 +141,12 @@ def run_pool(
     with producer_lock(namespace, name):
         volumes = api.pool_volumes(namespace, name)
         pods = api.producer_pods(namespace, name)
+        jobs = api.drain_jobs(namespace, name)
         fit = None if isinstance(spec, str) else volume_fit_for(spec, volumes, logger)
         plan = volume_pool.plan_pool(
             volumes,
             pods,
-            api.drain_jobs(namespace, name),
+            jobs,
             datetime.now(UTC),
             config.pool,
             deleting=deleting,
@@ -175,6 +178,7 @@ def run_pool(
         for volume in plan.volumes_to_delete:
             logger.info("deleting volume %s (empty, never written, or abandoned)", volume)
             _delete_volume(api, namespace, by_name[volume])
+    metrics.observe_pool_run(plan, jobs)
     return PoolRun(plan, volumes, pods)
 
 
@@ -188,7 +192,10 @@ def handle_pool_timer(
     if not isinstance(spec, str):
         urls = agent_scrape.agent_metrics_urls(run.pods, spec.agent.ports.metrics)
         backlog = agent_scrape.scrape_backlog(urls)
-    return pool_status.pool_status_update(producer, run.plan, run.pods, backlog, datetime.now(UTC))
+    now = datetime.now(UTC)
+    update = pool_status.pool_status_update(producer, run.plan, run.pods, backlog, now)
+    update.changes.update(agent_versions.outdated_status(producer, run.pods, config.agent_image))
+    return update
 
 
 def handle_deletion(

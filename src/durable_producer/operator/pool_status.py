@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from durable_producer.operator import pod_mutation, reconcile
+from durable_producer.operator import overrides, pod_mutation, reconcile
 from durable_producer.operator.conditions import (
     DEGRADED,
     DELETING,
@@ -77,11 +77,14 @@ def deployed_volumes(volumes: Iterable[VolumeSummary]) -> list[dict[str, Any]]:
 
 
 def pods_without_agent(pods: Iterable[Object]) -> list[str]:
-    """Names of running opted-in pods that have no agent (admitted while the webhook was down)."""
+    """Names of running opted-in pods that have no agent (admitted while the webhook was down);
+    pods that opted out by annotation (overrides.opted_out) are meant to run without one."""
     return sorted(
         name_of(pod)
         for pod in pods
-        if (pod.get("status") or {}).get("phase") == "Running" and not pod_mutation.is_injected(pod)
+        if (pod.get("status") or {}).get("phase") == "Running"
+        and not pod_mutation.is_injected(pod)
+        and not overrides.opted_out(pod)
     )
 
 

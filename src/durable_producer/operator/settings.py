@@ -33,8 +33,8 @@ WEBHOOK_TIMEOUT_ENV = "DURABLE_PRODUCER_WEBHOOK_TIMEOUT_SECONDS"
 # Empty: every address of every family (IPv4 and IPv6), so IPv6-only clusters reach it too.
 DEFAULT_WEBHOOK_ADDR = ""
 DEFAULT_WEBHOOK_PORT = 9443
-# The API server's default webhook timeout (the chart's webhook.timeoutSeconds).
-DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 5.0
+# The chart's webhook.timeoutSeconds (the API server's own default is 10 s too).
+DEFAULT_WEBHOOK_TIMEOUT_SECONDS = 10.0
 # Kept back from the webhook timeout for our own work and the answer's way back.
 WEBHOOK_ANSWER_MARGIN_SECONDS = 1.0
 MINIMUM_ADMISSION_API_SECONDS = 0.5
@@ -56,6 +56,18 @@ POOL_INTERVAL_ENV = "DURABLE_PRODUCER_POOL_INTERVAL_SECONDS"
 DEFAULT_POOL_INTERVAL_SECONDS = 10.0
 
 DEFAULT_PULL_POLICY = "IfNotPresent"
+
+# kopf's peering identity, read by kopf itself (the chart sets it to the pod's name, so the
+# peering object names the replicas); documented here, never read by our code.
+KOPF_IDENTITY_ENV = "POD_ID"
+METRICS_ADDR_ENV = "DURABLE_PRODUCER_METRICS_ADDR"
+METRICS_PORT_ENV = "DURABLE_PRODUCER_METRICS_PORT"
+PEERING_LIFETIME_ENV = "DURABLE_PRODUCER_PEERING_LIFETIME_SECONDS"
+# How long a replica's peering record counts as alive without a keep-alive: the longest a
+# standby waits before it runs the handlers of a leader that died without a word (kill -9,
+# node lost). kopf's own default is 60 s; keep-alives are sent 5-10 s before it runs out.
+DEFAULT_PEERING_LIFETIME_SECONDS = 20
+MINIMUM_PEERING_LIFETIME_SECONDS = 2
 
 
 @dataclass(frozen=True)
@@ -233,6 +245,35 @@ class AgentImage:
 
 
 @dataclass(frozen=True)
+class ServingSettings:
+    """The operator's own HTTP endpoint (/metrics, /readyz) and its peering keep-alives.
+
+    No port (``DURABLE_PRODUCER_METRICS_PORT`` unset or 0): no endpoint, e.g. a development
+    run; the chart always sets one (its readiness probe asks /readyz there).
+    """
+
+    metrics_addr: str = ""  # empty: every address, IPv6 and IPv4
+    metrics_port: int | None = None
+    peering_lifetime_seconds: int = DEFAULT_PEERING_LIFETIME_SECONDS
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> ServingSettings:
+        try:
+            port: int | None = int(environ.get(METRICS_PORT_ENV, "0"))
+        except ValueError:
+            port = None
+        try:
+            lifetime = int(environ.get(PEERING_LIFETIME_ENV, str(DEFAULT_PEERING_LIFETIME_SECONDS)))
+        except ValueError:
+            lifetime = DEFAULT_PEERING_LIFETIME_SECONDS
+        return cls(
+            metrics_addr=environ.get(METRICS_ADDR_ENV, ""),
+            metrics_port=port if port and 0 < port < 65536 else None,
+            peering_lifetime_seconds=max(lifetime, MINIMUM_PEERING_LIFETIME_SECONDS),
+        )
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     """Everything the operator reads from its environment, read once at startup."""
 
@@ -242,6 +283,7 @@ class OperatorConfig:
     pool_interval_seconds: float = DEFAULT_POOL_INTERVAL_SECONDS
     agent_image: AgentImage = field(default_factory=AgentImage)
     features: OperatorFeatures = field(default_factory=OperatorFeatures)
+    serving: ServingSettings = field(default_factory=ServingSettings)
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str]) -> OperatorConfig:
@@ -252,4 +294,5 @@ class OperatorConfig:
             pool_interval_seconds=pool_interval_from_environ(environ),
             agent_image=AgentImage.from_environ(environ),
             features=OperatorFeatures.from_environ(environ),
+            serving=ServingSettings.from_environ(environ),
         )

@@ -1,4 +1,14 @@
-"""How kopf is set up when the operator starts, from the settings read at that moment."""
+"""How kopf is set up when the operator starts, from the settings read at that moment.
+
+Replicas (the chart runs two or more): every replica serves the admission webhook, and kopf's
+peering (``kopf run --peering=NAME``, a ClusterKopfPeering or per-namespace KopfPeering
+object) lets only one of them run the handlers at a time. kopf pauses a replica while a peer
+of higher priority is alive, and keeps serving webhooks while paused. The priority is the
+replica's start time, earliest first (``leadership_priority``): the replica that has led the
+longest keeps leading, a restarted or new one waits, so a rolling update hands over once.
+A leader that stops cleanly removes its record at once; one that dies (kill -9, a lost node)
+is taken over when its record expires: ``DURABLE_PRODUCER_PEERING_LIFETIME_SECONDS``.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +17,7 @@ import logging
 import kopf
 
 from durable_producer.contract import GROUP
-from durable_producer.operator import admission
+from durable_producer.operator import admission, http_endpoint, metrics
 from durable_producer.operator.settings import (
     WEBHOOK_CERT_FILE_ENV,
     WEBHOOK_KEY_FILE_ENV,
@@ -15,6 +25,24 @@ from durable_producer.operator.settings import (
 )
 
 FINALIZER = f"{GROUP}/finalizer"
+_NANOSECONDS_PER_MICROSECOND = 1000
+
+
+def leadership_priority(started_at_ns: int) -> int:
+    """kopf peering priority of a replica started at ``started_at_ns`` (epoch, ns): minus the
+    start time in microseconds, so the earliest-started live replica has the highest."""
+    return -(started_at_ns // _NANOSECONDS_PER_MICROSECOND)
+
+
+def configure_peering(
+    settings: kopf.OperatorSettings, config: OperatorConfig, started_at_ns: int
+) -> None:
+    """Priority by start time (unless given on the command line) and the record's lifetime;
+    keep-alives are not logged. Without --peering (``--standalone``) kopf ignores these."""
+    if settings.peering.priority == 0:
+        settings.peering.priority = leadership_priority(started_at_ns)
+    settings.peering.lifetime = config.serving.peering_lifetime_seconds
+    settings.peering.stealth = True
 
 
 def configure_kopf(
@@ -40,11 +68,30 @@ def configure_kopf(
     if not config.features.volume_pool:
         # No volumes to give: the webhook is not served (the chart renders no configuration).
         settings.admission.server = admission.NoWebhookServer()
-    else:
-        settings.admission.server = admission.webhook_server(config.webhook)
-        if not config.webhook.enabled:
-            logger.warning(
-                "no webhook certificate configured (%s, %s): pods are not mutated",
-                WEBHOOK_CERT_FILE_ENV,
-                WEBHOOK_KEY_FILE_ENV,
-            )
+        return
+    settings.admission.server = admission.webhook_server(config.webhook)
+    http_endpoint.READINESS.webhook_expected = config.webhook.enabled
+    if not config.webhook.enabled:
+        logger.warning(
+            "no webhook certificate configured (%s, %s): pods are not mutated",
+            WEBHOOK_CERT_FILE_ENV,
+            WEBHOOK_KEY_FILE_ENV,
+        )
+
+
+def serve_endpoint(config: OperatorConfig, logger: kopf.Logger) -> None:
+    """Start /metrics and /readyz when a port is configured (the chart always sets one)."""
+    metrics.configure(config.pool_interval_seconds)
+    serving = config.serving
+    if serving.metrics_port is None:
+        logger.info("no metrics port configured: /metrics and /readyz are not served")
+        return
+    try:
+        http_endpoint.start(serving.metrics_addr, serving.metrics_port)
+    except OSError as error:
+        logger.error(
+            "cannot serve /metrics and /readyz on port %s: %s; this replica never reports"
+            " ready",
+            serving.metrics_port,
+            error,
+        )

@@ -220,9 +220,12 @@ def start_webhook_operator(
     cert, key = make_certificate(tmp_path)
     started: list[WebhookOperator] = []
 
-    def start(*, serve_webhook: bool = True, **pool_env: str) -> WebhookOperator:
+    def start(*, serve_webhook: bool = True, peering: str | None = None,
+              **pool_env: str) -> WebhookOperator:
         """``serve_webhook=False``: wait for the liveness endpoint instead (no webhook server
-        runs when the volume pool is switched off)."""
+        runs when the volume pool is switched off). ``peering``: run as the chart does, as one
+        of several replicas sharing the handlers through that peering object (not
+        standalone)."""
         port = _free_port()
         env = {
             **os.environ,
@@ -241,7 +244,8 @@ def start_webhook_operator(
         command = [
             sys.executable, "-m", "kopf", "run",
             "-m", "durable_producer.operator.handlers",
-            "--standalone", "--all-namespaces", f"--liveness={liveness_url}", "--verbose",
+            "--standalone" if peering is None else f"--peering={peering}",
+            "--all-namespaces", f"--liveness={liveness_url}", "--verbose",
         ]  # fmt: skip
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(

@@ -66,15 +66,29 @@ def rbac_grants(rules: Iterable[dict[str, Any]]) -> set[Grant]:
     }
 
 
-def declared_operator_access() -> set[Grant]:
-    """What the operator uses with the default feature flags (pool, audit, Spark templates)."""
+def peering_access(*, namespaced: bool) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    """kopf's peering object: a KopfPeering per watched namespace, else a ClusterKopfPeering."""
+    return (api_access.NAMESPACED_PEERING_API_ACCESS if namespaced
+            else api_access.CLUSTER_PEERING_API_ACCESS)
+
+
+def declared_operator_access(*, namespaced: bool = False) -> set[Grant]:
+    """What the operator uses with the default feature flags (pool, audit, Spark templates),
+    the pool's cluster-scoped StorageClass reads included."""
     return {
         (group, resource, verb)
         for group, resource, verbs in (
             *api_access.KUBERNETES_API_ACCESS, *api_access.POOL_API_ACCESS,
-            *api_access.SPARK_TEMPLATES_API_ACCESS)
+            *api_access.STORAGE_CLASSES_API_ACCESS,
+            *api_access.SPARK_TEMPLATES_API_ACCESS, *peering_access(namespaced=namespaced))
         for verb in verbs
     }
+
+
+def storage_class_access() -> set[Grant]:
+    return {(group, resource, verb)
+            for group, resource, verbs in api_access.STORAGE_CLASSES_API_ACCESS
+            for verb in verbs}
 
 
 def all_role_rules(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -121,8 +135,9 @@ def test_default_render_has_the_expected_objects(default_objects: list[dict[str,
     kinds = sorted(obj["kind"] for obj in default_objects)
 
     assert kinds == sorted([
-        "CustomResourceDefinition", "ServiceAccount", "ClusterRole", "ClusterRoleBinding",
-        "Service", "Deployment", "MutatingWebhookConfiguration", "Secret",
+        "CustomResourceDefinition", "CustomResourceDefinition", "CustomResourceDefinition",
+        "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Service", "Deployment",
+        "MutatingWebhookConfiguration", "Secret", "PodDisruptionBudget", "ClusterKopfPeering",
     ])
 
 
@@ -133,8 +148,8 @@ def test_rendered_objects_validate_against_kubernetes_schemas(
 ) -> None:
     objects = render_chart(values)
     for obj in objects:
-        if obj["apiVersion"].startswith("cert-manager.io/"):
-            continue  # not a Kubernetes API: cert-manager's own CRDs
+        if obj["apiVersion"].startswith(("cert-manager.io/", "kopf.dev/")):
+            continue  # not Kubernetes APIs: cert-manager's and kopf's own CRDs
         # strict: unknown fields are errors, as with kubectl's default field validation
         kubernetes_validate.validate(obj, kubernetes_version, strict=True)
 
@@ -151,7 +166,7 @@ def test_kubernetes_schema_validation_catches_a_misplaced_field(
 
 
 @pytest.mark.parametrize("objects_fixture", ["default_objects", "custom_objects"])
-def test_operator_deployment_is_single_recreate_non_root_read_only(
+def test_operator_deployment_is_non_root_read_only(
     objects_fixture: str, request: pytest.FixtureRequest
 ) -> None:
     objects = request.getfixturevalue(objects_fixture)
@@ -159,8 +174,6 @@ def test_operator_deployment_is_single_recreate_non_root_read_only(
     pod_spec = deployment["spec"]["template"]["spec"]
     container = operator_container(objects)
 
-    assert deployment["spec"]["replicas"] == 1
-    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert pod_spec["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -189,8 +202,9 @@ def test_default_command_is_the_documented_kopf_invocation(
     default_objects: list[dict[str, Any]],
 ) -> None:
     assert operator_container(default_objects)["command"] == [
-        "kopf", "run", "-m", "durable_producer.operator.handlers", "--standalone",
-        "--all-namespaces", "--liveness=http://localhost:8080/healthz",
+        "kopf", "run", "-m", "durable_producer.operator.handlers",
+        "--peering=dp-durable-producer", "--all-namespaces",
+        "--liveness=http://localhost:8080/healthz",
     ]
 
 
@@ -243,7 +257,7 @@ def test_default_rbac_grants_exactly_what_the_operator_declares(
 def test_a_feature_flag_off_removes_only_its_own_permissions(
     custom_objects: list[dict[str, Any]],
 ) -> None:
-    granted = rbac_grants(all_role_rules(custom_objects))
+    granted = rbac_grants(all_role_rules(custom_objects))  # watchNamespaces: namespaced peering
     spark_only = {
         (group, resource, verb)
         for group, resource, verbs in api_access.SPARK_TEMPLATES_API_ACCESS
@@ -251,7 +265,7 @@ def test_a_feature_flag_off_removes_only_its_own_permissions(
     } - pool_access()
 
     assert {resource for _, resource, _ in spark_only} == {"configmaps"}
-    assert granted == declared_operator_access() - spark_only
+    assert granted == declared_operator_access(namespaced=True) - spark_only
 
 
 def pool_access() -> set[Grant]:
@@ -281,8 +295,10 @@ def test_rbac_grants_exactly_the_access_of_the_features_the_operator_runs(
     expected = {
         (group, resource, verb)
         for group, resource, verbs in (
-            *api_access.KUBERNETES_API_ACCESS,
-            *(entry for name in on.enabled for entry in api_access.FEATURE_API_ACCESS[name]))
+            *api_access.KUBERNETES_API_ACCESS, *api_access.CLUSTER_PEERING_API_ACCESS,
+            *(entry for name in on.enabled for entry in api_access.FEATURE_API_ACCESS[name]),
+            *(entry for name in on.enabled
+              for entry in api_access.CLUSTER_FEATURE_API_ACCESS.get(name, ())))
         for verb in verbs
     }
 
@@ -291,9 +307,11 @@ def test_rbac_grants_exactly_the_access_of_the_features_the_operator_runs(
     assert rbac_grants(all_role_rules(objects)) == expected
 
 
-def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_crds(
+def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_cluster_objects(
     custom_objects: list[dict[str, Any]],
 ) -> None:
+    """The ClusterRole keeps only cluster-scoped reads: CRDs (kopf) and StorageClasses (the
+    pool: a Role cannot grant a cluster-scoped resource); the rest is in each namespace."""
     cluster_role = single_object(custom_objects, "ClusterRole")
     roles = objects_of_kind(custom_objects, "Role")
     bindings = objects_of_kind(custom_objects, "RoleBinding")
@@ -301,7 +319,9 @@ def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_crds(
     assert rbac_grants(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
-    }
+    } | storage_class_access()
+    for role in roles:
+        assert not rbac_grants(role["rules"]) & storage_class_access()
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:
@@ -376,6 +396,8 @@ def test_chart_crd_is_an_exact_copy_of_the_repository_crd() -> None:
     assert chart_copy.read_bytes() == source.read_bytes(), (
         f"the chart's CRD differs from {source}: copy it with `cp {source} {chart_copy}`"
     )
+    for path in (REPO_ROOT / "crds").glob("*.yaml"):  # kopf's peering CRDs too
+        assert (CHART_DIR / "crds" / path.name).read_bytes() == path.read_bytes(), path.name
     assert sorted(p.name for p in (CHART_DIR / "crds").iterdir()) == sorted(
         p.name for p in (REPO_ROOT / "crds").glob("*.yaml")
     )
@@ -420,7 +442,8 @@ def test_operator_reads_every_setting_the_chart_passes(
 
 def test_crd_leaves_the_agent_image_to_the_chart(default_objects: list[dict[str, Any]]) -> None:
     """A CRD default would fill spec.agent.image in every object and hide the chart's value."""
-    definition = single_object(default_objects, "CustomResourceDefinition")
+    (definition,) = [crd for crd in objects_of_kind(default_objects, "CustomResourceDefinition")
+                     if crd["metadata"]["name"] == "durableproducers.durable.dev"]
     (served,) = definition["spec"]["versions"]
     spec = served["schema"]["openAPIV3Schema"]["properties"]["spec"]
     agent = spec["properties"]["agent"]

@@ -12,8 +12,12 @@ import yaml
 from support.tools import CHART_DIR, run_helm
 
 BAD_VALUES: list[tuple[str, dict[str, Any], str]] = [
-    ("unknown key", {"operator": {"replicas": 2}},
-     "at '/operator': additional properties 'replicas' not allowed"),
+    ("unknown key", {"operator": {"replica": 2}},
+     "at '/operator': additional properties 'replica' not allowed"),
+    ("no replica", {"operator": {"replicas": 0}},
+     "at '/operator/replicas': minimum: got 0, want 1"),
+    ("short peering lifetime", {"operator": {"peeringLifetimeSeconds": 1}},
+     "at '/operator/peeringLifetimeSeconds': minimum: got 1, want 5"),
     ("root user", {"operator": {"podSecurityContext": {"runAsNonRoot": False}}},
      "at '/operator/podSecurityContext/runAsNonRoot': value must be true"),
     ("writable root filesystem", {"operator": {"securityContext": {

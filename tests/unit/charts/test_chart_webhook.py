@@ -49,7 +49,7 @@ def test_webhook_targets_opted_in_pods_with_the_documented_policies(
         "kube-system", "kube-node-lease"]
     assert webhook["reinvocationPolicy"] == "IfNeeded"
     assert webhook["failurePolicy"] == "Fail"
-    assert webhook["timeoutSeconds"] == 5
+    assert webhook["timeoutSeconds"] == 10
     assert webhook["sideEffects"] == "NoneOnDryRun"
     assert webhook["admissionReviewVersions"] == ["v1"]
     assert webhook["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"],
@@ -113,15 +113,20 @@ def test_generated_certificate_is_signed_by_the_ca_bundle_for_the_service_name(
     assert b"PRIVATE KEY" in base64.b64decode(secret["data"]["tls.key"])
 
 
+def by_name(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
+    return {obj["metadata"]["name"]: obj for obj in objects_of_kind(objects, kind)}
+
+
 def test_cert_manager_issues_the_certificate_and_injects_the_ca(
     cert_manager_objects: list[dict[str, Any]],
 ) -> None:
     configuration = single_object(cert_manager_objects, "MutatingWebhookConfiguration")
-    certificate = single_object(cert_manager_objects, "Certificate")
-    issuer = single_object(cert_manager_objects, "Issuer")
+    certificates = by_name(cert_manager_objects, "Certificate")
+    issuers = by_name(cert_manager_objects, "Issuer")
     pod_spec = single_object(cert_manager_objects, "Deployment")["spec"]["template"]["spec"]
     (volume,) = [v for v in pod_spec["volumes"] if v["name"] == "webhook-tls"]
     service = single_object(cert_manager_objects, "Service")["metadata"]["name"]
+    (certificate,) = [c for c in certificates.values() if not c["spec"].get("isCA")]
 
     assert not objects_of_kind(cert_manager_objects, "Secret")
     assert "caBundle" not in configuration["webhooks"][0]["clientConfig"]
@@ -129,9 +134,27 @@ def test_cert_manager_issues_the_certificate_and_injects_the_ca(
         f"{NAMESPACE}/{certificate['metadata']['name']}")
     assert certificate["spec"]["secretName"] == volume["secret"]["secretName"]
     assert f"{service}.{NAMESPACE}.svc" in certificate["spec"]["dnsNames"]
-    assert certificate["spec"]["issuerRef"] == {"kind": "Issuer",
-                                                "name": issuer["metadata"]["name"]}
-    assert issuer["spec"] == {"selfSigned": {}}
+    assert certificate["spec"]["issuerRef"]["kind"] == "Issuer"
+    assert certificate["spec"]["issuerRef"]["name"] in issuers
+
+
+def test_cert_manager_signs_the_webhook_certificate_with_a_stable_ca(
+    cert_manager_objects: list[dict[str, Any]],
+) -> None:
+    """The webhook's certificate is signed by a CA Issuer whose long-lived CA comes from a
+    self-signed Issuer, so cert-manager's renewal of the webhook certificate keeps the CA the
+    ca-injector puts into the caBundle (a self-signed webhook certificate would change it on
+    every renewal, and pods would see x509 errors until each replica reloaded its files)."""
+    certificates = by_name(cert_manager_objects, "Certificate")
+    issuers = by_name(cert_manager_objects, "Issuer")
+    (ca,) = [c for c in certificates.values() if c["spec"].get("isCA")]
+    (serving,) = [c for c in certificates.values() if not c["spec"].get("isCA")]
+    signer = issuers[serving["spec"]["issuerRef"]["name"]]
+    ca_signer = issuers[ca["spec"]["issuerRef"]["name"]]
+
+    assert signer["spec"] == {"ca": {"secretName": ca["spec"]["secretName"]}}
+    assert ca_signer["spec"] == {"selfSigned": {}}
+    assert ca["spec"]["duration"] == f"{3650 * 24}h"
 
 
 def test_cert_manager_can_use_an_existing_cluster_issuer() -> None:

@@ -1,0 +1,120 @@
+"""The operator's own HTTP endpoint: ``/metrics`` (metrics.py) and ``/readyz``.
+
+``/readyz`` answers 200 only once this replica can do its part: the startup handler has
+registered the handlers of the features switched on, and, when the webhook is served, kopf's
+webhook server is listening with the mounted certificate loaded (``ReadyWebhookServer``
+reports that). The chart's readiness probe asks it, so the webhook Service sends admission
+reviews only to replicas that can answer them, and a rolling update waits for each new
+replica before it stops an old one. Liveness stays kopf's own ``/healthz`` (``--liveness``).
+
+The server runs on a daemon thread and binds every address of both families (one dual-stack
+socket on ``::``, IPv4 only on a kernel without IPv6), so a kubelet probe at the pod IP
+reaches it in IPv4, IPv6 and dual-stack clusters.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+from collections.abc import AsyncIterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import kopf
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from durable_producer.operator import metrics
+
+ANY_ADDRESS_V6 = "::"
+ANY_ADDRESS_V4 = "0.0.0.0"
+NO_IPV6_ERRNOS = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)
+
+
+class Readiness:
+    """What /readyz waits for; set by the startup handler and the webhook server."""
+
+    def __init__(self) -> None:
+        self.handlers_registered = threading.Event()
+        self.webhook_serving = threading.Event()
+        self.webhook_expected = False
+
+    def reset(self) -> None:
+        self.handlers_registered.clear()
+        self.webhook_serving.clear()
+        self.webhook_expected = False
+
+    def problems(self) -> list[str]:
+        """Why this replica is not ready; empty: ready."""
+        problems = []
+        if not self.handlers_registered.is_set():
+            problems.append("the startup handler has not registered the handlers yet")
+        if self.webhook_expected and not self.webhook_serving.is_set():
+            problems.append("the webhook server is not listening with its certificate yet")
+        return problems
+
+
+READINESS = Readiness()
+
+
+class ReadyWebhookServer(kopf.WebhookServer):
+    """kopf's webhook server, telling READINESS once it listens with its certificate.
+
+    kopf yields the client configuration after the TLS context is built from the files and
+    the socket is listening (and again after it reloads renewed certificate files)."""
+
+    async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
+        async for client_config in super().__call__(fn):
+            READINESS.webhook_serving.set()
+            yield client_config
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics":
+            self._answer(200, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST)
+        elif path == "/readyz":
+            problems = READINESS.problems()
+            body = ("ready\n" if not problems else "not ready: " + "; ".join(problems) + "\n")
+            self._answer(503 if problems else 200, body.encode(), "text/plain; charset=utf-8")
+        else:
+            self._answer(404, b"not found: /metrics or /readyz\n", "text/plain; charset=utf-8")
+
+    def _answer(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # probes every few seconds: not worth a log line each
+
+
+class _DualStackServer(ThreadingHTTPServer):
+    address_family = socket.AF_INET6
+
+    def server_bind(self) -> None:
+        if self.server_address[0] == ANY_ADDRESS_V6:
+            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        super().server_bind()
+
+
+def _server(addr: str, port: int) -> ThreadingHTTPServer:
+    host = addr or ANY_ADDRESS_V6
+    if ":" not in host:
+        return ThreadingHTTPServer((host, port), _Handler)
+    try:
+        return _DualStackServer((host, port), _Handler)
+    except OSError as error:
+        if host != ANY_ADDRESS_V6 or error.errno not in NO_IPV6_ERRNOS:
+            raise
+        return ThreadingHTTPServer((ANY_ADDRESS_V4, port), _Handler)
+
+
+def start(addr: str, port: int) -> ThreadingHTTPServer:
+    """Serve /metrics and /readyz on a daemon thread (it ends with the process)."""
+    server = _server(addr, port)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="operator-http", daemon=True).start()
+    return server
