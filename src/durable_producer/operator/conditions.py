@@ -8,6 +8,7 @@ from __future__ import annotations
 READY = "Ready"
 DEGRADED = "Degraded"
 DELETING = "Deleting"
+BACKLOG_CANNOT_DRAIN = "BacklogCannotDrain"
 
 REASON_RECONCILED = "Reconciled"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -18,6 +19,9 @@ REASON_VOLUMES_BELOW_SPEC = "VolumesBelowSpec"
 REASON_POOL_PROBLEM = "VolumePoolProblem"
 REASON_DRAINING = "DrainingVolumes"
 REASON_BACKLOG_HELD = "BacklogHeld"
+REASON_INGEST_ABOVE_FORWARD_RATE = "IngestAboveForwardRate"
+REASON_FORWARDING_KEEPS_UP = "ForwardingKeepsUp"
+REASON_NO_AGENT_FIGURES = "NoAgentFigures"
 
 # (condition, status, reason) -> what it means; docs/operator.md explains each.
 REASONS: dict[tuple[str, str, str], str] = {
@@ -41,4 +45,11 @@ REASONS: dict[tuple[str, str, str], str] = {
         "being deleted, but volumes that may hold backlog cannot be drained: held until"
         " drained or abandoned"
     ),
+    (BACKLOG_CANNOT_DRAIN, "True", REASON_INGEST_ABOVE_FORWARD_RATE): (
+        "an agent takes in more than it can forward: its backlog grows until the buffer fills"
+    ),
+    (BACKLOG_CANNOT_DRAIN, "False", REASON_FORWARDING_KEEPS_UP): (
+        "every agent that answered forwards at least what it takes in"
+    ),
+    (BACKLOG_CANNOT_DRAIN, "Unknown", REASON_NO_AGENT_FIGURES): "no agent answered",
 }
