@@ -226,9 +226,9 @@ def main() -> None:
         f"records per run             {args.records} x {VALUE_SIZE} B values, {args.rounds} rounds"
     )
     rates = {}
-    for name, results in runs.items():
-        rate = args.records / statistics.median(elapsed for elapsed, _, _ in results)
-        cpu = statistics.median(cpu for _, cpu, _ in results) * million
+    for name, measured in runs.items():
+        rate = args.records / statistics.median(elapsed for elapsed, _, _ in measured)
+        cpu = statistics.median(cpu for _, cpu, _ in measured) * million
         rates[name] = rate
         print(
             f"{name:27s} {rate:10.0f} records/s {rate * payload_mb / args.records:6.1f} MB/s"
