@@ -66,6 +66,17 @@ socket; IPv4 only on a kernel without IPv6), so probes at the pod IP of either f
 AGENT_BOOTSTRAP: Final = f"{AGENT_HOST}:{KAFKA_PORT}"
 BACKLOG_METRIC: Final = "durable_agent_backlog_bytes"
 """The agent's Prometheus gauge of bytes not yet acknowledged by Kafka (the operator scrapes it)."""
+CANNOT_DRAIN_METRIC: Final = "durable_agent_backlog_cannot_drain"
+"""1 while ingest exceeds the forward rate the agent sustains under load (the operator scrapes
+it, and the two rates below, for the BacklogCannotDrain condition)."""
+INGEST_RATE_METRICS: Final = (
+    "durable_agent_ingest_rate_records_per_second",
+    "durable_agent_ingest_rate_bytes_per_second",
+)
+FORWARD_RATE_METRICS: Final = (
+    "durable_agent_forward_rate_records_per_second",
+    "durable_agent_forward_rate_bytes_per_second",
+)
 
 BOOTSTRAP_ENV: Final = "KAFKA_BOOTSTRAP_SERVERS"
 """Set in application containers to the agent's address."""

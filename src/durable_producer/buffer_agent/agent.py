@@ -28,7 +28,13 @@ from pathlib import Path
 
 from durable_producer.buffer_agent.errors import StartupError
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.forward_rate import (
+    DrainOutlook,
+    DrainWindow,
+    RateSample,
+)
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
+from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.server import IngressServer
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
@@ -51,14 +57,18 @@ PUBLISH_INTERVAL_S = 1.0
 @dataclass(slots=True)
 class StatsPublisher:
     """Copies WAL and ingress figures into the metrics once a second (the forwarder and the
-    WAL's fsync observer update theirs directly)."""
+    WAL's fsync observer update theirs directly), and with the forwarder's, the ingest and
+    sustained forward rates, runway, time to drain and "cannot drain" (``forward_rate``)."""
 
     wal: WriteAheadLog
     metrics: AgentMetrics
     ingress: IngressServer | None = None
     volume: Path | None = None
+    forwarder: Forwarder | None = None
+    drain_window: DrainWindow = field(default_factory=DrainWindow)
     _reported_ingest: tuple[int, int] = (0, 0)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _cannot_drain: bool = False
 
     def publish(self) -> None:
         """Once a second on the event loop, and before every scrape on the HTTP thread."""
@@ -77,12 +87,43 @@ class StatsPublisher:
             self.metrics.ingest_bytes.inc(stats.bytes_appended - size)
             self._reported_ingest = (stats.records_appended, stats.bytes_appended)
             self.metrics.publish_ingress(stats)
+        outlook = self._drain_outlook()
         self.metrics.refresh_buffer(
             size_bytes=wal.size_bytes,
             max_bytes=wal.max_bytes,
             quarantined_segments=wal.quarantined_segments,
             backlog_records=wal.backlog_records,
             refusing=wal.refusing,
+            net_fill_bytes_per_s=None if outlook is None else outlook.net_fill_bytes_per_s(),
+        )
+        if outlook is not None:
+            self.metrics.drain.refresh(
+                ingest=(outlook.ingest.records_per_s, outlook.ingest.bytes_per_s),
+                forward=(outlook.forward.records_per_s, outlook.forward.bytes_per_s),
+                cannot_drain=outlook.cannot_drain,
+                time_to_drain_s=outlook.time_to_drain_s(wal.backlog_records),
+            )
+            if outlook.cannot_drain != self._cannot_drain:
+                self._cannot_drain = outlook.cannot_drain
+                level = logging.WARNING if outlook.cannot_drain else logging.INFO
+                state = "cannot drain" if outlook.cannot_drain else "can drain again"
+                log.log(level, "backlog %s: %s", state, outlook.message)
+
+    def _drain_outlook(self) -> DrainOutlook | None:
+        if self.ingress is None or self.forwarder is None:
+            return None
+        ingest, forwarded = self.ingress.stats, self.forwarder.stats()
+        health = self.forwarder.health
+        return self.drain_window.update(
+            RateSample(
+                at=time.monotonic(),
+                ingest_records=ingest.records_appended,
+                ingest_bytes=ingest.bytes_appended,
+                forwarded_records=forwarded.forwarded_records,
+                forwarded_bytes=forwarded.forwarded_bytes,
+                waiting_frames=health.unread,
+                delivering=health.state() is ForwarderState.DELIVERING,
+            )
         )
 
 
@@ -174,7 +215,9 @@ class BufferAgent:
             default_partitions=agent.default_partitions,
         )
         self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
-        publisher = StatsPublisher(wal, self.metrics, self.ingress, agent.data_dir)
+        publisher = StatsPublisher(
+            wal, self.metrics, self.ingress, agent.data_dir, forwarder
+        )
         try:
             metrics_server = MetricsServer(
                 self.metrics,

@@ -21,6 +21,8 @@ from typing import Protocol
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
+from durable_producer.buffer_agent.drain_metrics import DrainMetrics
+
 log = logging.getLogger(__name__)
 PREFIX = "durable_agent"
 DUPLICATE_CAUSES = ("restart", "reset")
@@ -162,6 +164,7 @@ class AgentMetrics:
         self._ingress_seen: dict[str, float] = {}
 
         self._fill_rate = RateEstimator()
+        self.drain = DrainMetrics(r)
         self._init_wal_recovery()
         self._add_forwarder_fault_metrics()
 
@@ -300,6 +303,7 @@ class AgentMetrics:
         backlog_records: int | None = None,
         refusing: str | None = None,
         now: float | None = None,
+        net_fill_bytes_per_s: float | None = None,
     ) -> float:
         """Update the buffer gauges from a WAL snapshot (call every second or so).
 
@@ -307,9 +311,14 @@ class AgentMetrics:
         counters measure different things (compressed batches in, key and value bytes out),
         so their difference is not how fast the disk fills. ``size_bytes`` counts whole
         segments: up to one segment of already delivered frames is included in the backlog.
+        ``net_fill_bytes_per_s``, when given, replaces that estimate: the agent passes ingest
+        less the forward rate measured under load (``forward.forward_rate``), which neither
+        whole-segment deletions nor a forwarder that merely keeps up make noisy.
         Returns the runway in seconds.
         """
         net_fill = self._fill_rate.update(size_bytes, now)
+        if net_fill_bytes_per_s is not None:
+            net_fill = net_fill_bytes_per_s
         free = max(0, max_bytes - size_bytes)
         runway = runway_seconds(free, net_fill)
         self.backlog_bytes.set(size_bytes)

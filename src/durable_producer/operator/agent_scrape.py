@@ -1,35 +1,103 @@
-"""Reading the agents' backlog from their Prometheus endpoints (the pool timer publishes it).
+"""Reading the agents' figures from their Prometheus endpoints (the pool timer publishes them).
 
-The agent has no API access, so the operator asks each running agent over HTTP. The metric's
-name comes from the contract, not from the agent's code: the operator image does not carry
-the agent's dependencies.
+The agent has no API access, so the operator asks each running agent over HTTP: its backlog,
+and whether ingest exceeds the forward rate it sustains under load, with both rates. The
+metrics' names come from the contract, not from the agent's code: the operator image does not
+carry the agent's dependencies.
 """
 
 from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from durable_producer.contract import BACKLOG_METRIC
+from durable_producer.contract import (
+    BACKLOG_METRIC,
+    CANNOT_DRAIN_METRIC,
+    FORWARD_RATE_METRICS,
+    INGEST_RATE_METRICS,
+)
 from durable_producer.operator import pod_mutation
+
+SCRAPED = (BACKLOG_METRIC, CANNOT_DRAIN_METRIC, *INGEST_RATE_METRICS, *FORWARD_RATE_METRICS)
 
 # Per agent: a slow one must not stall the pool timer for long.
 METRICS_TIMEOUT_SECONDS = 1.0
 
 
-def parse_backlog_bytes(exposition: str) -> int | None:
-    """The backlog gauge from a Prometheus text exposition, or None when absent."""
+@dataclass(frozen=True)
+class CannotDrain:
+    """One agent whose ingest exceeds the forward rate it sustains: (records/s, bytes/s)."""
+
+    agent: str
+    ingest: tuple[float, float]
+    forward: tuple[float, float]
+
+    def describe(self) -> str:
+        def rate(figures: tuple[float, float]) -> str:
+            return f"{figures[0]:,.0f} records/s ({figures[1] / 1e6:,.2f} MB/s)"
+
+        return (
+            f"{self.agent}: ingest {rate(self.ingest)} exceeds the forward rate sustained"
+            f" under load {rate(self.forward)}"
+        )
+
+
+@dataclass(frozen=True)
+class AgentFigures:
+    """What the agents that answered said; ``answered`` 0: nothing is known."""
+
+    answered: int = 0
+    backlog_bytes: int | None = None
+    cannot_drain: list[CannotDrain] = field(default_factory=list)
+
+
+def parse_samples(exposition: str, names: Iterable[str] = SCRAPED) -> dict[str, float]:
+    """The first sample of each of ``names`` in a Prometheus text exposition."""
+    wanted = set(names)
+    found: dict[str, float] = {}
     for line in exposition.splitlines():
         if line.startswith("#"):
             continue
         parts = line.split()
-        if len(parts) >= 2 and parts[0].split("{", 1)[0] == BACKLOG_METRIC:
+        name = parts[0].split("{", 1)[0] if parts else ""
+        if len(parts) >= 2 and name in wanted and name not in found:
             try:
-                return int(float(parts[1]))
+                found[name] = float(parts[1])
             except ValueError:
-                return None
-    return None
+                continue
+    return found
+
+
+def parse_backlog_bytes(exposition: str) -> int | None:
+    """The backlog gauge from a Prometheus text exposition, or None when absent."""
+    backlog = parse_samples(exposition, [BACKLOG_METRIC]).get(BACKLOG_METRIC)
+    return None if backlog is None else int(backlog)
+
+
+def _pair(samples: Mapping[str, float], names: tuple[str, str]) -> tuple[float, float]:
+    return samples.get(names[0], 0.0), samples.get(names[1], 0.0)
+
+
+def agent_figures(answers: Mapping[str, str]) -> AgentFigures:
+    """``answers``: each answering agent's exposition, by its name (pod or URL)."""
+    backlogs: list[int] = []
+    cannot_drain: list[CannotDrain] = []
+    for agent, exposition in sorted(answers.items()):
+        samples = parse_samples(exposition)
+        if BACKLOG_METRIC in samples:
+            backlogs.append(int(samples[BACKLOG_METRIC]))
+        if samples.get(CANNOT_DRAIN_METRIC, 0.0) >= 1.0:
+            cannot_drain.append(
+                CannotDrain(
+                    agent,
+                    _pair(samples, INGEST_RATE_METRICS),
+                    _pair(samples, FORWARD_RATE_METRICS),
+                )
+            )
+    return AgentFigures(len(answers), sum(backlogs) if backlogs else None, cannot_drain)
 
 
 def agent_metrics_urls(pods: Iterable[Mapping[str, Any]], metrics_port: int) -> list[str]:
@@ -45,14 +113,13 @@ def agent_metrics_urls(pods: Iterable[Mapping[str, Any]], metrics_port: int) -> 
     return sorted(urls)
 
 
-def scrape_backlog(urls: list[str]) -> int | None:
-    """Total backlog of the agents that answer; None when none does (then nothing is known)."""
-    answers = []
+def scrape_agents(urls: list[str]) -> AgentFigures:
+    """The figures of the agents that answer (named by URL)."""
+    answers: dict[str, str] = {}
     for url in urls:
         try:
             with urllib.request.urlopen(url, timeout=METRICS_TIMEOUT_SECONDS) as response:
-                answers.append(parse_backlog_bytes(response.read().decode()))
+                answers[url] = response.read().decode()
         except (OSError, ValueError):
             continue
-    known = [backlog for backlog in answers if backlog is not None]
-    return sum(known) if known else None
+    return agent_figures(answers)

@@ -9,6 +9,7 @@ READY = "Ready"
 DEGRADED = "Degraded"
 DELETING = "Deleting"
 RECONCILIATION_PAUSED = "ReconciliationPaused"
+BACKLOG_CANNOT_DRAIN = "BacklogCannotDrain"
 
 REASON_RECONCILED = "Reconciled"
 REASON_INVALID_SPEC = "InvalidSpec"
@@ -21,6 +22,9 @@ REASON_DRAINING = "DrainingVolumes"
 REASON_BACKLOG_HELD = "BacklogHeld"
 REASON_PAUSED = "PauseAnnotation"
 REASON_RESUMED = "Resumed"
+REASON_INGEST_ABOVE_FORWARD_RATE = "IngestAboveForwardRate"
+REASON_FORWARDING_KEEPS_UP = "ForwardingKeepsUp"
+REASON_NO_AGENT_FIGURES = "NoAgentFigures"
 
 # (condition, status, reason) -> what it means; docs/operator.md explains each.
 REASONS: dict[tuple[str, str, str], str] = {
@@ -48,4 +52,11 @@ REASONS: dict[tuple[str, str, str], str] = {
         "the pause annotation is set: no reconcile, pool work or drain on deletion (pause.py)"
     ),
     (RECONCILIATION_PAUSED, "False", REASON_RESUMED): "the pause annotation was removed",
+    (BACKLOG_CANNOT_DRAIN, "True", REASON_INGEST_ABOVE_FORWARD_RATE): (
+        "an agent takes in more than it can forward: its backlog grows until the buffer fills"
+    ),
+    (BACKLOG_CANNOT_DRAIN, "False", REASON_FORWARDING_KEEPS_UP): (
+        "every agent that answered forwards at least what it takes in"
+    ),
+    (BACKLOG_CANNOT_DRAIN, "Unknown", REASON_NO_AGENT_FIGURES): "no agent answered",
 }

@@ -187,13 +187,15 @@ def handle_pool_timer(
 ) -> pool_status.PoolStatusUpdate:
     """Release, drain, grow, reclaim; audit pods without an agent; say what to publish."""
     run = run_pool(producer, config, deleting=False, logger=logger)
-    backlog = None
+    figures = None
     spec = reconcile.parse_spec(producer.get("spec"))
     if not isinstance(spec, str):
         urls = agent_scrape.agent_metrics_urls(run.pods, spec.agent.ports.metrics)
-        backlog = agent_scrape.scrape_backlog(urls)
-    now = datetime.now(UTC)
-    update = pool_status.pool_status_update(producer, run.plan, run.pods, backlog, now)
+        figures = agent_scrape.scrape_agents(urls)
+    backlog = None if figures is None else figures.backlog_bytes
+    update = pool_status.pool_status_update(
+        producer, run.plan, run.pods, backlog, datetime.now(UTC), figures
+    )
     update.changes.update(agent_versions.outdated_status(producer, run.pods, config.agent_image))
     return update
 

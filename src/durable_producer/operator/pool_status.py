@@ -14,11 +14,16 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.operator import overrides, pod_mutation, reconcile
+from durable_producer.operator.agent_scrape import AgentFigures
 from durable_producer.operator.conditions import (
+    BACKLOG_CANNOT_DRAIN,
     DEGRADED,
     DELETING,
     REASON_BACKLOG_HELD,
     REASON_DRAINING,
+    REASON_FORWARDING_KEEPS_UP,
+    REASON_INGEST_ABOVE_FORWARD_RATE,
+    REASON_NO_AGENT_FIGURES,
     REASON_POOL_PROBLEM,
     REASON_VOLUMES_BELOW_SPEC,
 )
@@ -173,18 +178,78 @@ def degraded_conditions(
     )
 
 
+def drain_condition(
+    current: Sequence[Mapping[str, Any]],
+    figures: AgentFigures,
+    now: datetime,
+    generation: int | None = None,
+) -> list[dict[str, Any]] | None:
+    """The conditions with BacklogCannotDrain from the agents' figures; None when unchanged.
+
+    True (with each such agent's ingest and sustained forward rates) while any agent says its
+    ingest exceeds what it forwards under load; Unknown when no agent answered.
+    """
+    if not figures.answered:
+        status, reason, message = "Unknown", REASON_NO_AGENT_FIGURES, "no agent answered"
+    elif figures.cannot_drain:
+        status, reason = "True", REASON_INGEST_ABOVE_FORWARD_RATE
+        message = (
+            "; ".join(agent.describe() for agent in figures.cannot_drain)
+            + ": the backlog grows until the buffer is full; lower the load on these pods,"
+            " spread it over more pods, or make Kafka faster for this producer"
+        )
+    else:
+        status, reason = "False", REASON_FORWARDING_KEEPS_UP
+        message = f"{figures.answered} agent(s) forward at least what they take in"
+    previous: Mapping[str, Any] = next(
+        (c for c in current if c.get("type") == BACKLOG_CANNOT_DRAIN), {}
+    )
+    if (previous.get("status"), previous.get("reason"), previous.get("message")) == (
+        status,
+        reason,
+        message,
+    ):
+        return None
+    return reconcile.set_condition(
+        current, BACKLOG_CANNOT_DRAIN, status, reason, message, generation, now
+    )
+
+
 def pool_status_update(
     producer: Object,
     plan: PoolPlan,
     pods: Sequence[Object],
     backlog: int | None,
     now: datetime,
+    figures: AgentFigures | None = None,
 ) -> PoolStatusUpdate:
     """The status changes for what the pool timer found; Warning events while Degraded is ours.
 
     ``backlog`` is None when no agent answered: then ``backlogBytes`` is removed, not left
-    at a figure nobody vouches for any more.
+    at a figure nobody vouches for any more. ``figures`` (the agents' answers) set the
+    BacklogCannotDrain condition; without them it is left alone. It posts no event (the
+    handler posts events under the pool's reason; the agent logs a WARNING when it starts).
     """
+    update = _pool_status_update(producer, plan, pods, backlog, now)
+    if figures is None:
+        return update
+    status = producer.get("status") or {}
+    current = update.changes.get("conditions", status.get("conditions") or [])
+    generation = (producer.get("metadata") or {}).get("generation")
+    conditions = drain_condition(current, figures, now, generation)
+    if conditions is None:
+        return update
+    changes = {**update.changes, "conditions": conditions}
+    return PoolStatusUpdate(changes, update.warnings, update.message)
+
+
+def _pool_status_update(
+    producer: Object,
+    plan: PoolPlan,
+    pods: Sequence[Object],
+    backlog: int | None,
+    now: datetime,
+) -> PoolStatusUpdate:
     status = producer.get("status") or {}
     changes: dict[str, Any] = {}
     if status.get("backlogBytes") != backlog:
