@@ -3,10 +3,13 @@
 Not a test: prints figures side by side, as ratios, from one run on one machine.
 
     .venv/bin/python benchmarks/ingress_bench.py [--records 2000000] [--rounds 3]
+        [--baseline-src CHECKOUT_OF_AN_OLDER_COMMIT]
 
 Each figure comes from a fresh endpoint (a new tansu, or a new agent process with an empty
 WAL, fsync ``interval``), and broker and agent alternate within every round, so the noise of
-this shared machine hits both. Three measurements, each for 200 B and 2 KiB records:
+this shared machine hits both (with ``--baseline-src``, a third endpoint runs the agent of an
+older checkout, for before/after figures from one run). Three measurements, each for 200 B
+and 2 KiB records:
 
 1. **Throughput with real clients**: ``--producers`` librdkafka producer processes send the
    same records with the same settings (acks=all, idempotence, linger.ms=5, batch.size 1 MB,
@@ -53,6 +56,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -105,13 +109,35 @@ def fresh_broker() -> Iterator[Endpoint]:
 AGENT_FSYNC = "interval"
 
 
+BASELINE_SRC: Path | None = None
+"""``--baseline-src``: another source tree (its ``src``) served as a third endpoint."""
+
+
 @contextmanager
 def fresh_agent() -> Iterator[Endpoint]:
     """An agent process (ingress only) with an empty WAL; the topic has PARTITIONS partitions."""
+    with serve_agent_process("agent", None) as endpoint:
+        yield endpoint
+
+
+@contextmanager
+def fresh_baseline_agent() -> Iterator[Endpoint]:
+    """The same, running the code of ``--baseline-src`` (an older commit, say)."""
+    assert BASELINE_SRC is not None
+    with serve_agent_process("base", BASELINE_SRC) as endpoint:
+        yield endpoint
+
+
+@contextmanager
+def serve_agent_process(name: str, source: Path | None) -> Iterator[Endpoint]:
     with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch:
         port_file = Path(scratch) / "port"
+        env = dict(os.environ)
+        if source is not None:  # ahead of the editable install's path
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), env.get("PYTHONPATH")]))
         process = subprocess.Popen(
-            [sys.executable, __file__, "--serve-agent", scratch, str(port_file), AGENT_FSYNC]
+            [sys.executable, __file__, "--serve-agent", scratch, str(port_file), AGENT_FSYNC],
+            env=env,
         )
         try:
             deadline = time.monotonic() + 30
@@ -119,7 +145,7 @@ def fresh_agent() -> Iterator[Endpoint]:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError("the agent did not start")
                 time.sleep(0.05)
-            yield Endpoint("agent", f"127.0.0.1:{port_file.read_text()}", process.pid)
+            yield Endpoint(name, f"127.0.0.1:{port_file.read_text()}", process.pid)
         finally:
             process.send_signal(signal.SIGTERM)
             try:
@@ -472,15 +498,26 @@ def main() -> None:
     parser.add_argument(
         "--fsync", choices=["interval", "always", "never"], default="interval", help="agent's"
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also serve the agent from this source tree's src/ (e.g. a `git worktree` of an"
+        " older commit), alternating with the others in every round",
+    )
     parser.add_argument("--serve-agent", nargs=3, metavar=("DATA_DIR", "PORT_FILE", "FSYNC"))
     args = parser.parse_args()
     if args.serve_agent:
         serve_agent(Path(args.serve_agent[0]), Path(args.serve_agent[1]), args.serve_agent[2])
         return
-    global AGENT_FSYNC
+    global AGENT_FSYNC, BASELINE_SRC
     AGENT_FSYNC = args.fsync
 
-    endpoints = (fresh_broker, fresh_agent)
+    endpoints: tuple[Callable[[], Any], ...] = (fresh_broker, fresh_agent)
+    if args.baseline_src is not None:
+        BASELINE_SRC = args.baseline_src.resolve() / "src"
+        if not (BASELINE_SRC / "durable_producer").is_dir():
+            parser.error(f"--baseline-src {args.baseline_src}: no src/durable_producer there")
+        endpoints = (fresh_broker, fresh_baseline_agent, fresh_agent)
     rates: dict[tuple[str, int, str], list[Rate]] = {}
     latencies: dict[tuple[int, str], list[tuple[float, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch_name:
@@ -582,64 +619,77 @@ def summarize(
         "clients": f"throughput, {args.producers} {args.client} producer processes",
         "replay": f"capacity, replayed ~1 MB produce requests on {args.connections} connections",
     }
-    summary = []
+    agents = ("base", "agent") if args.baseline_src is not None else ("agent",)
+    summary: list[dict[str, Any]] = []
     print(f"\nmedians of {args.rounds} rounds (ratio = agent / broker, per round then median)")
+    if args.baseline_src is not None:
+        print(f"base: the agent of {args.baseline_src}; agent: this tree's")
     for kind, title in titles.items():
         if kind in args.skip:
             continue
         print(f"\n{title}")
         print(
-            f"{'size':>6} {'broker rec/s':>13} {'agent rec/s':>12} {'ratio':>6}"
+            f"{'size':>6} {'':>5} {'broker rec/s':>13} {'agent rec/s':>12} {'ratio':>6}"
             f" {'per-round ratios':>22} {'CPU s/M broker':>15} {'agent':>6} {'ratio':>6}"
         )
         for size in args.sizes:
-            broker, agent = rates[(kind, size, "broker")], rates[(kind, size, "agent")]
-            ratios = [a.records_per_s / b.records_per_s for a, b in zip(agent, broker, strict=True)]
-            cpu_ratios = [a.cpu_s_per_m / b.cpu_s_per_m for a, b in zip(agent, broker, strict=True)]
-            row = {
-                "kind": kind,
-                "size": size,
-                "broker_records_per_s": statistics.median(r.records_per_s for r in broker),
-                "agent_records_per_s": statistics.median(r.records_per_s for r in agent),
-                "ratio": statistics.median(ratios),
-                "ratios": [round(r, 2) for r in ratios],
-                "broker_cpu_s_per_m": statistics.median(r.cpu_s_per_m for r in broker),
-                "agent_cpu_s_per_m": statistics.median(r.cpu_s_per_m for r in agent),
-                "cpu_ratio": statistics.median(cpu_ratios),
-            }
-            summary.append(row)
-            print(
-                f"{size:>6} {row['broker_records_per_s']:>13,.0f}"
-                f" {row['agent_records_per_s']:>12,.0f} {row['ratio']:>6.2f}"
-                f" {' '.join(f'{r:.2f}' for r in ratios):>22}"
-                f" {row['broker_cpu_s_per_m']:>15.2f} {row['agent_cpu_s_per_m']:>6.2f}"
-                f" {row['cpu_ratio']:>6.2f}"
-            )
+            broker = rates[(kind, size, "broker")]
+            for name in agents:
+                row = rate_row(kind, size, name, broker, rates[(kind, size, name)])
+                summary.append(row)
+                print(
+                    f"{size:>6} {name:>5} {row['broker_records_per_s']:>13,.0f}"
+                    f" {row['agent_records_per_s']:>12,.0f} {row['ratio']:>6.2f}"
+                    f" {' '.join(f'{r:.2f}' for r in row['ratios']):>22}"
+                    f" {row['broker_cpu_s_per_m']:>15.2f} {row['agent_cpu_s_per_m']:>6.2f}"
+                    f" {row['cpu_ratio']:>6.2f}"
+                )
     if latencies:
         print(
             f"\nlatency, one producer paced at {args.paced_bytes_per_s / 1e6:.0f} MB/s"
             " (agent / broker; medians of the rounds' percentiles)"
         )
         print(
-            f"{'size':>6} {'p50 broker':>11} {'agent':>7} {'ratio':>6} {'p99 broker':>11}"
+            f"{'size':>6} {'':>5} {'p50 broker':>11} {'agent':>7} {'ratio':>6} {'p99 broker':>11}"
             f" {'agent':>7} {'ratio':>6}"
         )
         for size in args.sizes:
             if (size, "broker") not in latencies:
                 continue
-            broker, agent = latencies[(size, "broker")], latencies[(size, "agent")]
-            row = {"kind": "latency", "size": size}
-            for index, name in enumerate(("p50", "p99")):
-                row[f"broker_{name}_ms"] = statistics.median(x[index] for x in broker) * 1000
-                row[f"agent_{name}_ms"] = statistics.median(x[index] for x in agent) * 1000
-            summary.append(row)
-            print(
-                f"{size:>6} {row['broker_p50_ms']:>11.2f} {row['agent_p50_ms']:>7.2f}"
-                f" {row['agent_p50_ms'] / row['broker_p50_ms']:>6.2f}"
-                f" {row['broker_p99_ms']:>11.2f} {row['agent_p99_ms']:>7.2f}"
-                f" {row['agent_p99_ms'] / row['broker_p99_ms']:>6.2f}"
-            )
+            for agent_name in agents:
+                broker_p, agent_p = latencies[(size, "broker")], latencies[(size, agent_name)]
+                row = {"kind": "latency", "size": size, "agent": agent_name}
+                for index, name in enumerate(("p50", "p99")):
+                    row[f"broker_{name}_ms"] = statistics.median(x[index] for x in broker_p) * 1e3
+                    row[f"agent_{name}_ms"] = statistics.median(x[index] for x in agent_p) * 1e3
+                summary.append(row)
+                p50, p99 = row["agent_p50_ms"], row["agent_p99_ms"]
+                print(
+                    f"{size:>6} {agent_name:>5} {row['broker_p50_ms']:>11.2f}"
+                    f" {p50:>7.2f} {p50 / row['broker_p50_ms']:>6.2f}"
+                    f" {row['broker_p99_ms']:>11.2f} {p99:>7.2f} {p99 / row['broker_p99_ms']:>6.2f}"
+                )
     print(json.dumps(summary))
+
+
+def rate_row(
+    kind: str, size: int, name: str, broker: list[Rate], agent: list[Rate]
+) -> dict[str, Any]:
+    """One agent's figures against the broker's of the same rounds."""
+    ratios = [a.records_per_s / b.records_per_s for a, b in zip(agent, broker, strict=True)]
+    cpu_ratios = [a.cpu_s_per_m / b.cpu_s_per_m for a, b in zip(agent, broker, strict=True)]
+    return {
+        "kind": kind,
+        "size": size,
+        "agent": name,
+        "broker_records_per_s": statistics.median(r.records_per_s for r in broker),
+        "agent_records_per_s": statistics.median(r.records_per_s for r in agent),
+        "ratio": statistics.median(ratios),
+        "ratios": [round(r, 2) for r in ratios],
+        "broker_cpu_s_per_m": statistics.median(r.cpu_s_per_m for r in broker),
+        "agent_cpu_s_per_m": statistics.median(r.cpu_s_per_m for r in agent),
+        "cpu_ratio": statistics.median(cpu_ratios),
+    }
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.server import IngressServer
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
 from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
-from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
+from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
 from durable_producer.buffer_agent.volume_space import (

@@ -1,24 +1,20 @@
-"""Prometheus metrics of the buffer agent and the HTTP endpoints that serve them.
+"""Prometheus metrics of the buffer agent (served by ``metrics_server.py``).
 
 ``AgentMetrics`` owns a dedicated ``CollectorRegistry`` (never the global one, so several
-agents or tests can live in one process). ``MetricsServer`` serves ``/metrics``,
+agents or tests can live in one process). ``metrics_server.MetricsServer`` serves ``/metrics``,
 ``/healthz`` (the process answers) and ``/readyz`` (a callable decides, e.g. "WAL open
 and writable") from a background thread.
 """
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
-import socket
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
 from durable_producer.buffer_agent.drain_metrics import DrainMetrics
@@ -401,124 +397,3 @@ class RateEstimator:
         self.rate += weight * (instant - self.rate)
         self._last_total, self._last_time = total, now
         return self.rate
-
-
-ANY_ADDRESS_V6 = "::"
-ANY_ADDRESS_V4 = "0.0.0.0"
-# The kernel has no IPv6 (module absent or disabled): serve IPv4 only.
-NO_IPV6_ERRNOS = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)
-
-
-class _IPv6HTTPServer(ThreadingHTTPServer):
-    """An IPv6 socket; bound to ``::`` it also takes IPv4 (IPV6_V6ONLY off: dual stack)."""
-
-    address_family = socket.AF_INET6
-
-    def server_bind(self) -> None:
-        if self.server_address[0] == ANY_ADDRESS_V6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
-
-
-def http_server(host: str, port: int, handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
-    """An HTTP server on ``host``: ``::`` is every address of both families (one dual-stack
-    socket), falling back to ``0.0.0.0`` on a kernel without IPv6; an IPv6 literal gets an
-    IPv6 socket, anything else an IPv4 one."""
-    if ":" not in host:
-        return ThreadingHTTPServer((host, port), handler)
-    try:
-        return _IPv6HTTPServer((host, port), handler)
-    except OSError as error:
-        if host != ANY_ADDRESS_V6 or error.errno not in NO_IPV6_ERRNOS:
-            raise
-        return ThreadingHTTPServer((ANY_ADDRESS_V4, port), handler)
-
-
-class MetricsServer:
-    """``/metrics``, ``/healthz`` and ``/readyz`` on a background thread; port 0 picks one.
-
-    The agent's address comes from its settings (``--metrics-listen``, default ``[::]``: every
-    address, so kubelet probes reach it at the pod IP in IPv4, IPv6 and dual-stack clusters)."""
-
-    def __init__(
-        self,
-        metrics: AgentMetrics,
-        *,
-        host: str,
-        port: int = 0,
-        ready: Callable[[], bool] = lambda: True,
-        alive: Callable[[], bool] = lambda: True,
-        before_scrape: Callable[[], None] | None = None,
-    ) -> None:
-        """``before_scrape`` runs before each /metrics answer (the agent brings its periodic
-        figures up to date there, so one scrape never mixes a fresh and a stale count)."""
-        handler = _make_handler(metrics, ready, alive, before_scrape)
-        self._server = http_server(host, port, handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="metrics-http", daemon=True
-        )
-
-    @property
-    def port(self) -> int:
-        return int(self._server.server_address[1])
-
-    def start(self) -> MetricsServer:
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._thread.is_alive():
-            self._server.shutdown()
-            self._thread.join(timeout=5)
-        self._server.server_close()
-
-    def __enter__(self) -> MetricsServer:
-        return self.start()
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-
-def _make_handler(
-    metrics: AgentMetrics,
-    ready: Callable[[], bool],
-    alive: Callable[[], bool],
-    before_scrape: Callable[[], None] | None,
-) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/metrics":
-                if before_scrape is not None:
-                    try:
-                        before_scrape()
-                    except Exception as error:  # the figures of the last update still serve
-                        log.warning("could not update the metrics before a scrape: %s", error)
-                self._reply(200, metrics.render(), CONTENT_TYPE_LATEST)
-            elif path == "/healthz":
-                self._probe(alive)
-            elif path == "/readyz":
-                self._probe(ready)
-            else:
-                self._reply(404, b"not found\n")
-
-        def _probe(self, check: Callable[[], bool]) -> None:
-            try:
-                ok = bool(check())
-            except Exception as error:  # a failing check means "not ready", with the reason
-                self._reply(503, f"error: {error}\n".encode())
-                return
-            self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
-
-        def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Probes every few seconds would flood the log."""
-
-    return Handler

@@ -14,8 +14,6 @@ reaches it in IPv4, IPv6 and dual-stack clusters.
 
 from __future__ import annotations
 
-import errno
-import socket
 import threading
 from collections.abc import AsyncIterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,11 +21,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import kopf
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from durable_producer.dual_stack_http import ANY_ADDRESS_V6, http_server
 from durable_producer.operator import metrics
-
-ANY_ADDRESS_V6 = "::"
-ANY_ADDRESS_V4 = "0.0.0.0"
-NO_IPV6_ERRNOS = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)
 
 
 class Readiness:
@@ -91,25 +86,8 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # probes every few seconds: not worth a log line each
 
 
-class _DualStackServer(ThreadingHTTPServer):
-    address_family = socket.AF_INET6
-
-    def server_bind(self) -> None:
-        if self.server_address[0] == ANY_ADDRESS_V6:
-            self.socket.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
-        super().server_bind()
-
-
 def _server(addr: str, port: int) -> ThreadingHTTPServer:
-    host = addr or ANY_ADDRESS_V6
-    if ":" not in host:
-        return ThreadingHTTPServer((host, port), _Handler)
-    try:
-        return _DualStackServer((host, port), _Handler)
-    except OSError as error:
-        if host != ANY_ADDRESS_V6 or error.errno not in NO_IPV6_ERRNOS:
-            raise
-        return ThreadingHTTPServer((ANY_ADDRESS_V4, port), _Handler)
+    return http_server(addr or ANY_ADDRESS_V6, port, _Handler)
 
 
 def start(addr: str, port: int) -> ThreadingHTTPServer:

@@ -19,6 +19,7 @@ from durable_producer.operator.conditions import (
     BACKLOG_CANNOT_DRAIN,
     DEGRADED,
     DELETING,
+    READY,
     REASON_BACKLOG_HELD,
     REASON_DRAINING,
     REASON_FORWARDING_KEEPS_UP,
@@ -231,10 +232,12 @@ def pool_status_update(
     handler posts events under the pool's reason; the agent logs a WARNING when it starts).
     """
     update = _pool_status_update(producer, plan, pods, backlog, now)
-    if figures is None:
-        return update
     status = producer.get("status") or {}
     current = update.changes.get("conditions", status.get("conditions") or [])
+    if figures is None or not any(c.get("type") == READY for c in current):
+        # Without Ready the timer saw the object before the reconcile handler's status: a
+        # conditions list written from here would replace the one reconcile wrote meanwhile.
+        return update
     generation = (producer.get("metadata") or {}).get("generation")
     conditions = drain_condition(current, figures, now, generation)
     if conditions is None:

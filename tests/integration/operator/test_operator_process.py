@@ -130,7 +130,7 @@ def test_update_of_throughput_recomputes_size_and_generation(
         ),
         what="observedGeneration 2",
     )
-    assert obj["status"]["bufferSize"] == "48Gi"
+    assert obj["status"]["bufferSize"] == "46Gi"
     assert obj["status"]["runwaySeconds"] >= 3600
     ready = condition(obj, reconcile.READY)
     assert ready is not None and ready["status"] == "True"

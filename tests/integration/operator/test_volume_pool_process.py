@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
+from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.operator import api_access, pod_mutation
 from durable_producer.operator import volume_pool as vp
 from durable_producer.operator.kube_objects import format_time

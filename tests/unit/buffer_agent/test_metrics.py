@@ -8,12 +8,8 @@ import urllib.request
 
 import pytest
 
-from durable_producer.buffer_agent.metrics import (
-    AgentMetrics,
-    MetricsServer,
-    RateEstimator,
-    runway_seconds,
-)
+from durable_producer.buffer_agent.metrics import AgentMetrics, RateEstimator, runway_seconds
+from durable_producer.buffer_agent.metrics_server import MetricsServer
 
 
 def test_runway_is_free_space_over_net_fill_rate() -> None:

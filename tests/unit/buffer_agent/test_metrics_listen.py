@@ -10,9 +10,10 @@ from http.server import ThreadingHTTPServer
 
 import pytest
 
-from durable_producer.buffer_agent import metrics
+from durable_producer import dual_stack_http
 from durable_producer.buffer_agent.cli import build_parser
-from durable_producer.buffer_agent.metrics import AgentMetrics, MetricsServer
+from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.buffer_agent.options import host_port
 from durable_producer.buffer_agent.settings import AgentConfig
 from durable_producer.contract import METRICS_HOST
@@ -55,7 +56,7 @@ def test_without_ipv6_the_default_address_falls_back_to_ipv4(
         def __init__(self, *args: object, **kwargs: object) -> None:
             raise OSError(errno.EAFNOSUPPORT, "Address family not supported by protocol")
 
-    monkeypatch.setattr(metrics, "_IPv6HTTPServer", NoIPv6)
+    monkeypatch.setattr(dual_stack_http, "_IPv6HTTPServer", NoIPv6)
 
     with MetricsServer(AgentMetrics(), host=METRICS_HOST, port=0) as server:
         assert healthy(f"http://127.0.0.1:{server.port}/healthz")

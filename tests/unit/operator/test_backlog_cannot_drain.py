@@ -33,14 +33,18 @@ def exposition(backlog: int, cannot_drain: bool, ingest: float, forward: float) 
     )
 
 
+READY = {"type": "Ready", "status": "True", "reason": "Reconciled", "message": ""}
+
+
 def producer(conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """A DurableProducer the reconcile handler has seen (Ready set), with ``conditions``."""
     return {
         "metadata": {"name": "orders", "generation": 3},
         "spec": {
             "kafka": {"bootstrapServers": ["k:9092"]},
             "throughput": {"peakBytesPerSecond": 1},
         },
-        "status": {"conditions": conditions or []},
+        "status": {"conditions": [READY, *(conditions or [])]},
     }
 
 
@@ -94,3 +98,14 @@ def test_without_figures_the_condition_is_left_alone() -> None:
     assert not any(
         c["type"] == "BacklogCannotDrain" for c in update.changes.get("conditions", [])
     )
+
+
+def test_before_the_first_reconcile_the_conditions_are_left_to_it() -> None:
+    """The pool timer's first run may see the object as created (no status yet): writing the
+    conditions list from there would replace the Ready condition the reconcile handler wrote
+    meanwhile (a merge patch replaces a list)."""
+    plan = vp.plan_pool([], [], [], NOW, POLICY)
+    created = {**producer(), "status": {}}
+    nobody = agent_scrape.agent_figures({})
+    update = pool_status.pool_status_update(created, plan, [], None, NOW, nobody)
+    assert "conditions" not in update.changes

@@ -24,6 +24,8 @@ def read_checkpoint(directory: Path) -> int | None:
     duplicates, never loses data. The caller logs what it falls back to.
     """
     path = directory / CHECKPOINT_FILE
+    if path.exists() and not path.is_file():
+        return None  # not a checkpoint: recovery moves it aside (``damage.py``) and says so
     values = read_slots(path, CHECKPOINT_MAGIC, 1)
     if values is None:
         if path.exists() and any(path.read_bytes()):

@@ -154,6 +154,9 @@ def _list_directory(directory: Path) -> _Listing:
     listing = _Listing()
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         name, path = entry.name, Path(entry.path)
+        if name == CHECKPOINT_FILE and not entry.is_file():
+            listing.strays.append(Stray(path, "not a file, so not the checkpoint"))
+            continue
         if name in _KNOWN or (name == QUARANTINE_DIR and entry.is_dir()):
             continue
         if any(fnmatch(name, pattern) for pattern in LEFTOVER_PATTERNS):

@@ -143,6 +143,22 @@ def test_a_directory_in_place_of_the_lock_file_is_moved_aside(wal_dir: Path) -> 
     assert records(wal_dir)[0]["segment"] == "LOCK"
 
 
+def test_a_directory_in_place_of_the_checkpoint_is_moved_aside(wal_dir: Path) -> None:
+    write_frames(wal_dir, 3)
+    (wal_dir / "checkpoint").unlink(missing_ok=True)
+    (wal_dir / "checkpoint").mkdir()
+    (wal_dir / "checkpoint" / "note").write_text("someone's file")
+    with reopen_reads_everything(wal_dir, 3) as wal:  # replayed from the oldest segment
+        wal.checkpoint(2)
+        assert (wal_dir / "checkpoint").is_file()
+    (record,) = records(wal_dir)
+    assert record["segment"] == "checkpoint" and record["lost_offsets"] == []
+    moved = wal_dir / "quarantine" / record["quarantined_file"]
+    assert (moved / "note").read_text() == "someone's file"
+    with WriteAheadLog.open(wal_dir, SMALL) as wal:
+        assert wal.stats().checkpoint_offset == 2
+
+
 def test_a_missing_segment_file_is_reported_as_a_gap(
     wal_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
