@@ -162,7 +162,9 @@ class Outcome:
         """Copies a consumer sees that the agent's re-sending made (the mock's own rewrites
         of a retried request, which a real broker refuses, taken out)."""
         assert self.agent.grade is not None
-        return self.agent.grade.duplicates - self.agent.mock_rewritten
+        # mock_rewritten counts rewritten sequence numbers, an upper bound of the copies they
+        # made (a rewrite whose first copy was never stored makes none): never below zero.
+        return max(0, self.agent.grade.duplicates - self.agent.mock_rewritten)
 
     def judge(self) -> Judgement:
         """The agent's verdict. Loss is graded only where the control lost nothing that the

@@ -185,7 +185,7 @@ def render_spark_templates(
 
     Registered by start_operator (resume, create, update) when the feature is on."""
     with counted(SPARK_TEMPLATES_ID):
-        if not paused(body, patch):
+        if not pause.is_paused(body):  # the condition is reconcile's to write
             patch.status.update(spark_actions.handle_spark_templates(body, logger))
 
 
@@ -197,7 +197,7 @@ def maintain_volume_pool(
     if metadata.get("deletionTimestamp"):
         return  # the delete handler owns the pool from here
     with counted(POOL_TIMER_ID):
-        if paused(body, patch):
+        if pause.is_paused(body):  # the condition is reconcile's to write
             return
         update = pool_actions.handle_pool_timer(body, config_of(memo), logger)
         patch.status.update(update.changes)

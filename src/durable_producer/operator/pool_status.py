@@ -233,10 +233,14 @@ def pool_status_update(
     """
     update = _pool_status_update(producer, plan, pods, backlog, now)
     status = producer.get("status") or {}
+    if not _settled(producer):
+        # The timer's view predates the reconcile handler's latest status (no Ready yet, or
+        # a newer generation): a conditions list written from here would replace the one
+        # reconcile writes meanwhile (a merge patch replaces lists). Next run.
+        changes = {k: v for k, v in update.changes.items() if k != "conditions"}
+        return PoolStatusUpdate(changes, update.warnings, update.message)
     current = update.changes.get("conditions", status.get("conditions") or [])
-    if figures is None or not any(c.get("type") == READY for c in current):
-        # Without Ready the timer saw the object before the reconcile handler's status: a
-        # conditions list written from here would replace the one reconcile wrote meanwhile.
+    if figures is None:
         return update
     generation = (producer.get("metadata") or {}).get("generation")
     conditions = drain_condition(current, figures, now, generation)
@@ -244,6 +248,14 @@ def pool_status_update(
         return update
     changes = {**update.changes, "conditions": conditions}
     return PoolStatusUpdate(changes, update.warnings, update.message)
+
+
+def _settled(producer: Object) -> bool:
+    """Whether the reconcile handler has written the status of the current generation."""
+    status = producer.get("status") or {}
+    generation = (producer.get("metadata") or {}).get("generation")
+    has_ready = any(c.get("type") == READY for c in status.get("conditions") or [])
+    return has_ready and (generation is None or status.get("observedGeneration") == generation)
 
 
 def _pool_status_update(

@@ -37,14 +37,15 @@ READY = {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "
 
 
 def producer(conditions: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """A DurableProducer the reconcile handler has seen (Ready set), with ``conditions``."""
+    """A DurableProducer whose generation the reconcile handler has written, with
+    ``conditions``."""
     return {
         "metadata": {"name": "orders", "generation": 3},
         "spec": {
             "kafka": {"bootstrapServers": ["k:9092"]},
             "throughput": {"peakBytesPerSecond": 1},
         },
-        "status": {"conditions": [READY, *(conditions or [])]},
+        "status": {"observedGeneration": 3, "conditions": [READY, *(conditions or [])]},
     }
 
 
@@ -108,4 +109,15 @@ def test_before_the_first_reconcile_the_conditions_are_left_to_it() -> None:
     created = {**producer(), "status": {}}
     nobody = agent_scrape.agent_figures({})
     update = pool_status.pool_status_update(created, plan, [], None, NOW, nobody)
+    assert "conditions" not in update.changes
+
+
+def test_while_reconcile_catches_up_with_a_new_generation_the_conditions_wait() -> None:
+    """A view from before reconcile wrote the new generation's status (e.g. just after a
+    pause ended) must not write back the conditions it holds."""
+    plan = vp.plan_pool([], [], [], NOW, POLICY)
+    behind = producer()
+    behind["metadata"]["generation"] = 4
+    slow = agent_scrape.agent_figures({"pod-a": exposition(100, True, 13_000, 10_000)})
+    update = pool_status.pool_status_update(behind, plan, [], 100, NOW, slow)
     assert "conditions" not in update.changes

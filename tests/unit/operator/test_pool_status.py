@@ -46,10 +46,17 @@ def running_pod(name: str, claim: str) -> dict[str, Any]:
                                   "persistentVolumeClaim": {"claimName": claim}}]}}
 
 
+READY = {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
+         "observedGeneration": 4}
+
+
 def producer(status: dict[str, Any] | None = None, **annotations: str) -> dict[str, Any]:
+    """A DurableProducer whose generation 4 the reconcile handler has written (the pool
+    timer writes conditions only then), with ``status`` on top."""
     return {"metadata": {"name": "orders", "namespace": "shop", "generation": 4,
                          "annotations": annotations},
-            "spec": SPEC, "status": status or {}}
+            "spec": SPEC,
+            "status": {"observedGeneration": 4, "conditions": [READY], **(status or {})}}
 
 
 # Defect 8: a volume that may hold backlog is never let go undrained, unless abandoned.
@@ -110,7 +117,8 @@ def test_deleting_status_says_why_the_deletion_waits_and_the_way_out() -> None:
 
     update = pool_status.deleting_status(producer(), plan, ["v"], NOW)
 
-    (condition,) = update.changes["conditions"]
+    ready, condition = update.changes["conditions"]
+    assert ready == READY, "the other conditions are kept"
     assert (condition["type"], condition["status"], condition["reason"]) == (
         "Deleting", "True", "BacklogHeld")
     assert condition["observedGeneration"] == 4
@@ -121,7 +129,7 @@ def test_deleting_status_says_why_the_deletion_waits_and_the_way_out() -> None:
 
     waiting = vp.plan_pool([pvc("v")], [running_pod("p", "v")], [], NOW, POLICY, deleting=True)
     plain = pool_status.deleting_status(producer(), waiting, ["v"], NOW)
-    assert plain.changes["conditions"][0]["reason"] == "DrainingVolumes"
+    assert plain.changes["conditions"][1]["reason"] == "DrainingVolumes"
 
 
 # Defect 10: stale backlog, Degraded without observedGeneration.
