@@ -18,6 +18,21 @@ ANY_ADDRESS_V4 = "0.0.0.0"
 NO_IPV6_ERRNOS = (errno.EAFNOSUPPORT, errno.EADDRNOTAVAIL, errno.EPROTONOSUPPORT)
 
 
+class QuietHandler(BaseHTTPRequestHandler):
+    """A request handler that answers in one call and logs nothing (probes come every few
+    seconds: a log line each would flood the log)."""
+
+    def answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
 class _IPv6HTTPServer(ThreadingHTTPServer):
     """An IPv6 socket; bound to ``::`` it also takes IPv4 (IPV6_V6ONLY off: dual stack)."""
 

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.dual_stack_http import http_server
+from durable_producer.dual_stack_http import QuietHandler, http_server
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ def _make_handler(
     alive: Callable[[], bool],
     before_scrape: Callable[[], None] | None,
 ) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             path = self.path.split("?", 1)[0]
             if path == "/metrics":
@@ -77,30 +77,20 @@ def _make_handler(
                         before_scrape()
                     except Exception as error:  # the figures of the last update still serve
                         log.warning("could not update the metrics before a scrape: %s", error)
-                self._reply(200, metrics.render(), CONTENT_TYPE_LATEST)
+                self.answer(200, metrics.render(), CONTENT_TYPE_LATEST)
             elif path == "/healthz":
                 self._probe(alive)
             elif path == "/readyz":
                 self._probe(ready)
             else:
-                self._reply(404, b"not found\n")
+                self.answer(404, b"not found\n")
 
         def _probe(self, check: Callable[[], bool]) -> None:
             try:
                 ok = bool(check())
             except Exception as error:  # a failing check means "not ready", with the reason
-                self._reply(503, f"error: {error}\n".encode())
+                self.answer(503, f"error: {error}\n".encode())
                 return
-            self._reply(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
-
-        def _reply(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Probes every few seconds would flood the log."""
+            self.answer(200 if ok else 503, b"ok\n" if ok else b"not ready\n")
 
     return Handler

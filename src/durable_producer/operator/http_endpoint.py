@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import AsyncIterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import kopf
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from durable_producer.dual_stack_http import ANY_ADDRESS_V6, http_server
+from durable_producer.dual_stack_http import ANY_ADDRESS_V6, QuietHandler, http_server
 from durable_producer.operator import metrics
 
 
@@ -63,27 +63,17 @@ class ReadyWebhookServer(kopf.WebhookServer):
             yield client_config
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
-            self._answer(200, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST)
+            self.answer(200, generate_latest(metrics.REGISTRY), CONTENT_TYPE_LATEST)
         elif path == "/readyz":
             problems = READINESS.problems()
             body = ("ready\n" if not problems else "not ready: " + "; ".join(problems) + "\n")
-            self._answer(503 if problems else 200, body.encode(), "text/plain; charset=utf-8")
+            self.answer(503 if problems else 200, body.encode(), "text/plain; charset=utf-8")
         else:
-            self._answer(404, b"not found: /metrics or /readyz\n", "text/plain; charset=utf-8")
-
-    def _answer(self, status: int, body: bytes, content_type: str) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass  # probes every few seconds: not worth a log line each
+            self.answer(404, b"not found: /metrics or /readyz\n", "text/plain; charset=utf-8")
 
 
 def _server(addr: str, port: int) -> ThreadingHTTPServer:
