@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from typing import Protocol
 
 from .errors import WalError
@@ -29,14 +30,20 @@ _READ_CHUNK = 4 * 1024 * 1024
 class WalReader:
     """Iterates frames with offset >= the start offset, in order, across segments.
 
-    Only bytes the writer has published (complete frames) are read. Segments deleted by a
-    checkpoint while open stay readable through the open descriptor.
+    Only bytes the writer has published (complete frames) are read. A segment a checkpoint
+    deletes while the reader is on it is read to its end through the open descriptor, then
+    the reader goes on with the next segment. (That happens whenever a reader waits at the end
+    of the newest segment, an append starts a new one and a checkpoint reaches its base offset
+    before the reader looks again: the forwarder's reader, once it has delivered everything.)
     """
 
     def __init__(self, wal: ReadableLog, from_offset: int) -> None:
         self._wal = wal
         self._wanted = from_offset
         self._base: int | None = None
+        self._path: Path | None = None
+        self._deleted = False
+        """The open segment was deleted by a checkpoint (``_deleted_view``)."""
         self._fd = -1
         self._position = 0
 
@@ -87,13 +94,21 @@ class WalReader:
                 if view.base_offset == self._base:
                     return view
             if self._fd >= 0:
-                return None
+                return self._deleted_view()
         candidates = [view for view in views if view.base_offset <= self._wanted]
         chosen = candidates[-1] if candidates else (views[0] if views else None)
         if chosen is None:
             return None
         self._open(chosen)
         return chosen
+
+    def _deleted_view(self) -> SegmentView:
+        """The open segment left the log: a checkpoint deleted it. The newest segment never
+        leaves, so it was sealed and its file is complete: what is left of it can be read
+        through the descriptor, then ``_advance_past`` moves on to the next segment."""
+        assert self._base is not None and self._path is not None
+        self._deleted = True
+        return SegmentView(self._base, self._path, os.fstat(self._fd).st_size, sealed=True)
 
     def _open(self, view: SegmentView) -> None:
         self.close()
@@ -106,6 +121,8 @@ class WalReader:
                 f"moved past offset {self._wanted} while this reader still needed it"
             ) from None
         self._base = view.base_offset
+        self._path = view.path
+        self._deleted = False
         self._position = SEGMENT_HEADER_SIZE
 
     def _advance_past(self, base: int, views: list[SegmentView]) -> None:
@@ -135,6 +152,9 @@ class WalReader:
             decoded = decode_frame(buffer, pos)
             if isinstance(decoded, FrameProblem):
                 if decoded is FrameProblem.INCOMPLETE and pos > 0:
+                    break
+                if self._deleted:  # delivered; what a failed roll-back left is no frame
+                    pos = view.visible_end - self._position
                     break
                 raise WalError(
                     f"{decoded.value} in {view.path.name} at byte {self._position + pos} while "
