@@ -195,7 +195,9 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _start_large(self, my_turn: bool = False) -> bool:
         """Move a large frame out of the staging buffer once it must; True if it was moved."""
         received = self._end - self._start - _PREFIX
-        known = received + unread_bytes(self._fd)
+        known = received
+        if _PREFIX + known < STAGING_BYTES or not self._memory.plentiful_for(self._large_size):
+            known += unread_bytes(self._fd)  # a syscall: only when the answer matters
         if _PREFIX + known < STAGING_BYTES:
             return False  # what has arrived (or is about to) still fits the staging buffer
         capacity = self._large_capacity(0, known)

@@ -94,6 +94,12 @@ class RequestMemory:
         ``waiting``: it is our turn) and every claim can still be finished afterwards."""
         if (self._waiters and not waiting) or self.used + size > self.limit:
             return False
+        if claim.held + size == claim.size and claim not in self._claims:
+            # complete at once: it lacks nothing, so every claim that could finish before
+            # still can (it finishes first and gives back all it holds)
+            claim.held = claim.size
+            self.take(size)
+            return True
         self._claims.add(claim)
         claim.held += size
         if not self._can_finish_all():
@@ -108,7 +114,8 @@ class RequestMemory:
         """``claim``'s request is complete: what it holds is given back with the request.
         Others may grow now (it lacks nothing any more)."""
         self._claims.discard(claim)
-        self._schedule_wake()
+        if self._waiters:
+            self._schedule_wake()
 
     def forget(self, claim: Claim) -> None:
         """``claim``'s connection closed: its bytes are given back with the connection's."""
