@@ -114,7 +114,8 @@ def main() -> None:
                     file=sys.stderr,
                 )
         rows.append((size, {name: statistics.median(values) for name, values in figures.items()}))
-    print("\nreceiver CPU-us per MB (median of rounds); ratio = this tree / base")
+    ratio = "; ratio = this tree / base" if args.baseline_src is not None else ""
+    print(f"\nreceiver CPU-us per MB (median of rounds){ratio}")
     for size, medians in rows:
         line = f"  frames of {size:>9} B: " + "  ".join(f"{n} {v:7.1f}" for n, v in medians.items())
         if "base" in medians:
