@@ -47,6 +47,7 @@ bench-tools:
 bench: venv bench-tools
 	$(BIN)/python benchmarks/wal_bench.py
 	$(BIN)/python benchmarks/ingress_bench.py
+	$(BIN)/python benchmarks/receive_bench.py
 	$(BIN)/python benchmarks/forward_bench.py --records 300000 --rounds 3
 
 e2e: venv tools

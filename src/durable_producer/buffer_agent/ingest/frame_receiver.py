@@ -11,14 +11,17 @@ receiver hands out, so
   read-only ``memoryview`` of it: each frame owns its buffer, so later reads never overwrite
   a frame still being processed.
 
-Memory follows the bytes that arrive, never the size a client announces. A large frame stays
-in the staging buffer until its bytes outgrow it; its own buffer is then sized for what has
-arrived plus what the kernel holds for the socket (``socket_backlog``): a request sent at
-once lands in one buffer of its exact size, a size prefix alone costs nothing more. The
-buffer grows (at least doubling) as more arrives. Every buffer comes out of the shared
-:class:`~.request_memory.RequestMemory` budget and goes back when the next frame is asked
-for (the previous one is answered by then) or the connection closes; when the budget is used
-up the connection stops reading until its turn comes. Reading also pauses while
+A size prefix alone costs nothing: a large frame stays in the staging buffer until its bytes
+outgrow it. Its own buffer is then the frame's whole size while the shared budget is
+plentiful (``RequestMemory.plentiful_for``: half of it free), so an ordinary request lands in
+one buffer with no copies. Otherwise memory follows the bytes that arrive, never the size a
+client announces: the buffer is sized for what has arrived plus what the kernel holds for the
+socket (``socket_backlog``) and grows (at least doubling) as more arrives.
+
+Every buffer comes out of the shared :class:`~.request_memory.RequestMemory` budget and goes
+back when the next frame is asked for (the previous one is answered by then) or the
+connection closes; when the budget is used up the connection stops reading until its turn
+comes. Reading also pauses while
 ``max_buffered_bytes`` of complete frames wait to be processed.
 
 Sizes are checked as soon as the 4-byte prefix is in. ``next_frame`` enforces the idle
@@ -192,10 +195,12 @@ class FrameReceiver(asyncio.BufferedProtocol):
     def _start_large(self, my_turn: bool = False) -> bool:
         """Move a large frame out of the staging buffer once it must; True if it was moved."""
         received = self._end - self._start - _PREFIX
-        known = received + unread_bytes(self._fd)
+        known = received
+        if _PREFIX + known < STAGING_BYTES or not self._memory.plentiful_for(self._large_size):
+            known += unread_bytes(self._fd)  # a syscall: only when the answer matters
         if _PREFIX + known < STAGING_BYTES:
             return False  # what has arrived (or is about to) still fits the staging buffer
-        capacity = self._capacity(known)
+        capacity = self._large_capacity(0, known)
         if not self._take(capacity, my_turn):
             return False
         body_start = self._start + _PREFIX
@@ -208,15 +213,20 @@ class FrameReceiver(asyncio.BufferedProtocol):
         """The frame's buffer is full and the frame is not: grow it, budget allowing."""
         assert self._large is not None
         current = len(self._large)
-        capacity = self._capacity(max(2 * current, self._large_filled + unread_bytes(self._fd)))
+        capacity = self._large_capacity(
+            current, max(2 * current, self._large_filled + unread_bytes(self._fd))
+        )
         if self._take(capacity - current, my_turn):
             grown = bytearray(capacity)
             grown[: self._large_filled] = self._large
             self._large = grown
 
-    def _capacity(self, wanted: int) -> int:
-        """A buffer size for a large frame: ``wanted`` rounded up to whole chunks, at most the
-        frame's size."""
+    def _large_capacity(self, current: int, wanted: int) -> int:
+        """The large frame's next buffer size, from ``current``: the frame's whole size while
+        the budget is plentiful, else ``wanted`` rounded up to whole chunks (at most the
+        frame's size)."""
+        if self._memory.plentiful_for(self._large_size - current):
+            return self._large_size
         chunks = -(-max(wanted, 1) // CHUNK_BYTES)
         return min(self._large_size, chunks * CHUNK_BYTES)
 

@@ -6,10 +6,16 @@ used up, a connection that needs more stops reading (the kernel's socket buffer 
 control hold the client back) and waits in line. So the agent holds at most ``limit`` bytes
 of requests however many clients send, and whatever they announce in their size prefixes.
 
-Large requests are received a part at a time, each part taken when its bytes arrive: a
-:class:`Claim` per request being received. Growing claims could deadlock (each holds part of
-the budget and waits for more than is left), so a claim only grows while the rest of the
-budget can still finish every claim in some order (the banker's rule: a request's announced
+While at least half the budget is free, a large request whose first bytes have arrived
+takes its whole announced size at once (``plentiful_for``): a client sends a request at once,
+and one buffer of the right size saves the copies of growing one. Beyond that, large requests
+are received a part at a time, each part taken when its bytes arrive: a :class:`Claim` per
+request being received. So clients that announce much and send little hold at most half the
+budget between them for bytes they never send.
+
+Growing claims could deadlock (each holds part of the budget and waits for more than is
+left), so a claim only grows while the rest of the budget can still finish every claim in
+some order (the banker's rule: a request's announced
 size is its maximum need, never more than the budget). A request that is complete needs
 nothing more and comes back once answered.
 
@@ -77,11 +83,23 @@ class RequestMemory:
         self._wake()
 
     # ------------------------------------------------------------------ requests being received
+    def plentiful_for(self, size: int) -> bool:
+        """``size`` more bytes would leave at least half the budget free, and nobody waits:
+        a large request may take its whole announced size at once (one buffer, no copies as
+        it grows). Below that, requests take what has arrived, a part at a time."""
+        return not self._waiters and self.used + size <= self.limit // 2
+
     def grow(self, claim: Claim, size: int, *, waiting: bool = False) -> bool:
         """Take ``size`` more bytes for ``claim`` if they fit, nobody waits before us (unless
         ``waiting``: it is our turn) and every claim can still be finished afterwards."""
         if (self._waiters and not waiting) or self.used + size > self.limit:
             return False
+        if claim.held + size == claim.size and claim not in self._claims:
+            # complete at once: it lacks nothing, so every claim that could finish before
+            # still can (it finishes first and gives back all it holds)
+            claim.held = claim.size
+            self.take(size)
+            return True
         self._claims.add(claim)
         claim.held += size
         if not self._can_finish_all():
@@ -96,7 +114,8 @@ class RequestMemory:
         """``claim``'s request is complete: what it holds is given back with the request.
         Others may grow now (it lacks nothing any more)."""
         self._claims.discard(claim)
-        self._schedule_wake()
+        if self._waiters:
+            self._schedule_wake()
 
     def forget(self, claim: Claim) -> None:
         """``claim``'s connection closed: its bytes are given back with the connection's."""

@@ -272,9 +272,32 @@ def test_a_size_prefix_alone_allocates_nothing_beyond_the_staging_buffer() -> No
     assert peak < 1 << 20, "the announced 90 MiB must not be allocated, not even for a moment"
 
 
-def test_memory_taken_follows_the_bytes_that_arrive_not_the_size_announced() -> None:
+def test_while_the_budget_is_plentiful_a_large_frame_takes_its_size_at_once() -> None:
+    """An ordinary request gets one buffer of its size as soon as its bytes outgrow the
+    staging buffer, and is handed on as that buffer: no copies as it arrives."""
     body = os.urandom(3 << 20)
     memory = RequestMemory(64 << 20)
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
+        await send(client, frame(body)[:200_000])
+        await asyncio.sleep(0.3)
+        assert receiver.partial_frame
+        assert receiver.held_bytes == memory.used == len(body)
+        await send(client, frame(body)[200_000:])
+        received = await receiver.next_frame(idle_timeout=5)
+        assert received == body
+        assert isinstance(received, memoryview) and len(received.obj) == len(body)  # type: ignore[arg-type]
+        with pytest.raises(TimeoutError):
+            await receiver.next_frame(idle_timeout=0.1)
+        assert memory.used == 0
+
+    run(scenario, memory=memory)
+
+
+def test_memory_taken_follows_the_bytes_that_arrive_not_the_size_announced() -> None:
+    """Beyond half the budget, what a connection takes follows its bytes."""
+    body = os.urandom(3 << 20)
+    memory = RequestMemory(4 << 20)
 
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
         await send(client, frame(body)[:200_000])

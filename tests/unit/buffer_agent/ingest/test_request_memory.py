@@ -118,3 +118,13 @@ def test_whatever_is_granted_every_claim_can_still_finish(
 def test_the_budget_must_be_positive() -> None:
     with pytest.raises(ValueError, match="must be positive"):
         RequestMemory(0)
+
+
+def test_a_request_may_take_its_whole_size_only_while_half_the_budget_stays_free() -> None:
+    memory = RequestMemory(100)
+    assert memory.plentiful_for(50) and not memory.plentiful_for(51)
+    memory.take(30)
+    assert memory.plentiful_for(20) and not memory.plentiful_for(21)
+    memory.give_back(30)
+    memory.wait(lambda: False)
+    assert not memory.plentiful_for(1), "never ahead of a connection waiting in line"
