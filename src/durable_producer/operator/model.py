@@ -143,7 +143,15 @@ class FullDiskSettings(CamelModel):
         default=DEFAULT_FULL_DISK_POLICY,
         description="reject: retriable error at once; block: wait up to blockTimeoutMs first.",
     )
-    block_timeout_ms: int = Field(default=5_000, ge=0, le=60_000, description="For policy block.")
+    block_timeout_ms: int = Field(
+        default=5_000,
+        ge=0,
+        le=60_000,
+        description=(
+            "For policy block; a request never waits past its own timeout (the client's"
+            " request.timeout.ms) less 1 s."
+        ),
+    )
 
 
 class StorageSettings(CamelModel):

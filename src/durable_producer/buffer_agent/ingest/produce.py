@@ -82,6 +82,17 @@ metadata over and over (113 and 144 times), this one not beyond the first. kafka
 3.0.12 hangs with either answer once a retried batch expires (a client defect, described there)."""
 
 
+BLOCK_ANSWER_MARGIN_S = 1.0
+"""Under ``--full-disk-policy block`` a request waits for space at most its own ``timeout_ms``
+less this, so that the answer reaches the client before it gives the request up (a broker
+answers within the request's timeout too)."""
+
+
+def block_wait_s(timeout_ms: int) -> float:
+    """The longest a Produce request with this ``timeout_ms`` may wait for WAL space."""
+    return max(0.0, timeout_ms / 1000 - BLOCK_ANSWER_MARGIN_S)
+
+
 def invalid_batch_error(error: InvalidRecordBatch) -> ErrorCode:
     """The Kafka error a broker answers for this invalid batch (module docstring)."""
     if isinstance(error, UnsupportedMagic):
@@ -146,7 +157,7 @@ class ProduceHandler:
                     )
                     continue
                 self._validate_partition(outcome, partition_data.records)
-        await self._append(outcomes)
+        await self._append(outcomes, body.timeout_ms)
         await self._settle_duplicates(outcomes)
         if body.acks == 0:
             return None
@@ -224,8 +235,9 @@ class ProduceHandler:
                 return
 
     # ------------------------------------------------------------------ 2. append
-    async def _append(self, outcomes: list[_PartitionOutcome]) -> None:
-        """Append every accepted batch of the request in one WAL call; settle their retries."""
+    async def _append(self, outcomes: list[_PartitionOutcome], timeout_ms: int) -> None:
+        """Append every accepted batch of the request in one WAL call; settle their retries.
+        ``timeout_ms``: the request's own; a ``block`` wait for space answers within it."""
         items = [
             AppendItem(outcome.topic, outcome.partition, payload, header.record_count)
             for outcome in outcomes
@@ -243,7 +255,7 @@ class ProduceHandler:
         error: ErrorCode | None = None
         reason = ""
         try:
-            offsets = await self._wal.append_many_async(items)
+            offsets = await self._wal.append_many_async(items, wait_s=block_wait_s(timeout_ms))
         except WalFullError as exc:
             error, reason = WAL_FULL_ERROR, str(exc)
         except FrameTooLargeError as exc:

@@ -88,7 +88,8 @@ class WalConfig:
     block_timeout_s: float = field(
         default=5.0,
         metadata=option(
-            "seconds a produce request waits for space under --full-disk-policy=block",
+            "seconds a produce request waits for space under --full-disk-policy=block (never past"
+            " the request's own timeout less 1 s)",
             flag="--block-timeout",
             parse=positive_float,
         ),

@@ -163,8 +163,13 @@ class WriteAheadLog(LogReading):
                 raise failure[0]
         return offsets
 
-    async def append_many_async(self, items: Sequence[AppendItem]) -> list[int]:
+    async def append_many_async(
+        self, items: Sequence[AppendItem], *, wait_s: float | None = None
+    ) -> list[int]:
         """As ``append_many``, for asyncio: fsync and ``block`` waits leave the loop free.
+
+        ``wait_s`` shortens the ``block`` wait for this call (a Produce request's own
+        timeout); ``block_timeout_s`` bounds it.
 
         Groups of :data:`OFFLOAD_WRITE_BYTES` or more are written on the writer thread; the
         payloads must not change until this returns (ingress hands in views of receive
@@ -197,7 +202,10 @@ class WriteAheadLog(LogReading):
             if self.config.full_disk_policy is not FullDiskPolicy.BLOCK:
                 raise
             needed = self._frames_size(items)
-            await asyncio.to_thread(self._wait_for_space, needed, self.config.block_timeout_s)
+            timeout = self.config.block_timeout_s
+            if wait_s is not None:
+                timeout = max(0.0, min(timeout, wait_s))
+            await asyncio.to_thread(self._wait_for_space, needed, timeout)
             offsets = await write()
         if self.config.fsync is FsyncPolicy.ALWAYS:
             await future

@@ -21,11 +21,18 @@ from kio.schema.errors import ErrorCode
 from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.kafka.protocol import (
     API_INIT_PRODUCER_ID,
+    API_PRODUCE,
     SUPPORTED_API_VERSIONS,
     build,
     request_schema,
 )
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WalFullError
+from durable_producer.buffer_agent.wal import (
+    AppendItem,
+    FsyncPolicy,
+    FullDiskPolicy,
+    WalConfig,
+    WalFullError,
+)
 from support.ingest_harness import (
     FakeCluster,
     RawClient,
@@ -34,6 +41,7 @@ from support.ingest_harness import (
     produce_error,
     record_batch,
 )
+from support.kafka_wire import produce_body
 
 pytestmark = pytest.mark.integration
 
@@ -259,12 +267,16 @@ def small_wal() -> WalConfig:
     return WalConfig(segment_bytes=64 * 1024, max_bytes=128 * 1024, max_frame_bytes=32 * 1024)
 
 
-def fill_wal(agent: RunningAgent) -> None:
-    assert agent.wal is not None
+def fill_wal(agent: RunningAgent, *, wait_s: float | None = None) -> None:
+    """Append until the WAL refuses; ``wait_s``: how long each append may wait for space
+    under the ``block`` policy (its own bound when None)."""
+    wal = agent.wal
+    assert wal is not None
     for filler in (record_batch([b"f" * 4000]), record_batch([None])):
+        item = AppendItem("filler", 0, filler, 1)
         with pytest.raises(WalFullError):
             for _ in range(10_000):
-                agent.wal.append("filler", 0, filler, 1)
+                agent.run(wal.append_many_async([item], wait_s=wait_s))
 
 
 def free_wal_later(agent: RunningAgent, seconds: float) -> threading.Thread:
@@ -324,6 +336,24 @@ def test_full_wal_is_retried_by_kafka_python(tmp_path: Path) -> None:
         finally:
             producer.close(timeout=5)
         assert [r.value for r in agent.records() if r.topic == TOPIC] == [b"survivor"]
+
+
+def test_block_policy_answers_within_the_requests_own_timeout(tmp_path: Path) -> None:
+    """``block`` waits for space up to --block-timeout, but never past the Produce request's
+    own timeout: a client that gave the request up would retry it, and a client without
+    idempotence would then store it twice."""
+    wal = replace(small_wal(), full_disk_policy=FullDiskPolicy.BLOCK, block_timeout_s=30.0)
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), wal=wal) as agent:
+        fill_wal(agent, wait_s=0.0)
+        with RawClient(agent.bootstrap) as client:
+            started = time.monotonic()
+            body = produce_body(
+                TOPIC, 0, record_batch([b"late"]), timeout=datetime.timedelta(seconds=2)
+            )
+            response = client.request(API_PRODUCE, 9, body)
+            answered_after = time.monotonic() - started
+        assert produce_error(response)[0] == ErrorCode.not_enough_replicas
+        assert 0.9 <= answered_after < 2.0, f"answered after {answered_after:.1f} s"
 
 
 def test_slow_and_stuck_clients_do_not_stall_others(tmp_path: Path) -> None:
