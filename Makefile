@@ -49,6 +49,7 @@ bench: venv bench-tools
 	$(BIN)/python benchmarks/ingress_bench.py
 	$(BIN)/python benchmarks/receive_bench.py
 	$(BIN)/python benchmarks/forward_bench.py --records 300000 --rounds 3
+	$(BIN)/python benchmarks/catch_up_bench.py --loads 25,50,75 --outage 30
 
 e2e: venv tools
 	$(BIN)/python -m pytest -m e2e tests/e2e
