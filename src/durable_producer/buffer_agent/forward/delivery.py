@@ -117,6 +117,8 @@ class FailureHandling(Protocol):
 
     def group_failed(self, delivery: FrameDelivery, error: KafkaError) -> None: ...
 
+    def refused_after_reset(self, error: KafkaError) -> None: ...
+
     def dead_letter_frame(
         self, frame: Frame, reason: str, generation: int, settle: Callable[[], None]
     ) -> None: ...
@@ -278,6 +280,8 @@ class DeliveryLedger:
     def group_failed(self, delivery: FrameDelivery, error: KafkaError) -> None:
         if delivery.generation == self.generation:
             self.failures.group_failed(delivery, error)
+        else:
+            self.failures.refused_after_reset(error)
 
     def record_failed(
         self, delivery: FrameDelivery, index: int, error: KafkaError, *, synchronous: bool = False
@@ -285,9 +289,13 @@ class DeliveryLedger:
         """One record failed: raised by ``produce()`` (``synchronous``) or reported failed."""
         if delivery.generation == self.generation:
             self.failures.record_failed(delivery, index, error, synchronous=synchronous)
+        else:
+            self.failures.refused_after_reset(error)
 
     def retry_reported(self, delivery: FrameDelivery, index: int, error: KafkaError | None) -> None:
         if delivery.generation != self.generation:
+            if error is not None:
+                self.failures.refused_after_reset(error)
             return
         if error is None:
             delivery.settle_one()

@@ -118,6 +118,14 @@ class FailureHandler:
             isolate=batch_failure(error.code()) is Verdict.ISOLATE,
         )
 
+    def refused_after_reset(self, error: KafkaError) -> None:
+        """A report for a record a producer that has since been reset sent: its frame is sent
+        again, so nothing is done, but a refusal by Kafka is counted like any other (such a
+        record may land after later ones of its partition). The old producer's own purge of
+        its queue is not a refusal."""
+        if error.code() > 0:  # a broker's error code; librdkafka's local ones are negative
+            self._note(error)
+
     def _note(self, error: KafkaError) -> None:
         if self._health is not None:
             self._health.error("delivery", error.code(), error.name(), error.str())

@@ -33,6 +33,7 @@ class _Failures:
         self.records: list[tuple[int, int, int, bool]] = []
         self.groups: list[tuple[int, int]] = []
         self.frames: list[int] = []
+        self.after_reset: list[int] = []
 
     def record_failed(
         self, delivery: FrameDelivery, index: int, error: KafkaError, *, synchronous: bool = False
@@ -41,6 +42,9 @@ class _Failures:
 
     def group_failed(self, delivery: FrameDelivery, error: KafkaError) -> None:
         self.groups.append((delivery.offset, error.code()))
+
+    def refused_after_reset(self, error: KafkaError) -> None:
+        self.after_reset.append(error.code())
 
     def dead_letter_frame(
         self, frame: Frame, reason: str, generation: int, settle: Callable[[], None]
@@ -172,6 +176,20 @@ def test_reports_of_a_disowned_generation_settle_nothing() -> None:
 
     assert ledger.tracker.watermark == 0 and ledger.forwarded_records == 0
     assert failures.groups == []
+    assert failures.after_reset == [KafkaError._PURGE_QUEUE]  # handed on, to be counted
+
+
+def test_a_refusal_reported_after_a_reset_is_handed_on_to_be_counted() -> None:
+    """The records settle nothing (their frame is replayed), but Kafka did refuse them."""
+    ledger, failures = _ledger()
+    producer = _Producer()
+    _produce(ledger, _frame(0, 2), producer, sparse=False)
+
+    ledger.disown_reports()
+    producer.report(0, KafkaError(KafkaError.INVALID_PRODUCER_EPOCH))
+
+    assert failures.records == []
+    assert failures.after_reset == [KafkaError.INVALID_PRODUCER_EPOCH]
 
 
 def test_records_dead_lettered_before_a_reset_are_not_produced_again() -> None:

@@ -7,10 +7,13 @@ import errno
 from pathlib import Path
 from typing import Any
 
+from confluent_kafka import KafkaError
+
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forward.delivery import DeliveryLedger, DeliveryMode
 from durable_producer.buffer_agent.forward.failures import LETTER_RETRY_S, FailureHandler
+from durable_producer.buffer_agent.forward.health import ForwarderHealth
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import Frame
 
@@ -90,3 +93,27 @@ def test_a_letter_written_at_once_settles_at_once(tmp_path: Path) -> None:
     frame = Frame(0, "t", 0, b"not a record batch", 1, appended_ms=5)
     ledger.produce_frame(frame, None, sparse=True, wait_for_room=lambda: True)  # type: ignore[arg-type]
     assert ledger.tracker.watermark == 1 and not failures.waiting_letters
+
+
+def test_refusals_reported_after_a_reset_are_counted_but_not_the_old_queues_purge(
+    tmp_path: Path,
+) -> None:
+    """A record a reset producer sent may still be refused by Kafka, and land after later
+    records of its partition once replayed: the refusal is counted like any other."""
+    metrics = AgentMetrics()
+    health = ForwarderHealth(stall_after_s=10.0, on_error=metrics.count_kafka_error)
+    failures = FailureHandler(
+        DeadLetterStore(tmp_path),
+        DeliveryMode(),
+        metrics,
+        unknown_topic_wait_s=1.0,
+        retry_backoff_s=1.0,
+        health=health,
+    )
+    failures.refused_after_reset(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH))
+    failures.refused_after_reset(KafkaError(KafkaError._PURGE_QUEUE))
+
+    counted = metrics.kafka_errors.labels(kind="delivery", error="INVALID_PRODUCER_EPOCH")
+    assert counted._value.get() == 1
+    assert metrics.kafka_errors.labels(kind="delivery", error="_PURGE_QUEUE")._value.get() == 0
+    assert not failures.retries and not failures.waiting_letters
