@@ -21,8 +21,8 @@ socket (``socket_backlog``) and grows (at least doubling) as more arrives.
 Every buffer comes out of the shared :class:`~.request_memory.RequestMemory` budget and goes
 back when the next frame is asked for (the previous one is answered by then) or the
 connection closes; when the budget is used up the connection stops reading until its turn
-comes. Reading also pauses while
-``max_buffered_bytes`` of complete frames wait to be processed.
+comes. Reading also pauses while ``max_buffered_bytes`` of complete frames wait to be
+processed.
 
 Sizes are checked as soon as the 4-byte prefix is in. ``next_frame`` enforces the idle
 timeout (no frame starts) and the read timeout (a started frame is not complete, however
@@ -193,14 +193,17 @@ class FrameReceiver(asyncio.BufferedProtocol):
 
     # ------------------------------------------------------------------ large frames
     def _start_large(self, my_turn: bool = False) -> bool:
-        """Move a large frame out of the staging buffer once it must; True if it was moved."""
+        """Move a large frame out of the staging buffer once it must; True if it was moved.
+        Its buffer is the frame's whole size while the budget is plentiful, else sized for
+        what has arrived or is about to."""
         received = self._end - self._start - _PREFIX
+        whole = self._memory.plentiful_for(self._large_size)
         known = received
-        if _PREFIX + known < STAGING_BYTES or not self._memory.plentiful_for(self._large_size):
+        if _PREFIX + known < STAGING_BYTES or not whole:
             known += unread_bytes(self._fd)  # a syscall: only when the answer matters
         if _PREFIX + known < STAGING_BYTES:
             return False  # what has arrived (or is about to) still fits the staging buffer
-        capacity = self._large_capacity(0, known)
+        capacity = self._large_size if whole else self._chunked(known)
         if not self._take(capacity, my_turn):
             return False
         body_start = self._start + _PREFIX
@@ -210,23 +213,21 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return True
 
     def _grow_large(self, my_turn: bool = False) -> None:
-        """The frame's buffer is full and the frame is not: grow it, budget allowing."""
+        """The frame's buffer is full and the frame is not: grow it, budget allowing (to the
+        frame's whole size while the budget is plentiful, else at least doubling)."""
         assert self._large is not None
         current = len(self._large)
-        capacity = self._large_capacity(
-            current, max(2 * current, self._large_filled + unread_bytes(self._fd))
-        )
+        if self._memory.plentiful_for(self._large_size - current):
+            capacity = self._large_size
+        else:
+            capacity = self._chunked(max(2 * current, self._large_filled + unread_bytes(self._fd)))
         if self._take(capacity - current, my_turn):
             grown = bytearray(capacity)
             grown[: self._large_filled] = self._large
             self._large = grown
 
-    def _large_capacity(self, current: int, wanted: int) -> int:
-        """The large frame's next buffer size, from ``current``: the frame's whole size while
-        the budget is plentiful, else ``wanted`` rounded up to whole chunks (at most the
-        frame's size)."""
-        if self._memory.plentiful_for(self._large_size - current):
-            return self._large_size
+    def _chunked(self, wanted: int) -> int:
+        """``wanted`` rounded up to whole chunks, at most the frame's size."""
         chunks = -(-max(wanted, 1) // CHUNK_BYTES)
         return min(self._large_size, chunks * CHUNK_BYTES)
 

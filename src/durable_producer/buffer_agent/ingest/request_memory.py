@@ -15,9 +15,9 @@ budget between them for bytes they never send.
 
 Growing claims could deadlock (each holds part of the budget and waits for more than is
 left), so a claim only grows while the rest of the budget can still finish every claim in
-some order (the banker's rule: a request's announced
-size is its maximum need, never more than the budget). A request that is complete needs
-nothing more and comes back once answered.
+some order (the banker's rule: a request's announced size is its maximum need, never more
+than the budget). A request that is complete needs nothing more and comes back once
+answered.
 
 Bytes already received are always taken (``take``): a small request copied out of a
 connection's staging buffer is never dropped, at worst the budget runs over by it and others
