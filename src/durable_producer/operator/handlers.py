@@ -13,6 +13,13 @@ running the handlers at a time; see startup.py).
   then ``register_feature_handlers`` and admission.prepare (the webhook's API clients); /readyz
   turns ready once all that is done and the webhook listens.
 - ``reconcile_durable_producer`` (DurableProducer resume/create/update): reconcile (pure).
+- ``resync_durable_producer`` (timer, per DurableProducer; feature volume pool): reconcile
+  again when ``metadata.generation`` is ahead of ``status.observedGeneration`` and the object
+  is not paused. kopf's change detection is edge-triggered: when it believes a change handled
+  (a stale event accepted after its consistency timeout re-writes an older "succeeded"
+  record), no event brings it back; this timer is the level-triggered safety net, so a
+  resumed or missed edit takes effect within one pool interval. kopf gives every object with
+  a timer a finalizer, so it runs only with the volume pool, whose finalizer is there anyway.
 - ``render_spark_templates`` (same events; feature sparkPodTemplates):
   spark_actions.handle_spark_templates.
 - ``maintain_volume_pool`` (timer, per DurableProducer; feature volume pool):
@@ -65,6 +72,7 @@ POOL_TIMER_ID = "volume-pool"
 DRAIN_HANDLER_ID = "drain-volumes"
 SPARK_TEMPLATES_ID = "spark-templates"
 RECONCILE_ID = "reconcile"  # the metrics label of reconcile_durable_producer (kopf's id: its name)
+RESYNC_ID = "resync"
 CONFIG_KEY = "config"
 HANDLER_IDS = (RECONCILE_ID, SPARK_TEMPLATES_ID, POOL_TIMER_ID, DRAIN_HANDLER_ID)
 
@@ -138,6 +146,10 @@ def register_feature_handlers(
         kopf.timer(
             *RESOURCE, id=POOL_TIMER_ID, interval=config.pool_interval_seconds, registry=registry
         )(maintain_volume_pool)
+        # kopf gives every object with a timer a finalizer: only with the pool, which has one.
+        kopf.timer(
+            *RESOURCE, id=RESYNC_ID, interval=config.pool_interval_seconds, registry=registry
+        )(resync_durable_producer)
         kopf.on.delete(*RESOURCE, id=DRAIN_HANDLER_ID, registry=registry)(
             drain_volumes_before_deletion
         )
@@ -160,6 +172,14 @@ def reconcile_durable_producer(
     retrying cannot fix, so it fails the handler permanently (until the next change). Paused:
     only the ReconciliationPaused condition is written.
     """
+    reconcile_status(body, meta, patch, logger)
+
+
+def reconcile_status(
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger
+) -> None:
+    """Patch the status reconcile (pure) wants for this spec and generation (paused: only
+    the ReconciliationPaused condition); warn about a bad spec."""
     with counted(RECONCILE_ID):
         if paused(body, patch):
             return
@@ -176,6 +196,33 @@ def reconcile_durable_producer(
     if outcome.problem is not None:
         logger.warning(outcome.problem)
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
+
+
+def resync_durable_producer(
+    body: kopf.Body,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
+) -> None:
+    """Timer (registered by start_operator with the volume pool): reconcile a generation that
+    no event brought to reconcile (see the module doc), with its Spark templates when that
+    feature is on.
+
+    Nothing to do (the usual case) costs a comparison; a paused or deleted object waits."""
+    if (body.get("metadata") or {}).get("deletionTimestamp") or pause.is_paused(body):
+        return
+    status = body.get("status") or {}
+    if not reconcile.is_behind(meta.get("generation"), status):
+        return
+    logger.info(
+        "generation %s is not reconciled yet (status.observedGeneration %s): reconciling",
+        meta.get("generation"), status.get("observedGeneration"),
+    )
+    reconcile_status(body, meta, patch, logger)
+    if config_of(memo).features.spark_pod_templates:
+        render_spark_templates(body=body, patch=patch, logger=logger)
 
 
 def render_spark_templates(

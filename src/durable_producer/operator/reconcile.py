@@ -39,6 +39,7 @@ __all__ = [
     "REASON_RUNWAY_BELOW_TARGET",
     "ReconcileOutcome",
     "desired_status",
+    "is_behind",
     "parse_spec",
     "set_condition",
     "status_patch",
@@ -221,6 +222,17 @@ def desired_status(
 
 def _without_none(status: StatusDict) -> StatusDict:
     return {key: value for key, value in status.items() if value is not None}
+
+
+def is_behind(generation: int | None, status: Mapping[str, Any] | None) -> bool:
+    """Whether ``metadata.generation`` is newer than what the status says was reconciled.
+
+    Level-triggered: the resync timer reconciles whenever this holds, whatever events kopf
+    saw (or believed handled) in between."""
+    if not isinstance(generation, int):
+        return False
+    observed = (status or {}).get("observedGeneration")
+    return not isinstance(observed, int) or observed < generation
 
 
 def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> StatusDict:

@@ -64,7 +64,8 @@ def test_every_feature_on_registers_each_handler_once_and_one_delete_handler() -
         ("spark-templates", "create"), ("spark-templates", "update"),
         ("spark-templates", "resume"), ("drain-volumes", "delete"),
     }  # fmt: skip
-    assert timers == [(handlers.POOL_TIMER_ID, OperatorConfig().pool_interval_seconds)]
+    interval = OperatorConfig().pool_interval_seconds
+    assert timers == [(handlers.POOL_TIMER_ID, interval), (handlers.RESYNC_ID, interval)]
     every_flag = register("podAudit,volumePool,drainJobs,sparkPodTemplates")
     assert changing_handlers(every_flag) == changing_handlers(registry)
 
@@ -72,7 +73,8 @@ def test_every_feature_on_registers_each_handler_once_and_one_delete_handler() -
 @pytest.mark.parametrize(("features", "expected_ids"), [
     ("", set()),
     ("sparkPodTemplates", {"spark-templates"}),
-    ("podAudit,volumePool,drainJobs", {"drain-volumes", handlers.POOL_TIMER_ID}),
+    ("podAudit,volumePool,drainJobs",
+     {"drain-volumes", handlers.POOL_TIMER_ID, handlers.RESYNC_ID}),
     # One of the three pool flags off: no pool at all (the chart's schema refuses this).
     ("podAudit,volumePool", set()),
 ])  # fmt: skip

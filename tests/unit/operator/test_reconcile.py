@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -232,3 +233,17 @@ def test_a_computed_size_too_large_for_most_storage_is_degraded() -> None:
     assert (degraded["status"], degraded["reason"]) == ("True", "VeryLargeVolume")
     assert outcome.status["bufferSize"] in degraded["message"]
     assert outcome.problem_reason == "VeryLargeVolume"
+
+
+@pytest.mark.parametrize(("generation", "status", "behind"), [
+    (2, {"observedGeneration": 1}, True),
+    (2, {}, True),  # never reconciled
+    (2, {"observedGeneration": 2}, False),
+    (2, {"observedGeneration": 3}, False),  # never "behind" backwards
+    (None, {"observedGeneration": 1}, False),  # no generation to compare (an emulator)
+    (1, None, True),
+])  # fmt: skip
+def test_is_behind_compares_the_generation_with_what_status_observed(
+    generation: int | None, status: dict[str, int] | None, behind: bool
+) -> None:
+    assert reconcile.is_behind(generation, status) is behind
