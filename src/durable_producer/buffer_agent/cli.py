@@ -30,7 +30,7 @@ from durable_producer.buffer_agent.settings import (
     settings_from,
 )
 from durable_producer.buffer_agent.volume import prepare_data_dir
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WalLockedError
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WalError, WalLockedError
 from durable_producer.buffer_agent.wal.inspect import format_report, inspect_wal, report_as_json
 
 log = logging.getLogger("durable_producer.agent")
@@ -191,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     except WalLockedError as error:
         print(f"durable-agent: {error}", file=sys.stderr)
         return 3
+    except WalError as error:  # the volume cannot hold a log (e.g. a failed fsync on open)
+        print(f"durable-agent: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

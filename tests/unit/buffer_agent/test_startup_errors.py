@@ -178,3 +178,17 @@ def test_wal_inspect_on_an_empty_directory(
     line = single_error_line(capsys)
     assert f"no WAL in {tmp_path}" in line
     assert "<data-dir>/wal" in line
+
+
+def test_a_recovered_wal_that_cannot_be_fsynced_is_one_line_and_exit_1(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with WriteAheadLog.open(tmp_path / "volume" / "wal", SMALL) as log:
+        log.append("t", 0, payload_for(0))
+
+    def failing_fdatasync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
+    assert main(run_agent(tmp_path)) == 1
+    assert "could not fsync the recovered WAL" in single_error_line(capsys)

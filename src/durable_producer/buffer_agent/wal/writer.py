@@ -87,6 +87,8 @@ class WriteAheadLog(LogReading):
         self._segments = SegmentList.resume(
             directory, config.segment_bytes, policy, recovered, self._next_offset
         )
+        if policy.sync and recovered:
+            self._make_recovered_durable()
         self._syncer = self._start_syncer()
         log.info(
             "opened WAL %s: %d segments, %d bytes, checkpoint %d, next offset %d, policy %s",
@@ -97,6 +99,17 @@ class WriteAheadLog(LogReading):
             self._next_offset,
             config.fsync,
         )
+
+    def _make_recovered_durable(self) -> None:
+        """The syncer starts with every recovered frame counted durable: make that true."""
+        try:
+            self._segments.make_durable()
+        except OSError as error:
+            self._segments.close()
+            raise WalError(
+                f"could not fsync the recovered WAL in {self.directory} ({error}); its frames"
+                " may not be on disk, so none can be acknowledged: check the volume"
+            ) from error
 
     @classmethod
     def open(
