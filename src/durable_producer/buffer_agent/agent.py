@@ -237,9 +237,13 @@ class BufferAgent:
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         try:
+            # Sequence state first: the forwarder's checkpoints snapshot it (and delete the
+            # WAL frames a restore replays), so it starts only once the state is whole.
+            await self.ingress.restore()
+            self.metrics.record_state_damage(self.ingress.state_damage)
             forwarder.start()
             try:
-                await self.ingress.start()
+                await self.ingress.listen()
             except OSError as error:
                 listen = self.settings.ingress
                 raise port_unusable("--listen", listen.host, listen.port, error) from None

@@ -173,6 +173,12 @@ class AgentMetrics:
             "wal/quarantine/ (0 unless a disk returned corrupted bytes)",
             registry=r,
         )
+        self.state_files_damaged = Gauge(
+            f"{PREFIX}_state_files_damaged",
+            "state files (producer ids, metadata cache, producer state) found unusable at"
+            " start: each was moved aside to NAME.damaged and rebuilt",
+            registry=r,
+        )
         self.wal_torn_tail_bytes = Gauge(
             f"{PREFIX}_wal_torn_tail_bytes",
             "Bytes of a torn last frame truncated when the WAL was opened (a crash mid-write)",
@@ -183,6 +189,10 @@ class AgentMetrics:
             "Entries of the WAL directory that are not WAL files, left alone (see the log)",
             registry=r,
         )
+
+    def record_state_damage(self, damage: Sequence[object]) -> None:
+        """State files found unusable at start (each fell back and was moved aside)."""
+        self.state_files_damaged.set(len(damage))
 
     def record_wal_recovery(self, found: WalRecoveryFigures) -> None:
         """Set the figures of what opening the WAL found (once, after the WAL is open)."""

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Protocol
 
 from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +103,8 @@ class MetadataCache:
         self._clock = clock
         self._failed_at: float | None = None
         self._background: asyncio.Task[None] | None = None
+        self.damage: StateDamage | None = None
+        """The cache file was unusable at start."""
         self._entries: dict[str, _Entry] = self._load()
         self._save_failing = False
         self._missing: dict[str, float] = {}
@@ -109,16 +112,18 @@ class MetadataCache:
         self._refresh_lock = asyncio.Lock()
 
     def _load(self) -> dict[str, _Entry]:
+        fallback = "partition counts are asked of the cluster again"
+        read = read_json_state(self._path, fallback=fallback)
+        self.damage = read.damage
+        if read.document is None:
+            return {}
         try:
-            document = json.loads(self._path.read_bytes())
             return {
                 name: _Entry(int(entry["partitions"]), float(entry["refreshed_at"]))
-                for name, entry in document["topics"].items()
+                for name, entry in read.document["topics"].items()
             }
-        except FileNotFoundError:
-            return {}
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring unreadable metadata cache %s: %s", self._path, exc)
+        except (ValueError, KeyError, TypeError, AttributeError) as error:
+            self.damage = set_aside(self._path, f"not a metadata cache ({error!r})", fallback)
             return {}
 
     def _save(self) -> None:

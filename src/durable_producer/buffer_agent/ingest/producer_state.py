@@ -32,6 +32,7 @@ from durable_producer.buffer_agent.ingest.sequences import SequenceTracker
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -49,19 +50,22 @@ class ProducerStateStore:
 
     def __init__(self, state_dir: Path) -> None:
         self._path = Path(state_dir) / PRODUCER_STATE_FILE
+        self.damage: StateDamage | None = None
+        """The snapshot was unusable at the last load."""
 
     def load(self) -> tuple[SequenceTracker, int]:
-        try:
-            document = json.loads(self._path.read_bytes())
-            return SequenceTracker.from_json(document), int(document["wal_offset"])
-        except FileNotFoundError:
+        fallback = (
+            "rebuilding sequence state from the WAL alone (a client's retry of a batch already"
+            " delivered to Kafka may then be stored again: a duplicate, never a loss)"
+        )
+        read = read_json_state(self._path, fallback=fallback)
+        self.damage = read.damage
+        if read.document is None:
             return SequenceTracker(), 0
-        except (ValueError, KeyError, TypeError, AssertionError) as exc:
-            log.warning(
-                "ignoring unreadable producer state %s (%s); rebuilding from the WAL alone",
-                self._path,
-                exc,
-            )
+        try:
+            return SequenceTracker.from_json(read.document), int(read.document["wal_offset"])
+        except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as error:
+            self.damage = set_aside(self._path, f"not a producer state ({error!r})", fallback)
             return SequenceTracker(), 0
 
     def save(self, tracker: SequenceTracker, wal_offset: int) -> None:
@@ -92,6 +96,14 @@ class ProducerState:
         self._inflight_starts: collections.Counter[int] = collections.Counter()
         self._snapshot_lock = asyncio.Lock()
         self._save_failing = False
+        self.restored = False
+        """:meth:`restore` finished: until then a snapshot would save the empty tracker over
+        the file restore reads, so :meth:`snapshot` does nothing."""
+
+    @property
+    def damage(self) -> StateDamage | None:
+        """The snapshot file was unusable when restore read it."""
+        return self._store.damage
 
     def restore(self) -> None:
         """Load the snapshot and replay the WAL after it (blocking: run in a worker thread)."""
@@ -104,7 +116,7 @@ class ProducerState:
                 snapshot_offset,
                 self._wal.checkpoint_offset,
             )
-            tracker.mark_lenient()
+            tracker.mark_lenient()  # a replayed batch makes its partition strict again
         replayed = 0
         with self._wal.reader(start) as reader:
             while frames := reader.poll(max_frames=_REPLAY_FRAMES):
@@ -116,6 +128,7 @@ class ProducerState:
                     except InvalidRecordBatch as exc:
                         log.warning("WAL frame %d is not a record batch: %s", frame.offset, exc)
         self.sequences = tracker
+        self.restored = True
         log.info(
             "producer state restored: %d producers, %d batches replayed from WAL offset %d",
             len(tracker),
@@ -145,6 +158,8 @@ class ProducerState:
         they share a temp file, and each one's document is taken after the previous one was
         saved, so a newer snapshot is never replaced by an older one.
         """
+        if not self.restored:
+            return  # never replace the file restore has not read yet with the empty tracker
         async with self._snapshot_lock:
             covered_below = min(self._inflight_starts, default=self._wal.next_offset)
             expired = self.sequences.expire(expire_idle_s)

@@ -59,7 +59,8 @@ from durable_producer.buffer_agent.kafka.protocol import (
 )
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.process_tuning import release_free_memory
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
+from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 
@@ -142,8 +143,33 @@ class IngressServer:
         return f"{self._config.host}:{self.port}"
 
     async def start(self) -> None:
-        await asyncio.to_thread(self._producer_state.restore)
+        """:meth:`restore`, then :meth:`listen`."""
+        await self.restore()
+        await self.listen()
+
+    async def restore(self) -> None:
+        """Rebuild sequence state from the snapshot and the WAL (before anything checkpoints
+        the WAL: the forwarder starts after this). Raises ``WalError`` if the WAL cannot be
+        read."""
+        try:
+            await asyncio.to_thread(self._producer_state.restore)
+        except OSError as error:
+            raise WalError(
+                f"could not read the WAL to restore the producers' sequence state ({error});"
+                " check the volume"
+            ) from error
         self._producer_ids.ensure_above(self._producer_state.sequences.max_producer_id())
+
+    @property
+    def state_damage(self) -> list[StateDamage]:
+        """State files found unusable at start (each fell back; see ``state_file.py``)."""
+        found = (self._producer_ids.damage, self._producer_state.damage, self._metadata.damage)
+        return [damage for damage in found if damage is not None]
+
+    async def listen(self) -> None:
+        """Accept connections (raises ``OSError`` if the address cannot be listened on)."""
+        if not self._producer_state.restored:
+            await self.restore()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             self._new_connection, self._config.host, self._config.port

@@ -77,6 +77,7 @@ def test_snapshot_covers_nothing_from_a_running_append_on(tmp_path: Path) -> Non
     with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
         wal.append("t", 0, idempotent_batch(0), 1)
         state = ProducerState(wal, state_dir)
+        state.restore()
         start = state.append_started()
         wal.append("t", 0, idempotent_batch(1), 1)  # the running append
         asyncio.run(state.snapshot(expire_idle_s=3600))
@@ -108,6 +109,7 @@ def test_a_snapshot_the_disk_has_no_room_for_keeps_the_old_one(
     with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
         wal.append("t", 0, idempotent_batch(0), 1)
         state = ProducerState(wal, state_dir)
+        state.restore()
         asyncio.run(state.snapshot(expire_idle_s=3600))
         before = (state_dir / PRODUCER_STATE_FILE).read_bytes()
         wal.append("t", 0, idempotent_batch(1), 1)
@@ -129,3 +131,24 @@ def test_a_snapshot_the_disk_has_no_room_for_keeps_the_old_one(
         asyncio.run(state.snapshot(expire_idle_s=3600))
         assert json.loads((state_dir / PRODUCER_STATE_FILE).read_bytes())["wal_offset"] == 2
         assert not state.dirty
+
+
+def test_a_snapshot_before_restore_leaves_the_file_restore_reads(tmp_path: Path) -> None:
+    """Review finding 12: the forwarder's pre-checkpoint snapshot could run while restore was
+    still replaying and save the empty tracker, so a crash soon after lost the sequence state
+    (client retries then stored twice)."""
+    state_dir = tmp_path / "state"
+    with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
+        wal.append("t", 0, idempotent_batch(0), 1)
+        first = ProducerState(wal, state_dir)
+        first.restore()
+        asyncio.run(first.snapshot(expire_idle_s=3600))
+        saved = (state_dir / PRODUCER_STATE_FILE).read_bytes()
+        assert b'"producers"' in saved and len(first.sequences) == 1
+
+        restarted = ProducerState(wal, state_dir)  # restore not run (yet)
+        asyncio.run(restarted.snapshot(expire_idle_s=3600))
+
+        assert (state_dir / PRODUCER_STATE_FILE).read_bytes() == saved
+        restarted.restore()
+        assert len(restarted.sequences) == 1

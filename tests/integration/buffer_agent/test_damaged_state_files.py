@@ -1,0 +1,95 @@
+"""Damaged state files beside the WAL never stop the agent (review finding 14).
+
+Each case stopped the real agent at start before (a traceback and exit 1, or "cannot listen
+there" and exit 2): a crash loop under Kubernetes although the WAL and Kafka were fine. Now the
+file is moved aside, counted in a metric, and the agent serves: an idempotent client's records
+are acknowledged. Kafka is unreachable here on purpose: ingest must not depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from durable_producer.local.agent_process import AgentProcess
+
+pytestmark = pytest.mark.integration
+
+UNREACHABLE_KAFKA = "127.0.0.1:1"
+RECORDS = 20
+
+
+def garbage(path: Path) -> None:
+    path.write_bytes(b"{")
+
+
+def directory(path: Path) -> None:
+    (path / "inside").mkdir(parents=True)
+
+
+def wrong_shape(path: Path) -> None:
+    path.write_text('{"next_unreserved": "many", "topics": [1], "wal_offset": {}}')
+
+
+# Each stopped the agent before; garbage in metadata.json and producer_state.json was
+# already tolerated (unit tests cover the shapes).
+CASES: list[tuple[str, Callable[[Path], None]]] = [
+    ("producer_ids.json", garbage),
+    ("producer_ids.json", directory),
+    ("producer_ids.json", wrong_shape),
+    ("metadata.json", directory),
+    ("producer_state.json", directory),
+]
+
+
+def produce(agent: AgentProcess) -> list[str]:
+    """RECORDS records from an idempotent client; the errors its callbacks got."""
+    errors: list[str] = []
+    delivered: list[bool] = []
+
+    def on_delivery(error: object, _message: object) -> None:
+        if error is not None:
+            errors.append(str(error))
+        delivered.append(True)
+
+    producer = Producer({
+        "bootstrap.servers": agent.bootstrap, "enable.idempotence": True,
+        "message.timeout.ms": 20000,
+    })  # fmt: skip
+    for number in range(RECORDS):
+        producer.produce("orders", f"record-{number}".encode(), on_delivery=on_delivery)
+    producer.flush(30)
+    assert len(delivered) == RECORDS, "not every record got an answer"
+    return errors
+
+
+@pytest.mark.parametrize(("name", "damage"), CASES, ids=[f"{n}-{d.__name__}" for n, d in CASES])
+def test_the_agent_serves_with_a_damaged_state_file(
+    tmp_path: Path, name: str, damage: Callable[[Path], None]
+) -> None:
+    data_dir = tmp_path / "volume"
+    flags = ["--default-partitions", "3", "--drain-timeout", "0.5", "--log-level", "INFO"]
+    with AgentProcess(data_dir, UNREACHABLE_KAFKA, extra_args=flags) as agent:
+        assert produce(agent) == []
+        agent.stop()
+        state_file = data_dir / "state" / name
+        if state_file.is_dir():
+            state_file.rmdir()
+        elif state_file.exists():
+            state_file.unlink()
+        damage(state_file)
+
+        agent.start()
+        assert produce(agent) == []  # a second producer: a new id, new records
+        assert agent.metrics()["durable_agent_state_files_damaged"] == 1
+        assert (data_dir / "state" / f"{name}.damaged").exists()
+        log = agent.log_path.read_text()
+        assert "Traceback" not in log
+        assert f"state file {state_file} is unusable" in log
+
+        agent.stop()
+        agent.start()  # the file was written anew: nothing damaged any more
+        assert agent.metrics()["durable_agent_state_files_damaged"] == 0
