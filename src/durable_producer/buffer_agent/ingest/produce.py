@@ -139,6 +139,8 @@ class ProduceHandler:
         self._stats = stats
         self._pending: dict[StoredBatch, asyncio.Future[ErrorCode]] = {}
         """Batches whose append is running, for retries of them to wait on."""
+        self._appends: set[asyncio.Future[None]] = set()
+        """Appends that may wait, run apart from their connection (``_append``)."""
         self._refusal_log = RateLimitedLog(log)
 
     async def handle(self, request: Request) -> bytes | None:
@@ -252,6 +254,32 @@ class ProduceHandler:
             if stored is not None
         ]
         start = self._state.append_started()
+        work = self._append_and_settle(outcomes, items, pending, start, timeout_ms)
+        if not self._wal.append_may_wait(items):
+            await work  # runs to its end without a pause: nothing can cancel it half-way
+            return
+        # It may wait (a write on the writer thread, an fsync, space): if the connection is
+        # cancelled meanwhile (shutdown), the append goes on, since its frames may already be
+        # in the WAL, and settles its batches' sequence state itself (finish_appends).
+        task = asyncio.ensure_future(work)
+        self._appends.add(task)
+        task.add_done_callback(self._appends.discard)
+        await asyncio.shield(task)
+
+    async def finish_appends(self) -> None:
+        """Wait for appends whose connection was cancelled (before the last snapshot)."""
+        if self._appends:
+            await asyncio.gather(*self._appends, return_exceptions=True)
+
+    async def _append_and_settle(
+        self,
+        outcomes: list[_PartitionOutcome],
+        items: list[AppendItem],
+        pending: list[tuple[StoredBatch, asyncio.Future[ErrorCode]]],
+        start: int,
+        timeout_ms: int,
+    ) -> None:
+        """The append, then each batch's answer and sequence bookkeeping from its outcome."""
         error: ErrorCode | None = None
         reason = ""
         try:
@@ -263,7 +291,7 @@ class ProduceHandler:
         except WalError as exc:
             error, reason = ErrorCode.kafka_storage_error, str(exc)
         except BaseException:
-            # cancelled (shutdown) or a bug: whoever waits on these batches must not hang
+            # a bug: whoever waits on these batches must not hang
             for outcome in outcomes:
                 self._forget(outcome)
             for stored, future in pending:

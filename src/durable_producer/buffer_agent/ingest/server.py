@@ -188,6 +188,7 @@ class IngressServer:
         for task in list(self._connections):
             task.cancel()
         await asyncio.gather(*self._connections, return_exceptions=True)
+        await self._produce.finish_appends()  # their batches belong in the last snapshot
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -224,6 +224,15 @@ class WriteAheadLog(LogReading):
             await future
         return offsets
 
+    def append_may_wait(self, items: Sequence[AppendItem]) -> bool:
+        """Whether ``append_many_async(items)`` may pause (writer thread, fsync or ``block``
+        wait); if not, it runs to its end in one step of the event loop."""
+        return (
+            self.config.fsync is FsyncPolicy.ALWAYS
+            or self.config.full_disk_policy is FullDiskPolicy.BLOCK
+            or sum(len(item.payload) for item in items) >= OFFLOAD_WRITE_BYTES
+        )
+
     def _frames_size(self, items: Sequence[AppendItem]) -> int:
         return sum(encoded_size(item.topic.encode(), len(item.payload)) for item in items)
 

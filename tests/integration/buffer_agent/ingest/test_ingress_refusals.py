@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import os
 import socket
 import struct
 import threading
@@ -421,3 +422,45 @@ def test_concurrent_retry_of_a_batch_still_being_written_is_not_stored_twice(
         assert len(agent.frames()) == 1
         assert agent.server is not None
         assert agent.server.stats.duplicate_batches == len(clients) - 1
+
+
+def test_a_batch_whose_append_outlives_its_connection_at_shutdown_is_a_duplicate_after(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Review finding 13: SIGTERM cancelled the connection while a 100 KiB append waited for
+    its fsync; the frame still reached the WAL, but its sequence entry was dropped and the
+    last snapshot covered past it, so the client's retry after the restart was stored again."""
+    config = WalConfig(segment_bytes=4 << 20, max_bytes=64 << 20, max_frame_bytes=2 << 20,
+                       fsync=FsyncPolicy.ALWAYS)  # fmt: skip
+    agent = RunningAgent(tmp_path, FakeCluster({TOPIC: 2}), wal=config).start()
+    try:
+        with RawClient(agent.bootstrap) as client:
+            producer_id, epoch = init_producer_id(client)
+        batch = record_batch([b"x" * (100 * 1024)], producer_id=producer_id,
+                             producer_epoch=epoch, base_sequence=0)  # fmt: skip
+        real_fdatasync = os.fdatasync
+
+        def slow_fdatasync(fd: int) -> None:
+            time.sleep(1.0)
+            real_fdatasync(fd)
+
+        monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+        sender = RawClient(agent.bootstrap)
+        answer = ThreadPoolExecutor(1).submit(sender.produce, TOPIC, 0, batch)
+        assert agent.wal is not None
+        wal = agent.wal
+        deadline = time.monotonic() + 10
+        while wal.next_offset == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert wal.next_offset == 1 and not answer.done()  # written, waiting for its fsync
+
+        agent.stop_server()  # SIGTERM: connections cancelled, last snapshot, WAL closed
+        sender.close()
+        monkeypatch.setattr(os, "fdatasync", real_fdatasync)
+        agent.start()
+        with RawClient(agent.bootstrap) as client:
+            error, offset = produce_error(client.produce(TOPIC, 0, batch))  # the retry
+        assert (error, offset) == (0, 0)  # answered as the duplicate it is
+        assert len(agent.frames()) == 1
+    finally:
+        agent.close()
