@@ -86,7 +86,11 @@ class FrameReceiver(asyncio.BufferedProtocol):
         self._claim: Claim | None = None  # the large frame's share of the budget
         self._large_size = 0
         self._large_filled = 0
-        self._frames: deque[tuple[bytes | memoryview, int]] = deque()  # (frame, bytes taken)
+        # (frame, bytes taken, loop time it was complete)
+        self._frames: deque[tuple[bytes | memoryview, int, float]] = deque()
+        self.frame_arrived = 0.0
+        """Loop time at which the frame last handed out by :meth:`next_frame` was complete
+        (a request's timeout counts from there, not from when it is served)."""
         self._queued_bytes = 0
         self._held = 0  # bytes taken from the budget and not given back
         self._handed_out = 0  # bytes taken for the frame next_frame returned last
@@ -278,7 +282,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
         return self._loop.time() if self._loop is not None else 0.0
 
     def _push(self, frame: bytes | memoryview, taken: int) -> None:
-        self._frames.append((frame, taken))
+        self._frames.append((frame, taken, self._now()))
         self._queued_bytes += len(frame)
         self._wake_frame_waiter()
 
@@ -384,7 +388,7 @@ class FrameReceiver(asyncio.BufferedProtocol):
             finally:
                 self._frame_waiter = None
                 self._read_timeout_waiter = False
-        frame, self._handed_out = self._frames.popleft()
+        frame, self._handed_out, self.frame_arrived = self._frames.popleft()
         self._queued_bytes -= len(frame)
         self._update_reading()
         return frame

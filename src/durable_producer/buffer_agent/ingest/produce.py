@@ -143,8 +143,9 @@ class ProduceHandler:
         """Appends that may wait, run apart from their connection (``_append``)."""
         self._refusal_log = RateLimitedLog(log)
 
-    async def handle(self, request: Request) -> bytes | None:
-        """The encoded response, or None for ``acks=0``."""
+    async def handle(self, request: Request, arrived: float | None = None) -> bytes | None:
+        """The encoded response, or None for ``acks=0``. ``arrived``: the loop time the request
+        was complete; a ``block`` wait for space ends within its ``timeout_ms`` from then."""
         body = request.body
         outcomes: list[_PartitionOutcome] = []
         for topic_data in body.topic_data:
@@ -159,7 +160,10 @@ class ProduceHandler:
                     )
                     continue
                 self._validate_partition(outcome, partition_data.records)
-        await self._append(outcomes, body.timeout_ms)
+        wait_s = block_wait_s(body.timeout_ms)
+        if arrived is not None:
+            wait_s = max(0.0, wait_s - (asyncio.get_running_loop().time() - arrived))
+        await self._append(outcomes, wait_s)
         await self._settle_duplicates(outcomes)
         if body.acks == 0:
             return None
@@ -237,9 +241,10 @@ class ProduceHandler:
                 return
 
     # ------------------------------------------------------------------ 2. append
-    async def _append(self, outcomes: list[_PartitionOutcome], timeout_ms: int) -> None:
+    async def _append(self, outcomes: list[_PartitionOutcome], wait_s: float) -> None:
         """Append every accepted batch of the request in one WAL call; settle their retries.
-        ``timeout_ms``: the request's own; a ``block`` wait for space answers within it."""
+        ``wait_s``: the longest a ``block`` wait for space may take (the request's own
+        timeout less what it waited in line and ``BLOCK_ANSWER_MARGIN_S``)."""
         items = [
             AppendItem(outcome.topic, outcome.partition, payload, header.record_count)
             for outcome in outcomes
@@ -254,7 +259,7 @@ class ProduceHandler:
             if stored is not None
         ]
         start = self._state.append_started()
-        work = self._append_and_settle(outcomes, items, pending, start, timeout_ms)
+        work = self._append_and_settle(outcomes, items, pending, start, wait_s)
         if not self._wal.append_may_wait(items):
             await work  # runs to its end without a pause: nothing can cancel it half-way
             return
@@ -277,13 +282,13 @@ class ProduceHandler:
         items: list[AppendItem],
         pending: list[tuple[StoredBatch, asyncio.Future[ErrorCode]]],
         start: int,
-        timeout_ms: int,
+        wait_s: float,
     ) -> None:
         """The append, then each batch's answer and sequence bookkeeping from its outcome."""
         error: ErrorCode | None = None
         reason = ""
         try:
-            offsets = await self._wal.append_many_async(items, wait_s=block_wait_s(timeout_ms))
+            offsets = await self._wal.append_many_async(items, wait_s=wait_s)
         except WalFullError as exc:
             error, reason = WAL_FULL_ERROR, str(exc)
         except FrameTooLargeError as exc:

@@ -309,12 +309,15 @@ class IngressServer:
             if frame is None:
                 return
             self.stats.requests += 1
-            response = await self._handle_frame(frame, peer)
+            response = await self._handle_frame(frame, peer, receiver.frame_arrived)
             if response is not None:
                 await receiver.send(response, timeout=config.write_timeout_s)
 
     # ------------------------------------------------------------------ dispatch
-    async def _handle_frame(self, frame: bytes | memoryview, peer: object) -> bytes | None:
+    async def _handle_frame(
+        self, frame: bytes | memoryview, peer: object, arrived: float
+    ) -> bytes | None:
+        """The answer to one request (``arrived``: loop time the frame was complete)."""
         api_key, api_version, correlation_id = peek_header(frame)
         if api_key == API_API_VERSIONS and api_version > SUPPORTED_API_VERSIONS[api_key][1]:
             self._refusal_log.warning(
@@ -327,6 +330,8 @@ class IngressServer:
                 correlation_id, api_versions_body(0, ErrorCode.unsupported_version)
             )
         request = parse_request(frame)
+        if api_key == API_PRODUCE:
+            return await self._produce.handle(request, arrived)
         response = await self._handlers[api_key](request)
         if response is None or isinstance(response, bytes):
             return response  # no response (acks=0) or already encoded (Produce)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import time
@@ -62,6 +63,8 @@ class WriteAheadLog(LogReading):
         self._lock = threading.Lock()
         self._data_available = threading.Condition(self._lock)
         self._space_available = threading.Condition(self._lock)
+        self._space_watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        """Async ``block`` waits (``_wait_for_space_async``), woken with the condition."""
         self._checkpoint_lock = threading.Lock()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal-writer")
         self._closed = False
@@ -142,7 +145,7 @@ class WriteAheadLog(LogReading):
                 return
             self._closed = True
             self._data_available.notify_all()
-            self._space_available.notify_all()
+            self._space_freed_locked()
         self._writer.shutdown(wait=True)  # queued writes fail fast: the log is closed
         self._syncer.stop()
         self._segments.close()
@@ -214,11 +217,10 @@ class WriteAheadLog(LogReading):
         except WalFullError:
             if self.config.full_disk_policy is not FullDiskPolicy.BLOCK:
                 raise
-            needed = self._frames_size(items)
             timeout = self.config.block_timeout_s
             if wait_s is not None:
                 timeout = max(0.0, min(timeout, wait_s))
-            await asyncio.to_thread(self._wait_for_space, needed, timeout)
+            await self._wait_for_space_async(self._frames_size(items), timeout)
             offsets = await write()
         if self.config.fsync is FsyncPolicy.ALWAYS:
             await future
@@ -261,9 +263,40 @@ class WriteAheadLog(LogReading):
     def _full_error(self, needed: int) -> WalFullError:
         return self._health.limit_error(self._segments.size_bytes, self.config.max_bytes, needed)
 
-    def _wait_for_space(self, needed: int, timeout: float) -> None:
-        with self._lock:
-            self._wait_for_space_locked(needed, timeout)
+    async def _wait_for_space_async(self, needed: int, timeout: float) -> None:
+        """Wait in the event loop (no thread held) until ``needed`` bytes fit or ``timeout``
+        passes (then ``WalFullError``). Woken by the checkpoint that frees segments."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            with self._lock:
+                if self._segments.size_bytes + needed <= self.config.max_bytes:
+                    return
+                if self._closed:
+                    raise self._full_error(needed)
+                woken: asyncio.Future[None] = loop.create_future()
+                watcher = (loop, woken)
+                self._space_watchers.append(watcher)
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await woken
+            except TimeoutError:
+                with self._lock:
+                    if self._segments.size_bytes + needed <= self.config.max_bytes:
+                        return
+                    raise self._full_error(needed) from None
+            finally:
+                with self._lock:
+                    if watcher in self._space_watchers:
+                        self._space_watchers.remove(watcher)
+
+    def _space_freed_locked(self) -> None:
+        """Wake every wait for space, threads and event loops (segments deleted, closed)."""
+        self._space_available.notify_all()
+        watchers, self._space_watchers = self._space_watchers, []
+        for loop, woken in watchers:
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                loop.call_soon_threadsafe(_wake, woken)
 
     def _wait_for_space_locked(self, needed: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -341,7 +374,7 @@ class WriteAheadLog(LogReading):
                 self._backlog.forget_below(offset)
                 doomed = self._segments.drop_delivered(offset)
                 if doomed:
-                    self._space_available.notify_all()
+                    self._space_freed_locked()
             self._delete(doomed)
             with self._lock:
                 if self._health.may_reopen(offset, from_append=False):
@@ -401,7 +434,7 @@ class WriteAheadLog(LogReading):
         self._syncer.abandon()
         self._syncer = self._start_syncer()
         self._health.reopened()
-        self._space_available.notify_all()
+        self._space_freed_locked()
         log.warning(
             "WAL %s: all written before the I/O failure is in Kafka; accepting again in a new"
             " segment at offset %d",
@@ -434,3 +467,8 @@ class WriteAheadLog(LogReading):
                 backlog_records=self._backlog.records,
                 refusing=self.refusing,
             )
+
+
+def _wake(woken: asyncio.Future[None]) -> None:
+    if not woken.done():
+        woken.set_result(None)

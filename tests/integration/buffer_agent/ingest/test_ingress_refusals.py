@@ -40,9 +40,10 @@ from support.ingest_harness import (
     ResponseDroppingProxy,
     RunningAgent,
     produce_error,
+    read_response,
     record_batch,
 )
-from support.kafka_wire import produce_body
+from support.kafka_wire import encode_request, produce_body
 
 pytestmark = pytest.mark.integration
 
@@ -355,6 +356,62 @@ def test_block_policy_answers_within_the_requests_own_timeout(tmp_path: Path) ->
             answered_after = time.monotonic() - started
         assert produce_error(response)[0] == ErrorCode.not_enough_replicas
         assert 0.9 <= answered_after < 2.0, f"answered after {answered_after:.1f} s"
+
+
+def test_block_waits_of_many_connections_all_answer_within_their_timeout(
+    tmp_path: Path,
+) -> None:
+    """Review finding 15: each ``block`` wait held a thread of the default executor (min(32,
+    cpus + 4) threads); the waits beyond that queued before their own timer started, so
+    their answers came after the client had given the request up."""
+    wal = replace(small_wal(), full_disk_policy=FullDiskPolicy.BLOCK, block_timeout_s=30.0)
+    connections = 48
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), wal=wal) as agent:
+        fill_wal(agent, wait_s=0.0)
+        clients = [RawClient(agent.bootstrap, timeout=15) for _ in range(connections)]
+        body = produce_body(
+            TOPIC, 0, record_batch([b"late"]), timeout=datetime.timedelta(seconds=3)
+        )
+
+        def timed(client: RawClient) -> tuple[int, float]:
+            started = time.monotonic()
+            response = client.request(API_PRODUCE, 9, body)
+            return produce_error(response)[0], time.monotonic() - started
+
+        try:
+            with ThreadPoolExecutor(max_workers=connections) as pool:
+                results = list(pool.map(timed, clients))
+        finally:
+            for client in clients:
+                client.close()
+        assert {error for error, _ in results} == {ErrorCode.not_enough_replicas}
+        slowest = max(elapsed for _, elapsed in results)
+        assert slowest < 3.0, f"the slowest answer came after {slowest:.1f} s"
+
+
+def test_a_pipelined_request_waits_for_space_within_its_timeout_from_arrival(
+    tmp_path: Path,
+) -> None:
+    """Two produce requests sent back to back on one connection are served in turn; the
+    second's wait for space counts from its arrival, not from when the first was answered."""
+    wal = replace(small_wal(), full_disk_policy=FullDiskPolicy.BLOCK, block_timeout_s=30.0)
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), wal=wal) as agent:
+        fill_wal(agent, wait_s=0.0)
+        with RawClient(agent.bootstrap) as client:
+            body = produce_body(
+                TOPIC, 0, record_batch([b"late"]), timeout=datetime.timedelta(seconds=2)
+            )
+            started = time.monotonic()
+            client.sock.sendall(encode_request(API_PRODUCE, 9, 1, body)
+                                + encode_request(API_PRODUCE, 9, 2, body))  # fmt: skip
+            answered = []
+            for _ in range(2):
+                correlation_id, response = read_response(client.sock, API_PRODUCE, 9)
+                answered.append((correlation_id, produce_error(response)[0],
+                                 time.monotonic() - started))  # fmt: skip
+        assert [(c, e) for c, e, _ in answered] == [(1, ErrorCode.not_enough_replicas),
+                                                   (2, ErrorCode.not_enough_replicas)]
+        assert answered[1][2] < 2.0, f"the second answer came after {answered[1][2]:.1f} s"
 
 
 def test_slow_and_stuck_clients_do_not_stall_others(tmp_path: Path) -> None:
