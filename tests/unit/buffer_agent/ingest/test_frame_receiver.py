@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from durable_producer.buffer_agent.ingest.frame_receiver import (
     CHUNK_BYTES,
+    MAX_QUEUED_FRAMES,
     STAGING_BYTES,
     FrameReceiver,
 )
@@ -207,6 +208,28 @@ def test_a_steady_stream_never_trips_the_read_timeout() -> None:
         return count
 
     assert run(scenario) == 40
+
+
+def test_reading_pauses_after_a_few_queued_tiny_frames_and_nothing_is_lost() -> None:
+    """Review finding 5: tiny frames were bounded by their payload bytes only (4 MiB of 10-byte
+    requests is 420k frames, ~45 MB of objects per connection); now by their count too."""
+    count = 1_000_000  # 14 MB: more than the kernel's socket buffers hold
+    tiny = frame(struct.pack(">hhih", 18, 0, 7, -1)) * count
+
+    async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
+        writer = asyncio.create_task(send(client, tiny))
+        await asyncio.sleep(0.5)  # nobody takes frames: the receiver stops reading
+        assert not writer.done()
+        queued = receiver.queued_frames
+        assert queued <= MAX_QUEUED_FRAMES + STAGING_BYTES // 14, queued
+        received = 0
+        while received < count:
+            assert await receiver.next_frame(idle_timeout=5) is not None
+            received += 1
+        await writer
+        return received
+
+    assert run(scenario) == count
 
 
 def test_reading_pauses_while_frames_wait_and_nothing_is_lost() -> None:
