@@ -32,3 +32,13 @@ def test_one_line_per_reason_per_interval(
         "refusing fourth (2 similar suppressed)",
     ]
     assert {record.name for record in caplog.records} == {LOGGER.name}
+
+
+def test_reasons_remembered_are_bounded() -> None:
+    """Review finding 16: a reason per distinct topic name a client asked about was kept for
+    ever."""
+    limited = RateLimitedLog(logging.getLogger("test"), interval_s=3600)
+    for number in range(3 * RateLimitedLog.MAX_REASONS):
+        limited.warning(f"metadata:no-such-{number}", "unknown topic %s", number)
+    assert len(limited._last) == RateLimitedLog.MAX_REASONS
+    assert f"metadata:no-such-{3 * RateLimitedLog.MAX_REASONS - 1}" in limited._last

@@ -23,6 +23,16 @@ first use creates it. While it is being created (the source reports 0 partitions
 topic the cluster neither has nor creates is ``MISSING``: the ingress answers it with a
 non-retriable error, so clients fail at once instead of retrying for 30 s or more. A missing
 topic is asked about again after ``missing_recheck_s`` (it may have been created meanwhile).
+
+One answer never takes back what the cache knows. A broker with stale metadata (a rolling
+restart, a lagging replica of the metadata log) can say a topic does not exist, or has fewer
+partitions: a topic the cache knows stays known, and a partition count never goes down,
+until a second answer at least ``missing_recheck_s`` after the first says the same (Kafka
+never removes partitions; only a topic deleted and created again has fewer). Meanwhile the
+cache answers what it knew and asks again.
+
+The topics the cache knows to be missing are bounded (``MAX_MISSING_TOPICS``, oldest first):
+a client asking for ever new names costs no memory.
 """
 
 from __future__ import annotations
@@ -44,6 +54,8 @@ log = logging.getLogger(__name__)
 
 METADATA_FILE = "metadata.json"
 _FORMAT_VERSION = 1
+MAX_MISSING_TOPICS = 1024
+"""Topics remembered as missing; the oldest is forgotten first (asked about again)."""
 
 
 class MetadataSource(Protocol):
@@ -108,6 +120,8 @@ class MetadataCache:
         self._entries: dict[str, _Entry] = self._load()
         self._save_failing = False
         self._missing: dict[str, float] = {}
+        self._doubted: dict[str, float] = {}
+        """Known topics one answer said are missing or smaller, and when (module doc)."""
         self._creating: set[str] = set()
         self._refresh_lock = asyncio.Lock()
 
@@ -163,6 +177,9 @@ class MetadataCache:
 
     def _is_fresh(self, topic: str, now: float) -> bool:
         entry = self._entries.get(topic)
+        doubted_since = self._doubted.get(topic)
+        if doubted_since is not None:  # ask again once a confirmation would count
+            return now - doubted_since < self._missing_recheck_s
         if entry is not None:
             return now - entry.refreshed_at < self._refresh_after_s
         missing_since = self._missing.get(topic)
@@ -187,9 +204,15 @@ class MetadataCache:
         changed = False
         for topic in requested:
             count = counts.get(topic)
+            previous = self._entries.get(topic)
+            if count is None or (previous is not None and 0 < count < previous.partitions):
+                if previous is not None and not self._confirmed(topic, count, now):
+                    continue  # one answer does not take back what the cache knows
+            else:
+                self._doubted.pop(topic, None)
             if count is None:
                 self._creating.discard(topic)
-                self._missing[topic] = now
+                self._remember_missing(topic, now)
                 changed |= self._entries.pop(topic, None) is not None
                 continue
             self._missing.pop(topic, None)
@@ -198,7 +221,6 @@ class MetadataCache:
                     self._creating.add(topic)
                 continue
             self._creating.discard(topic)
-            previous = self._entries.get(topic)
             if previous is None or previous.partitions != count:
                 changed = True
                 if previous is not None:
@@ -211,6 +233,31 @@ class MetadataCache:
             self._entries[topic] = _Entry(count, now)
         if changed or self._save_failing:
             self._save()
+
+    def _confirmed(self, topic: str, count: int | None, now: float) -> bool:
+        """Whether this answer (missing: None, or fewer partitions) confirms an earlier one
+        at least ``missing_recheck_s`` ago; the first such answer is only noted."""
+        since = self._doubted.setdefault(topic, now)
+        if now - since < self._missing_recheck_s or since == now:
+            if since == now:
+                said = "does not exist" if count is None else f"has {count} partitions"
+                log.warning(
+                    "the cluster says topic %s %s, but it was known with %d partitions;"
+                    " keeping that until a second answer at least %g s later says the same",
+                    topic,
+                    said,
+                    self._entries[topic].partitions,
+                    self._missing_recheck_s,
+                )
+            return False
+        del self._doubted[topic]
+        return True
+
+    def _remember_missing(self, topic: str, now: float) -> None:
+        self._missing.pop(topic, None)
+        self._missing[topic] = now
+        while len(self._missing) > MAX_MISSING_TOPICS:
+            del self._missing[next(iter(self._missing))]
 
     async def lookup(self, topics: Sequence[str] | None) -> dict[str, TopicInfo]:
         """Partition counts for ``topics`` (``None``: every cached topic).
@@ -259,5 +306,5 @@ class MetadataCache:
 
     async def close(self) -> None:
         """Wait for a background refresh, if one is running."""
-        if self._background is not None:
+        if self._background is not None and not self._background.done():
             await asyncio.gather(self._background, return_exceptions=True)

@@ -13,7 +13,9 @@ the cluster would do for a client writing to it directly:
   LEADER_NOT_AVAILABLE while it does); it is reported with its partition count, or with 0
   while still being created after ``creation_wait_s``;
 - otherwise the cluster answers UNKNOWN_TOPIC_OR_PARTITION and the topic is left out of the
-  result: it does not exist and will not be created.
+  result: it does not exist and will not be created (so are topics the cluster refuses this
+  client, TOPIC_AUTHORIZATION_FAILED, and illegal names). Any other error is reported as 0
+  partitions ("ask again"): it is no evidence that the topic is gone.
 
 A broker's ``auto.create.topics.enable`` cannot be read reliably instead (DescribeConfigs
 needs a broker id and the right ACL, and tansu answers it with no entries); asking is also
@@ -36,8 +38,14 @@ PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
 """Partition counts of those of the given topics that exist (all topics if none are given);
 0 for a topic the cluster is creating."""
 
-# Errors with which a cluster says it is creating a topic a Metadata request asked for.
-_BEING_CREATED = frozenset({KafkaError.LEADER_NOT_AVAILABLE})
+# Errors with which a cluster says a topic a Metadata request asked for is not there for this
+# client; any other error (leader not available while it is being created, a broker in the
+# middle of a restart) means "ask again", never "missing".
+_ABSENT = frozenset({
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    KafkaError.TOPIC_EXCEPTION,
+})  # fmt: skip
 _CREATION_POLL_S = 0.1
 
 
@@ -78,10 +86,7 @@ def _ask_for_topic(
         found = _list_topics(admin, topic, timeout_s).topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return len(found.partitions)
-        being_created = found is not None and (
-            found.error is None or found.error.code() in _BEING_CREATED
-        )
-        if not being_created:
+        if found is None or (found.error is not None and found.error.code() in _ABSENT):
             return None
         if time.monotonic() >= deadline:
             return 0

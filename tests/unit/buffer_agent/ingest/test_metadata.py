@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.ingest.metadata import (
+    MAX_MISSING_TOPICS,
     METADATA_FILE,
     MetadataCache,
     TopicInfo,
@@ -180,3 +181,79 @@ def test_a_full_disk_keeps_the_old_cache_file_and_the_new_counts_in_memory(
     monkeypatch.setattr(os, "write", real_write)
     cache.apply_source_result(["orders"], cluster(["orders"]), 2_002.0)  # unchanged, retried
     assert json.loads((tmp_path / METADATA_FILE).read_text())["topics"]["new"]["partitions"] == 2
+
+
+def test_one_answer_that_a_known_topic_is_missing_changes_nothing(tmp_path: Path) -> None:
+    """Review finding 9: one stale broker answer (UNKNOWN_TOPIC_OR_PART during a rolling
+    restart) turned a live topic into MISSING, a non-retriable error for every client, and
+    dropped it from metadata.json."""
+    cluster = Cluster({"orders": 12})
+    clock = Clock()
+    cache = MetadataCache(tmp_path, cluster, missing_recheck_s=5, refresh_after_s=60,
+                          clock=clock)  # fmt: skip
+    assert lookup(cache, ["orders"])["orders"] == TopicInfo(TopicStatus.KNOWN, 12)
+    del cluster.partitions["orders"]  # the stale broker
+    clock.now += 61
+
+    lookup(cache, ["orders"])  # answered from the cache, refreshed behind: "missing"
+
+    assert lookup(cache, ["orders"])["orders"] == TopicInfo(TopicStatus.KNOWN, 12)
+    stored = json.loads((tmp_path / METADATA_FILE).read_text())
+    assert stored["topics"]["orders"]["partitions"] == 12
+    cluster.partitions["orders"] = 12  # the next answer is right again
+    clock.now += 6
+    lookup(cache, ["orders"])
+    clock.now += 6
+    del cluster.partitions["orders"]  # one stale answer again: still only one
+    lookup(cache, ["orders"])
+    assert lookup(cache, ["orders"])["orders"].status is TopicStatus.KNOWN
+
+
+def test_a_known_topic_is_missing_once_two_answers_apart_say_so(tmp_path: Path) -> None:
+    cluster = Cluster({"gone": 3})
+    clock = Clock()
+    cache = MetadataCache(tmp_path, cluster, missing_recheck_s=5, refresh_after_s=60,
+                          clock=clock)  # fmt: skip
+    lookup(cache, ["gone"])
+    del cluster.partitions["gone"]  # deleted for real
+    clock.now += 61
+    lookup(cache, ["gone"])
+    clock.now += 2
+    lookup(cache, ["gone"])  # too soon to ask again: no confirmation yet
+    assert lookup(cache, ["gone"])["gone"].status is TopicStatus.KNOWN
+    clock.now += 4
+    lookup(cache, ["gone"])  # asked again 6 s after the first answer: confirmed
+
+    assert lookup(cache, ["gone"])["gone"].status is TopicStatus.MISSING
+    assert "gone" not in json.loads((tmp_path / METADATA_FILE).read_text())["topics"]
+
+
+def test_a_partition_count_never_goes_down_on_one_answer(tmp_path: Path) -> None:
+    cluster = Cluster({"t": 12})
+    clock = Clock()
+    cache = MetadataCache(tmp_path, cluster, missing_recheck_s=5, refresh_after_s=60,
+                          clock=clock)  # fmt: skip
+    lookup(cache, ["t"])
+    cluster.partitions["t"] = 6  # a lagging broker
+    clock.now += 61
+    lookup(cache, ["t"])
+    assert cache.cached_partitions("t") == 12
+    cluster.partitions["t"] = 16  # partitions added: taken at once
+    clock.now += 6
+    lookup(cache, ["t"])
+    assert cache.cached_partitions("t") == 16
+    cluster.partitions["t"] = 4  # deleted and created again with fewer
+    clock.now += 61
+    lookup(cache, ["t"])
+    clock.now += 6
+    lookup(cache, ["t"])
+    assert cache.cached_partitions("t") == 4
+
+
+def test_missing_topics_remembered_are_bounded(tmp_path: Path) -> None:
+    """Review finding 16: every distinct unknown name a client asked about was kept."""
+    cache = MetadataCache(tmp_path, Cluster({}))
+    for number in range(3 * MAX_MISSING_TOPICS):
+        cache.apply_source_result([f"no-such-{number}"], {}, 1000.0 + number)
+    assert len(cache._missing) == MAX_MISSING_TOPICS
+    assert f"no-such-{3 * MAX_MISSING_TOPICS - 1}" in cache._missing
