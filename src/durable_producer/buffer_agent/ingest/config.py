@@ -80,5 +80,9 @@ class IngressConfig:
     node_id: int = 0
     cluster_id: str = "durable-producer-agent"
     snapshot_interval_s: float = 5.0
-    producer_expiration_s: float = 86_400.0
-    """Sequence state of a producer idle this long is dropped (Kafka's default: one day)."""
+    producer_expiration_s: float = 900.0
+    """Sequence state of a producer idle this long is dropped. Kafka keeps it a day, but only
+    a client's retry needs it, and clients give a record up after their delivery timeout
+    (librdkafka 300 s, Java 120 s); a forgotten producer's next batch is accepted as a
+    broker accepts an unknown producer. Spark makes a producer per task: a day of them held
+    hundreds of MB."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 import logging
 from pathlib import Path
 
@@ -69,15 +68,15 @@ class ProducerStateStore:
             return SequenceTracker(), 0
 
     def save(self, tracker: SequenceTracker, wal_offset: int) -> None:
-        self.save_document(tracker.to_json(), wal_offset)
+        self.save_text(tracker.to_json_text(), wal_offset)
 
-    def save_document(self, state: dict[str, object], wal_offset: int) -> None:
-        """Write a :meth:`SequenceTracker.to_json` result (safe to call from a worker thread).
-
-        Raises ``OSError`` (e.g. ENOSPC) with the previous file left as it was."""
-        document = {"version": _FORMAT_VERSION, "wal_offset": wal_offset, **state}
+    def save_text(self, state: str, wal_offset: int) -> None:
+        """Write a :meth:`SequenceTracker.to_json_text` result (safe to call from a worker
+        thread). Raises ``OSError`` (e.g. ENOSPC) with the previous file left as it was."""
+        assert state.startswith("{") and state.endswith("}")
+        document = f'{{"version":{_FORMAT_VERSION},"wal_offset":{int(wal_offset)},{state[1:]}'
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        write_atomic(self._path, json.dumps(document, separators=(",", ":")).encode())
+        write_atomic(self._path, document.encode())
 
 
 class ProducerState:
@@ -165,10 +164,11 @@ class ProducerState:
             expired = self.sequences.expire(expire_idle_s)
             if expired:
                 log.info("forgot the sequence state of %d idle producers", expired)
-            document = self.sequences.to_json()  # taken in the loop: a consistent view
+            # Taken in the loop (a consistent view); only changed producers are rendered.
+            document = self.sequences.to_json_text()
             self.dirty = False
             try:
-                await asyncio.to_thread(self._store.save_document, document, covered_below)
+                await asyncio.to_thread(self._store.save_text, document, covered_below)
             except OSError as error:
                 self.dirty = True  # the next periodic snapshot tries again
                 if not self._save_failing:

@@ -9,19 +9,29 @@ older epoch is INVALID_PRODUCER_EPOCH. All of it is per batch, from the batch he
 This module is pure bookkeeping (no I/O). How the state survives restarts is
 ``producer_state``'s job (snapshot + WAL replay, "lenient" partitions after lost history);
 producer ids come from ``producer_ids``.
+
+Bounded: producers idle for the ingress's ``producer_expiration_s`` are forgotten at the next
+snapshot, and at most :data:`MAX_TRACKED_PARTITIONS` (producer, partition) entries are kept:
+past that, the least recently seen producers are forgotten (Spark makes a producer per task).
+A forgotten producer's next batch is accepted at any sequence, as a broker accepts an unknown
+producer; only a retry of a batch stored before would then be stored again. The snapshot text
+is rebuilt only for the producers that changed since the previous one (``to_json_text``).
 """
 
 from __future__ import annotations
 
 import enum
+import json
 import time
-from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from durable_producer.buffer_agent.kafka.record_batch import BatchHeader
 
 TRACKED_BATCHES = 5
+MAX_TRACKED_PARTITIONS = 50_000
+"""(producer, partition) entries kept (~300 B each); past it the least recently seen
+producers are forgotten, a tenth of the bound at a time."""
 _SEQUENCE_MODULUS = 2**31
 
 
@@ -50,7 +60,9 @@ class SequenceCheck:
 
 @dataclass(slots=True)
 class _PartitionState:
-    batches: deque[StoredBatch] = field(default_factory=lambda: deque(maxlen=TRACKED_BATCHES))
+    batches: list[StoredBatch] = field(default_factory=list)
+    """The last :data:`TRACKED_BATCHES` batches, oldest first (a list: a deque's block costs
+    ~600 B, and there is one of these per producer and partition)."""
     lenient: bool = False
 
 
@@ -59,13 +71,20 @@ class _ProducerState:
     epoch: int
     last_seen: float = 0.0
     partitions: dict[tuple[str, int], _PartitionState] = field(default_factory=dict)
+    rendered: str | None = None
+    """This producer's part of the snapshot text, kept while nothing changes (None: render)."""
 
 
 class SequenceTracker:
     """Sequence bookkeeping for every idempotent producer seen (pure, no I/O)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_partitions: int = MAX_TRACKED_PARTITIONS) -> None:
         self._producers: dict[int, _ProducerState] = {}
+        self._max_partitions = max_partitions
+        self._partitions = 0
+        """(producer, partition) entries held."""
+        self.forgotten = 0
+        """Producers forgotten to stay within ``max_partitions`` (not idle ones)."""
 
     def __len__(self) -> int:
         return len(self._producers)
@@ -115,16 +134,38 @@ class SequenceTracker:
             return None
         producer = self._producers.get(header.producer_id)
         if producer is None or header.producer_epoch > producer.epoch:
+            if producer is not None:
+                self._partitions -= len(producer.partitions)
             producer = _ProducerState(header.producer_epoch)
             self._producers[header.producer_id] = producer
         producer.last_seen = time.time()
+        producer.rendered = None
         state = producer.partitions.get((topic, partition))
         if state is None:
             state = producer.partitions[(topic, partition)] = _PartitionState()
+            self._partitions += 1
+            if self._partitions > self._max_partitions:
+                self._forget_least_recent(keep=header.producer_id)
         stored = StoredBatch(header.base_sequence, header.last_sequence, wal_offset)
-        state.batches.append(stored)
+        batches = state.batches
+        batches.append(stored)
+        if len(batches) > TRACKED_BATCHES:
+            del batches[0]
         state.lenient = False
         return stored
+
+    def _forget_least_recent(self, keep: int) -> None:
+        """Forget the least recently seen producers until a tenth of the bound is free."""
+        target = self._max_partitions - max(1, self._max_partitions // 10)
+        by_age = sorted(self._producers.items(), key=lambda item: item[1].last_seen)
+        for producer_id, producer in by_age:
+            if self._partitions <= target:
+                break
+            if producer_id == keep:
+                continue
+            del self._producers[producer_id]
+            self._partitions -= len(producer.partitions)
+            self.forgotten += 1
 
     def forget(self, topic: str, partition: int, producer_id: int, stored: StoredBatch) -> None:
         """Undo :meth:`record` for a batch whose WAL append failed."""
@@ -134,6 +175,7 @@ class SequenceTracker:
         state = producer.partitions.get((topic, partition))
         if state is not None and stored in state.batches:
             state.batches.remove(stored)
+            producer.rendered = None
 
     def replay(self, topic: str, partition: int, header: BatchHeader, wal_offset: int) -> None:
         """Apply a batch found in the WAL on start; batches already known are skipped."""
@@ -166,31 +208,30 @@ class SequenceTracker:
         cutoff = (time.time() if now is None else now) - idle_s
         idle = [pid for pid, producer in self._producers.items() if producer.last_seen < cutoff]
         for producer_id in idle:
-            del self._producers[producer_id]
+            self._partitions -= len(self._producers.pop(producer_id).partitions)
         return len(idle)
 
     def max_producer_id(self) -> int:
         return max(self._producers, default=-1)
 
     def to_json(self) -> dict[str, object]:
-        """Confirmed batches only: a batch whose append is still running is not yet stored."""
-        producers: dict[str, object] = {}
+        """The snapshot document (``json.loads`` of :meth:`to_json_text`)."""
+        document: dict[str, object] = json.loads(self.to_json_text())
+        return document
+
+    def to_json_text(self) -> str:
+        """``{"producers": {...}}`` as JSON text: confirmed batches only (a batch whose append
+        is still running is not yet stored). Only producers changed since the last call are
+        rendered again; the others' text is reused."""
+        parts = []
         for producer_id, producer in self._producers.items():
-            partitions = []
-            for (topic, partition), state in producer.partitions.items():
-                batches = [
-                    [stored.base_sequence, stored.last_sequence, stored.wal_offset]
-                    for stored in state.batches
-                    if stored.wal_offset is not None
-                ]
-                if batches:
-                    partitions.append([topic, partition, batches])
-            producers[str(producer_id)] = {
-                "epoch": producer.epoch,
-                "last_seen": producer.last_seen,
-                "partitions": partitions,
-            }
-        return {"producers": producers}
+            text = producer.rendered
+            if text is None:
+                text, confirmed = _render(producer_id, producer)
+                if confirmed:
+                    producer.rendered = text
+            parts.append(text)
+        return '{"producers":{' + ",".join(parts) + "}}"
 
     @classmethod
     def from_json(cls, document: dict[str, object]) -> SequenceTracker:
@@ -201,13 +242,31 @@ class SequenceTracker:
             producer = _ProducerState(int(entry["epoch"]), float(entry.get("last_seen", 0.0)))
             for topic, partition, batches in entry["partitions"]:
                 state = _PartitionState()
-                for base_sequence, last_sequence, wal_offset in batches:
+                for base_sequence, last_sequence, wal_offset in batches[-TRACKED_BATCHES:]:
                     state.batches.append(StoredBatch(base_sequence, last_sequence, wal_offset))
                 producer.partitions[(str(topic), int(partition))] = state
             tracker._producers[int(producer_id)] = producer
+            tracker._partitions += len(producer.partitions)
         return tracker
 
     def producers(self) -> Iterator[tuple[int, int]]:
         """``(producer_id, epoch)`` pairs, for tests and diagnostics."""
         for producer_id, producer in self._producers.items():
             yield producer_id, producer.epoch
+
+
+def _render(producer_id: int, producer: _ProducerState) -> tuple[str, bool]:
+    """``"ID": {...}`` of one producer, and whether every batch in it is confirmed."""
+    confirmed = True
+    partitions = []
+    for (topic, partition), state in producer.partitions.items():
+        batches = []
+        for stored in state.batches:
+            if stored.wal_offset is None:
+                confirmed = False
+            else:
+                batches.append([stored.base_sequence, stored.last_sequence, stored.wal_offset])
+        if batches:
+            partitions.append([topic, partition, batches])
+    entry = {"epoch": producer.epoch, "last_seen": producer.last_seen, "partitions": partitions}
+    return f'"{producer_id}":' + json.dumps(entry, separators=(",", ":")), confirmed

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import json
+import tracemalloc
+
+import pytest
+
+from durable_producer.buffer_agent.ingest import sequences
 from durable_producer.buffer_agent.ingest.sequences import (
     TRACKED_BATCHES,
     SequenceTracker,
@@ -97,3 +103,63 @@ def test_lenient_partitions_accept_one_gap_after_lost_history() -> None:
     assert tracker.check("t", 0, header(7, 0, 0)).verdict is Verdict.DUPLICATE
     accept(tracker, header(7, 0, 40), 2)
     assert tracker.check("t", 0, header(7, 0, 60)).verdict is Verdict.OUT_OF_ORDER
+
+
+def test_entries_are_bounded_and_the_least_recently_seen_producers_go_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Review finding 8: state grew with every producer id for a day (Spark makes one per
+    task): 20k producers on 50 partitions held ~1 GB."""
+    now = [1000.0]
+    monkeypatch.setattr(sequences.time, "time", lambda: now[0])
+    tracker = SequenceTracker(max_partitions=5_000)
+    tracemalloc.start()
+    try:
+        for producer_id in range(2_000):  # 100k (producer, partition) entries offered
+            now[0] += 1
+            for partition in range(50):
+                tracker.record("t", partition, header(producer_id, 0, 0), producer_id)
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert tracker._partitions <= 5_000
+    assert held < 5_000 * 400, f"{held} bytes for at most 5,000 entries"
+    assert tracker.forgotten > 0
+    kept = {producer_id for producer_id, _ in tracker.producers()}
+    assert 1_999 in kept and 0 not in kept  # the newest stay, the oldest went
+    retry = tracker.check("t", 0, header(1_999, 0, 0))
+    assert retry.verdict is Verdict.DUPLICATE  # a retry of a kept producer is still caught
+    assert tracker.check("t", 0, header(0, 0, 7)).verdict is Verdict.ACCEPT  # unknown again
+
+
+def test_the_snapshot_text_renders_only_producers_changed_since_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tracker = SequenceTracker()
+    for producer_id in range(100):
+        tracker.record("t", 0, header(producer_id, 0, 0), producer_id)
+    first = tracker.to_json_text()
+    rendered: list[int] = []
+    real_render = sequences._render
+
+    def counting_render(producer_id: int, producer: object) -> tuple[str, bool]:
+        rendered.append(producer_id)
+        return real_render(producer_id, producer)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sequences, "_render", counting_render)
+    assert tracker.to_json_text() == first
+    assert rendered == []
+    tracker.record("t", 0, header(7, 0, 1), 100)
+    pending = tracker.record("t", 1, header(8, 0, 0))  # its append still running
+    document = json.loads(tracker.to_json_text())
+    assert sorted(rendered) == [7, 8]
+    # partition 1's batch is not confirmed (its append runs): not stored yet
+    assert document["producers"]["8"]["partitions"] == [["t", 0, [[0, 0, 8]]]]
+    assert pending is not None
+    pending.wal_offset = 101
+    rendered.clear()
+    document = json.loads(tracker.to_json_text())
+    assert rendered == [8]  # rendered again until confirmed
+    assert document["producers"]["8"]["partitions"] == [
+        ["t", 0, [[0, 0, 8]]], ["t", 1, [[0, 0, 101]]]]
+    assert SequenceTracker.from_json(document).to_json() == document
