@@ -26,6 +26,11 @@ class ReadableLog(Protocol):
 
 _READ_CHUNK = 4 * 1024 * 1024
 
+DEFAULT_POLL_BYTES = 16 * 1024 * 1024
+"""What one ``poll`` returns at most, in frame bytes (always at least one frame): frames are
+views of the chunks read, so a poll's memory is this plus one chunk, whatever the frames'
+size (256 frames of 1 MiB client batches were 256 MiB)."""
+
 
 class WalReader:
     """Iterates frames with offset >= the start offset, in order, across segments.
@@ -63,19 +68,23 @@ class WalReader:
         """The lowest offset this reader has not returned yet."""
         return self._wanted
 
-    def poll(self, max_frames: int = 1024, timeout: float = 0.0) -> list[Frame]:
-        """Up to ``max_frames`` frames; waits up to ``timeout`` seconds if none is available."""
+    def poll(
+        self, max_frames: int = 1024, timeout: float = 0.0, max_bytes: int = DEFAULT_POLL_BYTES
+    ) -> list[Frame]:
+        """Up to ``max_frames`` frames and about ``max_bytes`` of payload (at least one frame);
+        waits up to ``timeout`` seconds if none is available."""
         deadline = time.monotonic() + timeout
         while True:
-            frames = self._read_available(max_frames)
+            frames = self._read_available(max_frames, max_bytes)
             remaining = deadline - time.monotonic()
             if frames or remaining <= 0 or self._wal.closed:
                 return frames
             self._wal.wait_for_data(self._base, self._position, remaining)
 
-    def _read_available(self, max_frames: int) -> list[Frame]:
+    def _read_available(self, max_frames: int, max_bytes: int) -> list[Frame]:
         frames: list[Frame] = []
-        while len(frames) < max_frames:
+        budget = [max_bytes]
+        while len(frames) < max_frames and budget[0] > 0:
             views = self._wal.segment_views()
             view = self._current_view(views)
             if view is None:
@@ -85,7 +94,7 @@ class WalReader:
                     return frames
                 self._advance_past(view.base_offset, views)
                 continue
-            self._read_segment(view, frames, max_frames)
+            self._read_segment(view, frames, max_frames, budget)
         return frames
 
     def _current_view(self, views: list[SegmentView]) -> SegmentView | None:
@@ -133,8 +142,12 @@ class WalReader:
             self._wanted = max(self._wanted, later[0].base_offset)
             self._open(later[0])
 
-    def _read_segment(self, view: SegmentView, frames: list[Frame], max_frames: int) -> None:
-        length = min(view.visible_end - self._position, _READ_CHUNK)
+    def _read_segment(
+        self, view: SegmentView, frames: list[Frame], max_frames: int, budget: list[int]
+    ) -> None:
+        """Frames from the reader's position, while ``max_frames`` and the byte ``budget``
+        (a one-element list, spent here) allow."""
+        length = min(view.visible_end - self._position, _READ_CHUNK, max(budget[0], HEADER_SIZE))
         data = os.pread(self._fd, length, self._position)
         if len(data) >= PREFIX_SIZE:
             body_length = int.from_bytes(data[4:8], "big")
@@ -143,7 +156,7 @@ class WalReader:
                 data = os.pread(self._fd, whole, self._position)
         buffer = memoryview(data)
         pos = 0
-        while pos < len(buffer) and len(frames) < max_frames:
+        while pos < len(buffer) and len(frames) < max_frames and budget[0] > 0:
             if (
                 len(buffer) - pos < HEADER_SIZE
                 and self._position + pos + HEADER_SIZE <= view.visible_end
@@ -165,5 +178,6 @@ class WalReader:
             pos = end
             if frame.offset >= self._wanted:
                 frames.append(frame)
+                budget[0] -= len(frame.payload)
                 self._wanted = frame.offset + 1
         self._position += pos

@@ -7,6 +7,7 @@ import errno
 import json
 import os
 import time
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -17,7 +18,7 @@ from durable_producer.buffer_agent.ingest.producer_state import (
     ProducerStateStore,
 )
 from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, Verdict
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from support.ingest_harness import record_batch
 from support.producer_batches import accept, header
 from support.wal_helpers import SMALL
@@ -152,3 +153,26 @@ def test_a_snapshot_before_restore_leaves_the_file_restore_reads(tmp_path: Path)
         assert (state_dir / PRODUCER_STATE_FILE).read_bytes() == saved
         restarted.restore()
         assert len(restarted.sequences) == 1
+
+
+def test_a_restore_without_snapshot_holds_a_bounded_part_of_the_backlog(tmp_path: Path) -> None:
+    """Review finding 4: restore read 4,096 frames at a time; with 1 MiB client batches that
+    is 4 GB against a 512 MiB sidecar (a crash loop at start after `durable-agent drain` or a
+    lost snapshot). Now a poll returns about DEFAULT_POLL_BYTES of frames."""
+    frames = 200
+    config = WalConfig(segment_bytes=64 << 20, max_bytes=1 << 30, max_frame_bytes=2 << 20,
+                       fsync=FsyncPolicy.NEVER)  # fmt: skip
+    with WriteAheadLog.open(tmp_path / "wal", config) as wal:
+        for sequence in range(frames):
+            batch = record_batch([b"x" * (1 << 20)], producer_id=9, producer_epoch=0,
+                                 base_sequence=sequence)  # fmt: skip
+            wal.append("t", 0, batch, 1)
+        state = ProducerState(wal, tmp_path / "state")
+        tracemalloc.start()
+        try:
+            state.restore()
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+    assert peak < 48 << 20, f"restore peaked at {peak >> 20} MiB for {frames} MiB of backlog"
+    assert state.sequences.check("t", 0, header(9, 0, frames - 1)).verdict is Verdict.DUPLICATE

@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from durable_producer.buffer_agent.wal.format import SEGMENT_HEADER_SIZE
 from support.wal_helpers import SMALL, payload_for
 
@@ -123,3 +123,20 @@ def test_a_polling_reader_wakes_on_close(wal_dir: Path) -> None:
         waited = timed_wait(lambda: frames.extend(reader.poll(10, timeout=10)), wal.close)
     assert frames == []
     assert waited < 5
+
+
+def test_a_poll_returns_about_max_bytes_of_frames_and_at_least_one(tmp_path: Path) -> None:
+    config = WalConfig(segment_bytes=1 << 20, max_bytes=64 << 20, max_frame_bytes=64 << 10,
+                       fsync=FsyncPolicy.NEVER)  # fmt: skip
+    with WriteAheadLog.open(tmp_path, config) as log:
+        for offset in range(100):
+            log.append("t", 0, payload_for(offset, 10_000))
+        with log.reader(0) as reader:
+            first = reader.poll(max_frames=1000, max_bytes=35_000)
+            assert [frame.offset for frame in first] == [0, 1, 2, 3]  # 40,000 >= 35,000
+            assert [frame.offset for frame in reader.poll(max_bytes=1)] == [4]
+            rest = []
+            while frames := reader.poll(max_frames=1000, max_bytes=100_000):
+                assert len(frames) <= 10
+                rest.extend(frame.offset for frame in frames)
+            assert rest == list(range(5, 100))
