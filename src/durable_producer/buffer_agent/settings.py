@@ -144,7 +144,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     *options_of(AgentConfig, "default_partitions", "drain_timeout_s"),
 )
 
-DRAIN_OPTIONS: tuple[Option, ...] = options_of(AgentConfig, "drain_mode_timeout_s")
+DRAIN_OPTIONS: tuple[Option, ...] = (
+    *options_of(AgentConfig, "drain_mode_timeout_s"),
+    # The policy the WAL was written with: recovery reports a complete frame with a bad CRC
+    # at the tail as lost under `always` (it was acknowledged), as a torn write otherwise.
+    *options_of(WalConfig, "fsync"),
+)
 
 
 def settings_from(args: argparse.Namespace) -> AgentSettings:

@@ -117,7 +117,12 @@ def agent_run_args(spec: DurableProducerSpec, log_level: str | None = None) -> l
 
 def agent_drain_args(spec: DurableProducerSpec, timeout_seconds: int) -> list[str]:
     """Arguments of a drain Job: forward everything on the volume, exit 0 when it is empty."""
-    return ["drain", *_connection_args(spec), f"--timeout={timeout_seconds}"]
+    return [
+        "drain",
+        *_connection_args(spec),
+        f"--fsync={spec.fsync.policy}",  # how recovery reads the tail (what was acknowledged)
+        f"--timeout={timeout_seconds}",
+    ]
 
 
 def secret_volumes(spec: DurableProducerSpec) -> list[dict[str, Any]]:

@@ -120,10 +120,17 @@ def test_the_wal_frame_limit_follows_the_batch_limit_within_bounds() -> None:
 
 
 def test_drain_and_resend_keep_the_defaults_of_run_only_settings() -> None:
-    environ = {"DURABLE_AGENT_FSYNC": "never", "DURABLE_AGENT_TIMEOUT": "7"}
+    environ = {"DURABLE_AGENT_SEGMENT_BYTES": "1048576", "DURABLE_AGENT_TIMEOUT": "7"}
     drain = settings_from(build_parser(environ).parse_args(["drain", "--kafka-bootstrap=k:1"]))
     assert drain.agent.drain_mode_timeout_s == 7.0
     assert drain.wal == WalConfig()
+
+
+def test_drain_reads_the_wal_with_the_policy_it_was_written_with() -> None:
+    """Recovery reports a corrupt complete tail frame as lost under `always` only."""
+    environ = {"DURABLE_AGENT_FSYNC": "always"}
+    drain = settings_from(build_parser(environ).parse_args(["drain", "--kafka-bootstrap=k:1"]))
+    assert drain.wal == WalConfig(fsync=FsyncPolicy.ALWAYS)
     resend = build_parser(environ).parse_args(
         ["dead-letters", "resend", "--kafka-bootstrap=k:1", "--kafka-setting=a=b", "id-1"]
     )
@@ -136,8 +143,9 @@ def test_every_user_facing_field_is_offered_by_a_command() -> None:
     for config in (AgentConfig, KafkaConnectionSettings, WalConfig, IngressConfig, ForwarderConfig):
         for declared in options_of(config):
             assert (declared.config, declared.fields) in offered, declared.flag
-    flags = [o.flag for o in (*COMMON_OPTIONS, *RUN_OPTIONS, *DRAIN_OPTIONS)]
-    assert len(flags) == len(set(flags))
+    for command in (RUN_OPTIONS, DRAIN_OPTIONS):  # each flag once per command
+        flags = [o.flag for o in (*COMMON_OPTIONS, *command)]
+        assert len(flags) == len(set(flags))
 
 
 def test_help_shows_each_default_and_variable(capsys: pytest.CaptureFixture[str]) -> None:

@@ -276,6 +276,9 @@ def test_drain_arguments_are_accepted_by_the_real_agent_cli() -> None:
     assert args.command == "drain"
     assert args.timeout == 300.0
     assert args.kafka_bootstrap == "kafka-0.kafka:9092,kafka-1.kafka:9092"
+    always = make_spec(fsync={"policy": "always"})
+    drain = build_parser({}).parse_args(pod_mutation.agent_drain_args(always, 300))
+    assert drain.fsync == "always"  # recovery reads the tail as the agent wrote it
 
 
 # Property tests: arbitrary pods (with fields we know nothing about) mutate idempotently.

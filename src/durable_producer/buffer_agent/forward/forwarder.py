@@ -146,7 +146,7 @@ class Forwarder:
         Starts the forwarder if it is not running (drain mode for an orphaned volume).
         """
         started = time.monotonic()
-        target = self._wal.next_offset
+        target = self._wal.frames_end  # lost offsets at the end settle nothing
         if self._thread is None:
             self.start()
         deadline = started + timeout_s

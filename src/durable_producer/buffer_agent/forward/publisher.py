@@ -95,7 +95,7 @@ class Publisher:
                 self._client_log.recovered()
         health.beat(
             in_flight=tracker.pending_records,
-            unread=max(0, self._wal.next_offset - tracker.next_offset),
+            unread=max(0, self._wal.frames_end - tracker.next_offset),
             refused_waiting=len(failures.retries),
         )
         health.check()

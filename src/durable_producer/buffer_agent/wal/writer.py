@@ -79,6 +79,11 @@ class WriteAheadLog(LogReading):
         )
         recovered = [Segment(s.base_offset, s.path, s.size, policy) for s in result.segments]
         self._next_offset = result.next_offset
+        newest_frame = max(
+            (offset for segment in result.segments for offset, _ in segment.record_counts),
+            default=-1,
+        )
+        self._frames_end = max(newest_frame + 1, opened.checkpoint)
         self._truncated_on_open = result.truncated_bytes
         self._quarantined = opened.quarantined_segments
         self._checkpoint_offset = opened.checkpoint
@@ -339,7 +344,7 @@ class WriteAheadLog(LogReading):
             if error.errno in DISK_FULL_ERRNOS:
                 raise self._health.disk_full_error(error) from error
             raise WalError(f"write to {segments.active.path} failed: {error}") from error
-        self._next_offset = first_offset + len(prepared)
+        self._next_offset = self._frames_end = first_offset + len(prepared)
         self._backlog.add(first_offset, prepared)
         return list(range(first_offset, self._next_offset))
 
@@ -394,6 +399,13 @@ class WriteAheadLog(LogReading):
     @property
     def next_offset(self) -> int:
         return self._next_offset
+
+    @property
+    def frames_end(self) -> int:
+        """One past the newest frame the log holds: ``next_offset``, unless recovery found the
+        newest offsets lost (they are never reused, but no frame will ever settle them); what
+        "everything forwarded" means (a drain's target)."""
+        return self._frames_end
 
     # ----------------------------------------------------------------- health and figures
     def _sync_target(self) -> SyncTarget:
