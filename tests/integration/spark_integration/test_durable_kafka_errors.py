@@ -11,7 +11,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.spark_integration.data_source import SHORT_NAME
-from integration.spark_integration.spark_harness import KafkaEndpoint
+from integration.spark_integration.spark_harness import KafkaEndpoint, endpoint_mode
 from support.broker import consume_all
 
 pytestmark = pytest.mark.integration
@@ -90,10 +90,17 @@ def test_topic_the_cluster_would_not_create_fails_fast_and_clearly(
     assert seconds < FAST_SECONDS
 
 
+@pytest.mark.xfail(
+    endpoint_mode() == "agent",
+    strict=True,
+    reason="the agent's cluster_metadata takes Kafka 4.1's UNKNOWN_TOPIC_OR_PARTITION for a topic"
+    " it is creating as 'will not be created' (tests/integration/buffer_agent/kafka/"
+    "test_unknown_topics.py)",
+)
 def test_topic_the_cluster_creates_on_first_use_is_written(
     spark: SparkSession, kafka_endpoint: KafkaEndpoint
 ) -> None:
-    topic = f"auto-{time.monotonic_ns()}"  # not created beforehand; tansu creates on request
+    topic = f"auto-{time.monotonic_ns()}"  # not created beforehand: created on request
     started = time.monotonic()
     values(spark, rows=20).write.format(SHORT_NAME).option("topic", topic).mode("append").save()
     assert time.monotonic() - started < FAST_SECONDS

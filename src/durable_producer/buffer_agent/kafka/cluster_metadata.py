@@ -16,8 +16,8 @@ the cluster would do for a client writing to it directly:
   result: it does not exist and will not be created.
 
 A broker's ``auto.create.topics.enable`` cannot be read reliably instead (DescribeConfigs
-needs a broker id and the right ACL, and tansu answers it with no entries); asking is also
-what decides for a direct producer.
+needs a broker id and the right ACL, and Kafka-compatible brokers may answer it with no
+entries); asking is also what decides for a direct producer.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The forwarder against a real broker (tansu): exact content, outages, restarts, dead letters."""
+"""The forwarder against Apache Kafka: exact content, outages, restarts, dead letters."""
 
 from __future__ import annotations
 

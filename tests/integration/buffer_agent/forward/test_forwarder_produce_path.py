@@ -1,4 +1,4 @@
-"""The forwarder's produce loop against a real broker (tansu) when produce() raises mid-frame.
+"""The forwarder's produce loop against Apache Kafka when produce() raises mid-frame.
 
 The loop runs in C (``starmap``) and learns from a counter which record a synchronous error
 was about; these tests pin that bookkeeping: a full client queue resumes at the right
