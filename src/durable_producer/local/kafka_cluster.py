@@ -36,6 +36,7 @@ CLUSTER_PROPERTIES: Mapping[str, str] = {
 READY_TIMEOUT_SECONDS = 120.0
 HEAL_TIMEOUT_SECONDS = 120.0
 METADATA_TIMEOUT_SECONDS = 5.0
+METADATA_AGREEMENT_SECONDS = 15.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,26 +82,45 @@ class KafkaCluster(Managed):
     def node(self, node_id: int) -> KafkaNode:
         return self.nodes[node_id]
 
+    def live_nodes(self) -> list[KafkaNode]:
+        """The nodes running and not suspended (the ones that answer)."""
+        return [node for node in self.nodes if node.running and not node.suspended]
+
     def broker_ids(self) -> set[int]:
-        """The brokers a metadata response lists now (registered and unfenced)."""
-        return set(
-            quiet_admin(self.bootstrap).list_topics(timeout=METADATA_TIMEOUT_SECONDS).brokers
-        )
+        """The brokers every live node lists in its metadata now (registered and unfenced).
+
+        Each node answers from its own metadata cache, and a node just resumed or restarted
+        answers from a stale one for a moment: asking them all is what makes a wait end on
+        the cluster's state rather than on one node's memory of it."""
+        listed: set[int] | None = None
+        for node in self.live_nodes():
+            metadata = quiet_admin(node.direct_address).list_topics(
+                timeout=METADATA_TIMEOUT_SECONDS
+            )
+            brokers = set(metadata.brokers)
+            listed = brokers if listed is None else listed & brokers
+        return listed or set()
 
     def partitions(self, topic: str) -> dict[int, PartitionState]:
-        """Leader, replicas and ISR of every partition of ``topic``."""
-        metadata = quiet_admin(self.bootstrap).list_topics(topic, timeout=METADATA_TIMEOUT_SECONDS)
-        found = metadata.topics.get(topic)
-        if found is None or found.error is not None:
-            raise LookupError(f"topic {topic}: {None if found is None else found.error}")
-        return {
-            number: PartitionState(
-                leader=partition.leader,
-                replicas=tuple(partition.replicas),
-                isr=tuple(partition.isrs),
-            )
-            for number, partition in found.partitions.items()
-        }
+        """Leader, replicas and ISR of every partition of ``topic``, once every live node
+        reports the same (``LookupError`` if they do not agree within a few seconds)."""
+        views: list[dict[int, PartitionState] | str] = []
+
+        def agreed() -> bool:
+            views.clear()
+            for node in self.live_nodes():
+                try:
+                    views.append(_partitions_seen_by(node, topic))
+                except Exception as error:  # a node restarting, a topic being created
+                    views.append(f"node {node.node_id}: {error}")
+            first = views[0] if views else None
+            return isinstance(first, dict) and all(view == first for view in views)
+
+        if not poll_until(agreed, timeout=METADATA_AGREEMENT_SECONDS, interval=0.2):
+            raise LookupError(f"the live Kafka nodes do not agree on {topic}: {views}")
+        first = views[0]
+        assert isinstance(first, dict)
+        return first
 
     def partition(self, topic: str, partition: int = 0) -> PartitionState:
         return self.partitions(topic)[partition]
@@ -114,7 +134,8 @@ class KafkaCluster(Managed):
 
     def topics(self) -> list[str]:
         """The cluster's topics, internal ones (``__consumer_offsets``...) included."""
-        metadata = quiet_admin(self.bootstrap).list_topics(timeout=METADATA_TIMEOUT_SECONDS)
+        live = ",".join(node.direct_address for node in self.live_nodes())
+        metadata = quiet_admin(live).list_topics(timeout=METADATA_TIMEOUT_SECONDS)
         return sorted(metadata.topics)
 
     # -- waiting ---------------------------------------------------------------------------
@@ -231,3 +252,22 @@ class KafkaCluster(Managed):
     def close(self) -> None:
         for node in self.nodes:
             node.close()
+
+
+def _partitions_seen_by(node: KafkaNode, topic: str) -> dict[int, PartitionState]:
+    """``topic``'s partitions as ``node`` reports them (a fresh client with only that node to
+    bootstrap from sends its first request there)."""
+    metadata = quiet_admin(node.direct_address).list_topics(
+        topic, timeout=METADATA_TIMEOUT_SECONDS
+    )
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None:
+        raise LookupError(f"topic {topic}: {None if found is None else found.error}")
+    return {
+        number: PartitionState(
+            leader=partition.leader,
+            replicas=tuple(partition.replicas),
+            isr=tuple(sorted(partition.isrs)),
+        )
+        for number, partition in found.partitions.items()
+    }
