@@ -29,7 +29,12 @@ from confluent_kafka import Producer
 
 from durable_producer.local.broker import KafkaBroker
 from durable_producer.local.kafka_cluster import KafkaCluster
-from durable_producer.local.kafka_node import JVM_OPTIONS, KAFKA_VERSION, KafkaNode
+from durable_producer.local.kafka_node import (
+    JVM_OPTIONS,
+    KAFKA_VERSION,
+    KafkaNode,
+    KafkaNotInstalled,
+)
 from durable_producer.local.process import poll_until
 from durable_producer.local.topics import create_topic
 
@@ -121,10 +126,14 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=100_000)
     args = parser.parse_args()
     print(f"Apache Kafka {KAFKA_VERSION}, JVM options: {' '.join(JVM_OPTIONS)}", flush=True)
-    singles = [single_node_round() for _ in range(args.rounds)]
-    report("single node (KafkaBroker)", singles)
-    clusters = [cluster_round(args.records) for _ in range(args.rounds)]
-    report("3-node cluster (KafkaCluster)", clusters)
+    try:
+        singles = [single_node_round() for _ in range(args.rounds)]
+        report("single node (KafkaBroker)", singles)
+        clusters = [cluster_round(args.records) for _ in range(args.rounds)]
+        report("3-node cluster (KafkaCluster)", clusters)
+    except KafkaNotInstalled as missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -25,12 +25,17 @@ _topic_numbers = itertools.count(1)
 def started(make: Callable[[], M]) -> Iterator[M]:
     """``make()`` started in a with-block (closed even when the test fails); a missing Kafka
     installation fails the test with the one-line instruction instead of a traceback."""
+    missing: KafkaNotInstalled | None = None
     try:
-        managed = make()
-    except KafkaNotInstalled as missing:
+        managed = make().start()  # a start that fails has cleaned up after itself
+    except KafkaNotInstalled as error:
+        missing = error
+    if missing is not None:  # outside the except block: no chained traceback
         pytest.fail(str(missing), pytrace=False)
-    with managed:
+    try:
         yield managed
+    finally:
+        managed.close()
 
 
 def unique_topic_name(test_name: str) -> str:
