@@ -56,7 +56,9 @@ def test_broker_process_is_killed_on_exit() -> None:
     with KafkaBroker() as broker:
         process = broker.process
         assert process is not None and process.poll() is None
+        assert (broker.data_dir / "meta.properties").is_file()
     assert process.poll() is not None
+    assert not broker.work_dir.exists(), "its temporary data and log are deleted"
 
 
 def test_cut_blocks_delivery_until_restore(proxied_broker: ProxiedBroker) -> None:
