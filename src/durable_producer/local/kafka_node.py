@@ -139,8 +139,14 @@ def java_binary() -> str:
 
 
 def new_cluster_id() -> str:
-    """A KRaft cluster id (what ``kafka-storage random-uuid`` prints: a url-safe base64 UUID)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    """A KRaft cluster id (what ``kafka-storage random-uuid`` prints: a url-safe base64 UUID).
+
+    Like Kafka's ``Uuid.randomUuid`` it never starts with "-": StorageTool's argument parser
+    takes ``--cluster-id -x...`` for a missing value (1 id in 64 failed to format)."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 def quiet_admin(bootstrap: str) -> AdminClient:
