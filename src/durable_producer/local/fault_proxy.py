@@ -8,11 +8,6 @@ Runs an asyncio loop in a background thread. Modes:
 - ``hang()``: keep connections open (and accept new ones) but stop moving bytes, as if
   packets were being dropped; ``restore()`` lets the held bytes through again.
 
-Independently of the mode, ``refuse_produce_batches_over(limit)`` makes the proxy stand in
-for a broker's ``max.message.bytes`` (tansu does not enforce it): a Produce request whose
-record batch for a partition is larger than ``limit`` bytes is answered by the proxy with
-MESSAGE_TOO_LARGE, the way Kafka answers it, and never reaches the broker.
-
 Start it before the broker so the broker can advertise ``proxy.address``; point it at
 the broker with ``proxy.target = broker.direct_address`` (or pass ``target``).
 """
@@ -22,22 +17,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import struct
 import threading
-from collections import deque
 from collections.abc import Coroutine
 from typing import Any, Self, TypeVar
 
-from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE
-
 from .ports import LOOPBACK
 from .process import Managed
-from .produce_refusal import produce_refusal
 
 T = TypeVar("T")
 CHUNK_SIZE = 64 * 1024
-_SIZE = struct.Struct(">i")
-_HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 
 
 class ProxyMode(enum.Enum):
@@ -64,8 +52,6 @@ class FaultProxy(Managed):
         self.port = 0
         self.connections_accepted = 0
         self.bytes_forwarded = 0
-        self.produce_batch_limit: int | None = None
-        self.refused_produce_requests = 0
 
     @property
     def address(self) -> str:
@@ -99,16 +85,6 @@ class FaultProxy(Managed):
 
     def restore(self) -> None:
         self._call(self._set_mode(ProxyMode.FORWARD))
-
-    def refuse_produce_batches_over(self, limit: int | None) -> None:
-        """Answer Produce requests with a record batch over ``limit`` bytes (a broker's
-        ``max.message.bytes``) with MESSAGE_TOO_LARGE; ``None`` turns it off.
-
-        Applies to connections opened afterwards: set it before the client connects. Every
-        partition of a refused request gets the error (librdkafka sends one partition per
-        request); the other responses on the connection keep their order.
-        """
-        self.produce_batch_limit = limit
 
     async def _set_mode(self, mode: ProxyMode) -> None:
         assert self._flowing is not None
@@ -145,20 +121,10 @@ class FaultProxy(Managed):
             host, port = self.target.rsplit(":", 1)
             upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
             self._writers.add(upstream_writer)
-            limit = self.produce_batch_limit
-            if limit is None:
-                await asyncio.gather(
-                    self._pump(client_reader, upstream_writer),
-                    self._pump(upstream_reader, client_writer),
-                )
-            else:
-                # One slot per request awaiting its response, in request order: a refusal
-                # made here must not overtake responses the broker still owes.
-                slots: deque[list[bytes | None]] = deque()
-                await asyncio.gather(
-                    self._pump_requests(client_reader, upstream_writer, client_writer, slots),
-                    self._pump_responses(upstream_reader, client_writer, slots),
-                )
+            await asyncio.gather(
+                self._pump(client_reader, upstream_writer),
+                self._pump(upstream_reader, client_writer),
+            )
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             # A cut cancels this handler: ending quietly keeps asyncio from logging the
             # cancellation as an error of the server's connection callback.
@@ -183,77 +149,6 @@ class FaultProxy(Managed):
             writer.write(data)
             await writer.drain()
             self.bytes_forwarded += len(data)
-
-    async def _read_frame(self, reader: asyncio.StreamReader) -> bytes | None:
-        assert self._flowing is not None
-        await self._flowing.wait()
-        try:
-            prefix = await reader.readexactly(_SIZE.size)
-            return prefix + await reader.readexactly(_SIZE.unpack(prefix)[0])
-        except asyncio.IncompleteReadError:
-            return None
-
-    async def _pump_requests(
-        self,
-        reader: asyncio.StreamReader,
-        upstream: asyncio.StreamWriter,
-        client: asyncio.StreamWriter,
-        slots: deque[list[bytes | None]],
-    ) -> None:
-        assert self._flowing is not None
-        while True:
-            frame = await self._read_frame(reader)
-            if frame is None:
-                upstream.transport.abort()
-                return
-            api_key, api_version, correlation_id = _HEADER_PREFIX.unpack_from(frame, _SIZE.size)
-            expects_response = True
-            if api_key == API_PRODUCE:
-                refusal, acks = produce_refusal(
-                    frame, api_version, correlation_id, self.produce_batch_limit
-                )
-                expects_response = acks != 0
-                if refusal is not None:
-                    self.refused_produce_requests += 1
-                    if expects_response:
-                        slots.append([refusal])
-                        await self._flush_responses(client, slots)
-                    continue
-            if expects_response:
-                slots.append([None])
-            await self._flowing.wait()
-            upstream.write(frame)
-            await upstream.drain()
-            self.bytes_forwarded += len(frame)
-
-    async def _pump_responses(
-        self,
-        reader: asyncio.StreamReader,
-        client: asyncio.StreamWriter,
-        slots: deque[list[bytes | None]],
-    ) -> None:
-        while True:
-            frame = await self._read_frame(reader)
-            if frame is None:
-                client.transport.abort()
-                return
-            for slot in slots:
-                if slot[0] is None:
-                    slot[0] = frame
-                    break
-            await self._flush_responses(client, slots)
-
-    async def _flush_responses(
-        self, client: asyncio.StreamWriter, slots: deque[list[bytes | None]]
-    ) -> None:
-        assert self._flowing is not None
-        await self._flowing.wait()
-        while slots and slots[0][0] is not None:
-            response = slots.popleft()[0]
-            assert response is not None
-            client.write(response)
-            self.bytes_forwarded += len(response)
-        await client.drain()
 
     def stop(self) -> None:
         if not self._thread.is_alive():

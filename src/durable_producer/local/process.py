@@ -103,6 +103,17 @@ class ManagedProcess(Managed):
 
     def start(self, timeout: float | None = None) -> Self:
         """Launch the child and wait until it is ready (``timeout`` defaults to the class's)."""
+        self.launch()
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def launch(self) -> None:
+        """Start the child without waiting for it (``wait_ready`` waits): processes that only
+        get ready together, such as the voters of a quorum, are launched first."""
         if self.process is not None and self.process.poll() is None:
             raise RuntimeError(f"{self.name} is already running (pid {self.process.pid})")
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
@@ -114,12 +125,6 @@ class ManagedProcess(Managed):
                 env=self.environment(),
                 start_new_session=self.new_session,
             )
-        try:
-            self.wait_ready(timeout)
-        except BaseException:
-            self.close()
-            raise
-        return self
 
     def wait_ready(self, timeout: float | None = None) -> None:
         """Return once ``is_ready``; raise ``RuntimeError`` if the child exits first and

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import cast
 
@@ -15,10 +16,28 @@ from confluent_kafka.cimpl import NewTopic
 from .process import poll_until
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int = 1, *, timeout: float = 15.0) -> None:
-    """Create ``topic`` with ``partitions`` partitions and wait until metadata shows them."""
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int = 1,
+    *,
+    replication_factor: int | None = None,
+    config: Mapping[str, str] | None = None,
+    timeout: float = 15.0,
+) -> None:
+    """Create ``topic`` with ``partitions`` partitions and wait until metadata shows them.
+
+    ``replication_factor`` defaults to the broker's ``default.replication.factor``; ``config``
+    sets topic configs (``{"max.message.bytes": "2000"}``).
+    """
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(topic, num_partitions=partitions)])
+    new_topic = NewTopic(
+        topic,
+        num_partitions=partitions,
+        replication_factor=-1 if replication_factor is None else replication_factor,
+        config=dict(config or {}),
+    )
+    futures = admin.create_topics([new_topic])
     futures[topic].result(timeout=timeout)
 
     def visible() -> bool:

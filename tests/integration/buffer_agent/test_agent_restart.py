@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from durable_producer.local.agent_process import AgentProcess
-from durable_producer.local.broker import TansuBroker, consume_all, create_topic
+from durable_producer.local.broker import KafkaBroker, consume_all, create_topic
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +41,7 @@ def wait_until_forwarded(agent: AgentProcess, count: int) -> None:
 
 
 def test_sequence_state_survives_checkpoint_and_sigkill(tmp_path: Path) -> None:
-    with TansuBroker() as broker:
+    with KafkaBroker() as broker:
         create_topic(broker.bootstrap, "restart", 2)
         agent = AgentProcess(
             tmp_path / "volume",

@@ -1,7 +1,7 @@
 """Fixtures for the durable-kafka integration tests: one Kafka endpoint and one SparkSession.
 
 ``kafka_endpoint`` (see ``spark_harness``): by default a real buffer agent forwarding through
-a fault proxy to a tansu broker; Spark's Python workers see the agent's address as
+a fault proxy to a Kafka broker; Spark's Python workers see the agent's address as
 ``$DURABLE_PRODUCER_BOOTSTRAP``, like executors in an injected pod. Tests read back from
 the broker directly. ``DURABLE_KAFKA_TESTS_ENDPOINT=broker`` writes straight to the broker.
 """
@@ -26,6 +26,7 @@ from integration.spark_integration.spark_harness import (
     running_emulator,
 )
 from support.broker import ProxiedBroker
+from support.kafka_fixtures import started
 
 SPARK_TEST_CONF = {
     "spark.ui.enabled": "false",
@@ -39,7 +40,9 @@ SPARK_TEST_CONF = {
 
 @pytest.fixture(scope="session")
 def kafka_endpoint() -> Iterator[KafkaEndpoint]:
-    with ProxiedBroker() as kafka:
+    # Kafka's default auto.create.topics.enable=true: one test writes to a topic the cluster
+    # creates on first use (another one's agent asks it not to).
+    with started(lambda: ProxiedBroker(auto_create_topics=True)) as kafka:
         if endpoint_mode() == "broker":
             yield KafkaEndpoint(
                 write_bootstrap=kafka.bootstrap,

@@ -1,7 +1,7 @@
 """Helpers shared by the durable-kafka integration tests: where Spark writes, where tests read.
 
 By default the data source writes to a real buffer agent process (``durable-agent run``)
-that forwards through a fault proxy to a tansu broker, as in an injected pod. Set
+that forwards through a fault proxy to a Kafka broker, as in an injected pod. Set
 ``DURABLE_KAFKA_TESTS_ENDPOINT=broker`` to write straight to the broker instead (then
 the tests check the data source alone).
 """

@@ -93,7 +93,7 @@ def test_topic_the_cluster_would_not_create_fails_fast_and_clearly(
 def test_topic_the_cluster_creates_on_first_use_is_written(
     spark: SparkSession, kafka_endpoint: KafkaEndpoint
 ) -> None:
-    topic = f"auto-{time.monotonic_ns()}"  # not created beforehand; tansu creates on request
+    topic = f"auto-{time.monotonic_ns()}"  # not created beforehand: created on request
     started = time.monotonic()
     values(spark, rows=20).write.format(SHORT_NAME).option("topic", topic).mode("append").save()
     assert time.monotonic() - started < FAST_SECONDS

@@ -10,16 +10,19 @@ true for producers unless the agent's Kafka settings turn it off). So the agent 
 the cluster would do for a client writing to it directly:
 
 - ``auto.create.topics.enable=true``: the cluster creates the topic (answering
-  LEADER_NOT_AVAILABLE while it does); it is reported with its partition count, or with 0
+  LEADER_NOT_AVAILABLE, or with Kafka 4.x UNKNOWN_TOPIC_OR_PARTITION, while it does); it is
+  reported with its partition count, or with 0
   while still being created after ``creation_wait_s``;
 - otherwise the cluster answers UNKNOWN_TOPIC_OR_PARTITION and the topic is left out of the
   result: it does not exist and will not be created (so are topics the cluster refuses this
-  client, TOPIC_AUTHORIZATION_FAILED, and illegal names). Any other error is reported as 0
-  partitions ("ask again"): it is no evidence that the topic is gone.
+  client, TOPIC_AUTHORIZATION_FAILED, and illegal names). Kafka 4.x answers the request that
+  makes it create a topic with UNKNOWN_TOPIC_OR_PARTITION too, so that answer is final only
+  after ``creation_wait_s`` of asking again. Any other error is reported as 0 partitions
+  ("ask again"): it is no evidence that the topic is gone.
 
 A broker's ``auto.create.topics.enable`` cannot be read reliably instead (DescribeConfigs
-needs a broker id and the right ACL, and tansu answers it with no entries); asking is also
-what decides for a direct producer.
+needs a broker id and the right ACL, and Kafka-compatible brokers may answer it with no
+entries); asking is also what decides for a direct producer.
 """
 
 from __future__ import annotations
@@ -39,13 +42,12 @@ PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
 0 for a topic the cluster is creating."""
 
 # Errors with which a cluster says a topic a Metadata request asked for is not there for this
-# client; any other error (leader not available while it is being created, a broker in the
-# middle of a restart) means "ask again", never "missing".
-_ABSENT = frozenset({
-    KafkaError.UNKNOWN_TOPIC_OR_PART,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED,
-    KafkaError.TOPIC_EXCEPTION,
-})  # fmt: skip
+# client. UNKNOWN_TOPIC_OR_PART is also how Kafka 4.x answers the very request that makes it
+# create the topic, so it is final only once ``creation_wait_s`` has passed; any other error
+# (leader not available while it is being created, a broker in the middle of a restart)
+# means "ask again", never "missing".
+_REFUSED = frozenset({KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TOPIC_EXCEPTION})
+_UNKNOWN = KafkaError.UNKNOWN_TOPIC_OR_PART
 _CREATION_POLL_S = 0.1
 
 
@@ -57,6 +59,8 @@ def cluster_metadata_source(
     client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
     settings: dict[str, Any] = {"logger": client_log, **client_config}
     admin = AdminClient(settings)
+    if str(client_config.get("allow.auto.create.topics", "true")).lower() == "false":
+        creation_wait_s = 0.0  # the request creates nothing: its first answer is final
 
     def partition_counts(topics: Sequence[str]) -> Mapping[str, int]:
         metadata = _list_topics(admin, None, timeout_s)
@@ -86,10 +90,11 @@ def _ask_for_topic(
         found = _list_topics(admin, topic, timeout_s).topics.get(topic)
         if found is not None and found.error is None and found.partitions:
             return len(found.partitions)
-        if found is None or (found.error is not None and found.error.code() in _ABSENT):
+        code = None if found is None or found.error is None else found.error.code()
+        if found is None or code in _REFUSED:
             return None
         if time.monotonic() >= deadline:
-            return 0
+            return None if code == _UNKNOWN else 0
         time.sleep(_CREATION_POLL_S)
 
 

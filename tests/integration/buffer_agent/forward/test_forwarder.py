@@ -1,4 +1,4 @@
-"""The forwarder against a real broker (tansu): exact content, outages, restarts, dead letters."""
+"""The forwarder against Apache Kafka: exact content, outages, restarts, dead letters."""
 
 from __future__ import annotations
 
@@ -24,7 +24,8 @@ from durable_producer.buffer_agent.kafka.record_batch import (
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
-from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic
+from support.kafka_fixtures import TopicFactory
 from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
@@ -107,15 +108,15 @@ def _assert_byte_exact(consumed: list, expected: dict) -> None:
 
 
 def test_forwards_every_codec_byte_exact_and_checkpoints(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, "events", partitions=3)
-    expected = _append_batches(wal, "events", batches=30, partitions=3)
+    topic = new_topic(3)
+    expected = _append_batches(wal, topic, batches=30, partitions=3)
     metrics = AgentMetrics()
-    forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, metrics=metrics).start()
+    forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, metrics=metrics).start()
     try:
         wait_for(lambda: forwarder.stats().watermark == 30, 30, what="all frames delivered")
-        more = _append_batches(wal, "events", batches=5, partitions=3, start=30)
+        more = _append_batches(wal, topic, batches=5, partitions=3, start=30)
         summary = forwarder.drain(timeout_s=30)
     finally:
         forwarder.stop()
@@ -123,7 +124,7 @@ def test_forwards_every_codec_byte_exact_and_checkpoints(
     assert summary.complete and summary.target_offset == 35
     assert wal.checkpoint_offset == 35
     assert summary.forwarded_records == 350 and summary.replayed_duplicates == 0
-    consumed = consume_all(tansu_broker.bootstrap, "events", expected=350)
+    consumed = consume_all(kafka_broker.bootstrap, topic, expected=350)
     _assert_byte_exact(consumed, expected | more)
     by_partition: dict[int, list[int]] = {}
     for record in consumed:
@@ -211,13 +212,13 @@ def _marked_delivered_below(data_dir: Path) -> int:
 
 
 def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, "replay", partitions=1)
-    expected = _append_batches(wal, "replay", batches=20, partitions=1)
+    topic = new_topic(1)
+    expected = _append_batches(wal, topic, batches=20, partitions=1)
     wal.close()
     crashing = subprocess.Popen(
-        [sys.executable, "-c", CRASHING_FORWARDER, str(data_dir), tansu_broker.bootstrap]
+        [sys.executable, "-c", CRASHING_FORWARDER, str(data_dir), kafka_broker.bootstrap]
     )
     try:
         wait_for(lambda: _marked_delivered_below(data_dir) == 20, 30, what="delivered, marked")
@@ -228,48 +229,48 @@ def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
     reopened = WriteAheadLog.open(data_dir / "wal", wal.config)
     try:
         assert reopened.checkpoint_offset == 0
-        summary = _forwarder(reopened, tansu_broker.bootstrap, data_dir).drain(timeout_s=30)
+        summary = _forwarder(reopened, kafka_broker.bootstrap, data_dir).drain(timeout_s=30)
         assert summary.complete
         assert summary.replayed_duplicates == 200, "every replayed record was counted"
         assert reopened.checkpoint_offset == 20
     finally:
         reopened.close()
-    consumed = consume_all(tansu_broker.bootstrap, "replay", expected=400)
+    consumed = consume_all(kafka_broker.bootstrap, topic, expected=400)
     assert len(consumed) == 400
     assert {(r.partition, r.timestamp_ms) for r in consumed} == set(expected)
 
 
 def test_clean_restart_replays_nothing(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, "clean", partitions=1)
-    _append_batches(wal, "clean", batches=5, partitions=1)
-    assert _forwarder(wal, tansu_broker.bootstrap, data_dir).drain(timeout_s=30).complete
-    _append_batches(wal, "clean", batches=5, partitions=1, start=5)
+    topic = new_topic(1)
+    _append_batches(wal, topic, batches=5, partitions=1)
+    assert _forwarder(wal, kafka_broker.bootstrap, data_dir).drain(timeout_s=30).complete
+    _append_batches(wal, topic, batches=5, partitions=1, start=5)
 
-    summary = _forwarder(wal, tansu_broker.bootstrap, data_dir).drain(timeout_s=30)
+    summary = _forwarder(wal, kafka_broker.bootstrap, data_dir).drain(timeout_s=30)
 
     assert summary.complete and summary.replayed_duplicates == 0
     assert summary.forwarded_records == 50
-    assert len(consume_all(tansu_broker.bootstrap, "clean", expected=100)) == 100
+    assert len(consume_all(kafka_broker.bootstrap, topic, expected=100)) == 100
 
 
 def test_oversized_record_goes_to_dead_letters_and_can_be_resent(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, "big", partitions=1)
+    topic = new_topic(1)
     small = [SampleRecord(b"a", b"small-1", 1_000, ())]
     mixed = [
         SampleRecord(b"b", b"small-2", 2_000, ()),
         SampleRecord(b"huge", b"H" * 50_000, 2_001, (("why", b"too big"),)),
         SampleRecord(b"c", b"small-3", 2_002, ()),
     ]
-    wal.append("big", 0, build_batch(small), 1)
-    wal.append("big", 0, build_batch(mixed), 3)
-    wal.append("big", 0, b"garbage that is not a record batch", 1)
+    wal.append(topic, 0, build_batch(small), 1)
+    wal.append(topic, 0, build_batch(mixed), 3)
+    wal.append(topic, 0, b"garbage that is not a record batch", 1)
     metrics = AgentMetrics()
     limited = {"message.max.bytes": 20_000}
-    forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, extra=limited, metrics=metrics)
+    forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, extra=limited, metrics=metrics)
 
     summary = forwarder.drain(timeout_s=30)
 
@@ -282,30 +283,30 @@ def test_oversized_record_goes_to_dead_letters_and_can_be_resent(
     ]
     assert letters[0].value == b"H" * 50_000 and letters[0].headers == (("why", b"too big"),)
     assert b'durable_agent_dead_letters_total{reason="MSG_SIZE_TOO_LARGE"} 1.0' in metrics.render()
-    values = [r.value for r in consume_all(tansu_broker.bootstrap, "big", expected=3)]
+    values = [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=3)]
     assert values == [b"small-1", b"small-2", b"small-3"]
 
     resend = resend_dead_letters(
-        data_dir / "dead-letter", {"bootstrap.servers": tansu_broker.bootstrap}, timeout=20
+        data_dir / "dead-letter", {"bootstrap.servers": kafka_broker.bootstrap}, timeout=20
     )
 
     assert resend.resent == ["1-1"]
     assert "2-frame" in resend.skipped
     assert [letter.id for letter in list_dead_letters(data_dir / "dead-letter")] == ["2-frame"]
-    consumed = consume_all(tansu_broker.bootstrap, "big", expected=4)
+    consumed = consume_all(kafka_broker.bootstrap, topic, expected=4)
     assert consumed[-1].value == b"H" * 50_000 and consumed[-1].timestamp_ms == 2_001
 
 
 def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, data_dir: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, "narrow", partitions=1)
-    wal.append("narrow", 7, build_batch([SampleRecord(b"k", b"lost partition", 5, ())]), 1)
-    wal.append("narrow", 0, build_batch([SampleRecord(b"k", b"fine", 6, ())]), 1)
+    topic = new_topic(1)
+    wal.append(topic, 7, build_batch([SampleRecord(b"k", b"lost partition", 5, ())]), 1)
+    wal.append(topic, 0, build_batch([SampleRecord(b"k", b"fine", 6, ())]), 1)
     config = ForwarderConfig(
         checkpoint_interval_s=0.2, unknown_topic_wait_s=1.5, retry_backoff_s=0.2
     )
-    forwarder = _forwarder(wal, tansu_broker.bootstrap, data_dir, config=config)
+    forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config)
 
     summary = forwarder.drain(timeout_s=30)
 
@@ -315,7 +316,7 @@ def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
     letters = list_dead_letters(data_dir / "dead-letter")
     assert [(letter.partition, letter.value) for letter in letters] == [(7, b"lost partition")]
     assert letters[0].error_code in {"_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART"}
-    values = [r.value for r in consume_all(tansu_broker.bootstrap, "narrow")]
+    values = [r.value for r in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [b"fine"]
 
 

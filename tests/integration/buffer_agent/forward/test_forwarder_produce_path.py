@@ -1,4 +1,4 @@
-"""The forwarder's produce loop against a real broker (tansu) when produce() raises mid-frame.
+"""The forwarder's produce loop against Apache Kafka when produce() raises mid-frame.
 
 The loop runs in C (``starmap``) and learns from a counter which record a synchronous error
 was about; these tests pin that bookkeeping: a full client queue resumes at the right
@@ -18,7 +18,8 @@ from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, l
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
-from support.broker import TansuBroker, consume_all, create_topic
+from support.broker import KafkaBroker, consume_all
+from support.kafka_fixtures import TopicFactory
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
@@ -62,19 +63,19 @@ def _forward(
 
 
 def test_a_full_client_queue_resumes_at_the_record_it_stopped_at(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
     """A queue of 7 records makes produce() raise BufferError inside almost every frame."""
-    create_topic(tansu_broker.bootstrap, "tight", partitions=2)
+    topic = new_topic(2)
     frames = 12
     for frame in range(frames):
         records = [_record(frame, index) for index in range(RECORDS_PER_FRAME)]
-        wal.append("tight", frame % 2, build_batch(records), len(records))
+        wal.append(topic, frame % 2, build_batch(records), len(records))
     config = ForwarderConfig(checkpoint_interval_s=0.2, max_in_flight_records=7)
 
-    forwarder = _forward(wal, tansu_broker.bootstrap, tmp_path, config)
+    forwarder = _forward(wal, kafka_broker.bootstrap, tmp_path, config)
 
-    consumed = consume_all(tansu_broker.bootstrap, "tight", expected=frames * RECORDS_PER_FRAME)
+    consumed = consume_all(kafka_broker.bootstrap, topic, expected=frames * RECORDS_PER_FRAME)
     for partition in (0, 1):
         keys = [record.key for record in consumed if record.partition == partition]
         assert keys == [
@@ -91,20 +92,20 @@ def test_a_full_client_queue_resumes_at_the_record_it_stopped_at(
 
 
 def test_records_refused_by_the_client_are_dead_lettered_at_their_own_index(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
     """Oversized records first, last and back to back in a frame, with a tight queue too."""
-    create_topic(tansu_broker.bootstrap, "refused", partitions=1)
+    topic = new_topic(1)
     oversized = {(0, 0), (0, 1), (1, RECORDS_PER_FRAME - 1), (2, 17), (2, 18), (2, 30)}
     for frame in range(3):
         records = [
             _record(frame, index, oversized=(frame, index) in oversized)
             for index in range(RECORDS_PER_FRAME)
         ]
-        wal.append("refused", 0, build_batch(records), len(records))
+        wal.append(topic, 0, build_batch(records), len(records))
     config = ForwarderConfig(checkpoint_interval_s=0.2, max_in_flight_records=11)
 
-    forwarder = _forward(wal, tansu_broker.bootstrap, tmp_path, config)
+    forwarder = _forward(wal, kafka_broker.bootstrap, tmp_path, config)
 
     letters = list_dead_letters(tmp_path / "dead-letter")
     assert sorted((letter.wal_offset, letter.record_index) for letter in letters) == sorted(
@@ -113,7 +114,7 @@ def test_records_refused_by_the_client_are_dead_lettered_at_their_own_index(
     for letter in letters:
         assert letter.error_code == "MSG_SIZE_TOO_LARGE"
         assert letter.key == b"%d/%d" % (letter.wal_offset, letter.record_index)
-    consumed = consume_all(tansu_broker.bootstrap, "refused", expected=3 * RECORDS_PER_FRAME - 6)
+    consumed = consume_all(kafka_broker.bootstrap, topic, expected=3 * RECORDS_PER_FRAME - 6)
     assert [record.key for record in consumed] == [
         b"%d/%d" % (frame, index)
         for frame in range(3)

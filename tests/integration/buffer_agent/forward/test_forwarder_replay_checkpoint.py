@@ -19,7 +19,8 @@ from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
-from support.broker import TansuBroker, consume_all, create_topic
+from support.broker import KafkaBroker, consume_all
+from support.kafka_fixtures import TopicFactory
 from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
@@ -52,19 +53,19 @@ def _wait_for_checkpoint(wal: WriteAheadLog, offset: int, timeout: float) -> flo
 
 
 def test_replayed_frames_are_checkpointed_once_delivered(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, "replayed", partitions=1)
+    topic = new_topic(1)
     for frame in range(5):
-        wal.append("replayed", 0, build_batch([SampleRecord(b"k", b"v%d" % frame, frame)]), 1)
+        wal.append(topic, 0, build_batch([SampleRecord(b"k", b"v%d" % frame, frame)]), 1)
     # A previous run sent all five frames and died before checkpointing any of them.
     (tmp_path / "state").mkdir()
     hint = tmp_path / "state" / LEGACY_HINT_FILES[0]  # as an agent before the two-slot hint left it
     hint.write_text(json.dumps({"sent_high": 5, "delivered_high": 5}))
-    forwarder = _forwarder(wal, tansu_broker.bootstrap, tmp_path).start()
+    forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
     try:
         waited = _wait_for_checkpoint(wal, 5, timeout=30)
-        wal.append("replayed", 0, build_batch([SampleRecord(b"k", b"new", 9)]), 1)
+        wal.append(topic, 0, build_batch([SampleRecord(b"k", b"new", 9)]), 1)
         time.sleep(1.0)
         checkpoint_while_running = wal.checkpoint_offset
         stats = forwarder.stats()
@@ -77,5 +78,5 @@ def test_replayed_frames_are_checkpointed_once_delivered(
     assert stats.watermark == 6, "the new frame was delivered"
     assert checkpoint_while_running == 5, "frames beyond the replay wait for the interval"
     assert wal.checkpoint_offset == 6, "stop checkpoints everything delivered"
-    values = [record.value for record in consume_all(tansu_broker.bootstrap, "replayed")]
+    values = [record.value for record in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [b"v0", b"v1", b"v2", b"v3", b"v4", b"new"]

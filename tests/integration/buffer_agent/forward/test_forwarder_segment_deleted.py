@@ -22,13 +22,13 @@ from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
-from support.broker import TansuBroker, consume_all, create_topic
+from support.broker import KafkaBroker, consume_all
+from support.kafka_fixtures import TopicFactory
 from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
-TOPIC = "segment-deleted"
 SEGMENT_BYTES = 16 * 1024
 CONFIG = ForwarderConfig(checkpoint_interval_s=0.1, hint_interval_s=0.1)
 
@@ -47,11 +47,11 @@ def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
 
 
 def test_forwarding_goes_on_after_a_checkpoint_deletes_the_segment_being_read(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
-    create_topic(tansu_broker.bootstrap, TOPIC, partitions=1)
+    topic = new_topic(1)
     for value in range(3):
-        wal.append(TOPIC, 0, frame(value), 1)
+        wal.append(topic, 0, frame(value), 1)
     [only] = wal.segment_views()
     assert only.visible_end + len(frame(3)) > SEGMENT_BYTES, "a fourth frame starts a segment"
     rotated_at: list[int] = []
@@ -60,11 +60,11 @@ def test_forwarding_goes_on_after_a_checkpoint_deletes_the_segment_being_read(
         """Before the first checkpoint that covers everything read: an append that starts a
         new segment, whose base offset the checkpoint then reaches."""
         if not rotated_at and forwarder.stats().watermark == wal.next_offset:
-            rotated_at.append(wal.append(TOPIC, 0, frame(3), 1))
+            rotated_at.append(wal.append(topic, 0, frame(3), 1))
 
     forwarder = Forwarder(
         wal,
-        {"bootstrap.servers": tansu_broker.bootstrap},
+        {"bootstrap.servers": kafka_broker.bootstrap},
         dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
         state_dir=tmp_path / "state",
         config=CONFIG,
@@ -76,10 +76,10 @@ def test_forwarding_goes_on_after_a_checkpoint_deletes_the_segment_being_read(
         assert [view.base_offset for view in wal.segment_views()] == [3], (
             "the checkpoint deleted the segment the reader was on"
         )
-        wal.append(TOPIC, 0, frame(4), 1)
+        wal.append(topic, 0, frame(4), 1)
         wait_for(lambda: forwarder.stats().watermark == 5, 20, 0.05, what="frames 3 and 4")
     finally:
         forwarder.stop()
     assert forwarder.failure is None
-    values = [int(record.key) for record in consume_all(tansu_broker.bootstrap, TOPIC)]
+    values = [int(record.key) for record in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [0, 1, 2, 3, 4]

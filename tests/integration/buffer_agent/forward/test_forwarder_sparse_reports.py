@@ -1,10 +1,10 @@
 """Sparse delivery reports (one per frame) fall back to careful mode when the broker refuses a
 record, then come back.
 
-tansu does not enforce ``max.message.bytes``; the fault proxy stands in for that broker
-check (``refuse_produce_batches_over``): a Produce request whose record batch is over the
-limit is answered with MESSAGE_TOO_LARGE, as Kafka answers it, so the refusal reaches the
-forwarder asynchronously, in a delivery report, like a real cluster's would. That is the
+The topic has a small ``max.message.bytes``: Kafka answers a Produce request whose record
+batch is over it with MESSAGE_TOO_LARGE (the client's own limit is far higher, so the
+refusal is the broker's), and the refusal reaches the forwarder asynchronously, in a
+delivery report. That is the
 path sparse mode cannot see record by record: the forwarder must notice (the gap-less
 guarantee turns it into a fatal producer error), re-send carefully, dead-letter exactly
 the bad record and lose nothing else.
@@ -23,14 +23,14 @@ from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, l
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
-from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic
+from support.broker import KafkaBroker, consume_all
+from support.kafka_fixtures import TopicFactory
 from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
-TOPIC = "guarded"
-BROKER_LIMIT = 20_000  # the "broker's" max.message.bytes
+BROKER_LIMIT = 20_000  # the topic's max.message.bytes
 RECORDS_PER_FRAME = 20
 BAD_FRAME, BAD_INDEX = 3, 9  # a record in the middle of the fourth frame
 # Refused records go to the dead-letter area at once (no retry window) in these tests.
@@ -61,11 +61,11 @@ def _frame(frame: int) -> list[SampleRecord]:
     ]
 
 
-def _append(wal: WriteAheadLog, frames: range) -> dict[bytes, SampleRecord]:
+def _append(wal: WriteAheadLog, topic: str, frames: range) -> dict[bytes, SampleRecord]:
     good = {}
     for frame in frames:
         records = _frame(frame)
-        wal.append(TOPIC, frame % 2, build_batch(records), len(records))
+        wal.append(topic, frame % 2, build_batch(records), len(records))
         good |= {
             record.key: record
             for index, record in enumerate(records)
@@ -75,14 +75,13 @@ def _append(wal: WriteAheadLog, frames: range) -> dict[bytes, SampleRecord]:
 
 
 def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_resumes(
-    proxied_broker: ProxiedBroker, wal: WriteAheadLog, tmp_path: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
-    create_topic(proxied_broker.bootstrap, TOPIC, partitions=2)
-    proxied_broker.proxy.refuse_produce_batches_over(BROKER_LIMIT)
-    expected = _append(wal, range(8))
+    topic = new_topic(2, config={"max.message.bytes": str(BROKER_LIMIT)})
+    expected = _append(wal, topic, range(8))
     forwarder = Forwarder(
         wal,
-        {"bootstrap.servers": proxied_broker.bootstrap},
+        {"bootstrap.servers": kafka_broker.bootstrap},
         dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
         state_dir=tmp_path / "state",
         config=CONFIG,
@@ -92,14 +91,13 @@ def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_
         wait_for(lambda: not forwarder.stats().careful, 30, what="back to sparse mode")
         after_fallback = forwarder.stats()
         # Frames appended now are forwarded with one report per frame again.
-        expected |= _append(wal, range(8, 12))
+        expected |= _append(wal, topic, range(8, 12))
         summary = forwarder.drain(timeout_s=60)
     finally:
         forwarder.stop()
     stats = forwarder.stats()
 
     assert summary.complete and wal.checkpoint_offset == 12
-    assert proxied_broker.proxy.refused_produce_requests >= 1, "the broker check did refuse"
     letters = list_dead_letters(tmp_path / "dead-letter")
     assert [(letter.wal_offset, letter.record_index) for letter in letters] == [
         (BAD_FRAME, BAD_INDEX)
@@ -107,7 +105,7 @@ def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_
     assert letters[0].error_code == "MSG_SIZE_TOO_LARGE" and letters[0].reason
     assert letters[0].value == b"B" * (2 * BROKER_LIMIT)
 
-    consumed = consume_all(proxied_broker.direct_address, TOPIC, timeout=30)
+    consumed = consume_all(kafka_broker.bootstrap, topic, timeout=30)
     copies = Counter(record.key for record in consumed)
     assert set(copies) == set(expected), "every good record arrived, nothing else"
     for record in consumed:
@@ -139,21 +137,21 @@ def test_a_record_the_broker_refuses_mid_frame_is_dead_lettered_and_sparse_mode_
 
 
 def test_a_frame_whose_reporting_record_is_refused_with_nothing_after_it_is_resent_carefully(
-    tansu_broker: TansuBroker, wal: WriteAheadLog, tmp_path: Path
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
     """The last record of a frame carries the frame's report; produce() refusing it leaves
     the other records without one. With no later record on the partition to vouch for them,
     the forwarder re-sends the frame carefully: nothing lost, the refused record
     dead-lettered once, any duplicate counted."""
-    create_topic(tansu_broker.bootstrap, "orphan", partitions=1)
+    topic = new_topic(1)
     records = [
         SampleRecord(b"k%d" % index, b"v" * (3_000 if index == 4 else 10), 7_000 + index)
         for index in range(5)
     ]
-    wal.append("orphan", 0, build_batch(records), len(records))
+    wal.append(topic, 0, build_batch(records), len(records))
     forwarder = Forwarder(
         wal,
-        {"bootstrap.servers": tansu_broker.bootstrap, "message.max.bytes": 1_000},
+        {"bootstrap.servers": kafka_broker.bootstrap, "message.max.bytes": 1_000},
         dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
         state_dir=tmp_path / "state",
         config=CONFIG,
@@ -165,7 +163,7 @@ def test_a_frame_whose_reporting_record_is_refused_with_nothing_after_it_is_rese
     assert forwarder.stats().producer_resets == 1
     letters = list_dead_letters(tmp_path / "dead-letter")
     assert [(letter.wal_offset, letter.record_index) for letter in letters] == [(0, 4)]
-    consumed = consume_all(tansu_broker.bootstrap, "orphan", timeout=20)
+    consumed = consume_all(kafka_broker.bootstrap, topic, timeout=20)
     copies = Counter(record.key for record in consumed)
     assert set(copies) == {b"k0", b"k1", b"k2", b"k3"}
     duplicates = sum(copies.values()) - 4

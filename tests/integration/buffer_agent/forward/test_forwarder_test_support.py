@@ -7,7 +7,8 @@ import time
 import pytest
 from confluent_kafka import Producer
 
-from support.broker import ProxiedBroker, TansuBroker, consume_all, create_topic, suspended
+from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic, suspended
+from support.kafka_fixtures import TopicFactory
 
 pytestmark = pytest.mark.integration
 
@@ -24,12 +25,14 @@ def _producer(bootstrap: str) -> Producer:
     )
 
 
-def test_broker_round_trip_keeps_keys_headers_and_timestamps(tansu_broker: TansuBroker) -> None:
-    create_topic(tansu_broker.bootstrap, "roundtrip", partitions=3)
-    producer = _producer(tansu_broker.bootstrap)
+def test_broker_round_trip_keeps_keys_headers_and_timestamps(
+    kafka_broker: KafkaBroker, new_topic: TopicFactory
+) -> None:
+    topic = new_topic(3)
+    producer = _producer(kafka_broker.bootstrap)
     for index in range(30):
         producer.produce(
-            "roundtrip",
+            topic,
             value=b"value-%d" % index,
             key=None if index % 2 else b"",
             partition=index % 3,
@@ -38,7 +41,7 @@ def test_broker_round_trip_keeps_keys_headers_and_timestamps(tansu_broker: Tansu
         )
     assert producer.flush(10) == 0
 
-    records = consume_all(tansu_broker.bootstrap, "roundtrip", expected=30)
+    records = consume_all(kafka_broker.bootstrap, topic, expected=30)
 
     assert len(records) == 30
     by_value = {record.value: record for record in records}
@@ -50,10 +53,12 @@ def test_broker_round_trip_keeps_keys_headers_and_timestamps(tansu_broker: Tansu
 
 
 def test_broker_process_is_killed_on_exit() -> None:
-    with TansuBroker() as broker:
+    with KafkaBroker() as broker:
         process = broker.process
         assert process is not None and process.poll() is None
+        assert (broker.data_dir / "meta.properties").is_file()
     assert process.poll() is not None
+    assert not broker.work_dir.exists(), "its temporary data and log are deleted"
 
 
 def test_cut_blocks_delivery_until_restore(proxied_broker: ProxiedBroker) -> None:

@@ -24,7 +24,7 @@ import pytest
 from confluent_kafka import Producer
 
 from durable_producer.local.agent_process import AgentProcess
-from durable_producer.local.broker import TansuBroker, consume_all, create_topic
+from durable_producer.local.broker import KafkaBroker, consume_all, create_topic
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,7 @@ class Hostiles:
 
 @pytest.fixture
 def agent(tmp_path: Path) -> Iterator[tuple[AgentProcess, str]]:
-    with TansuBroker() as broker:
+    with KafkaBroker() as broker:
         create_topic(broker.bootstrap, TOPIC, PARTITIONS)
         process = AgentProcess(tmp_path / "volume", broker.bootstrap, log_path=tmp_path / "a.log")
         with process:

@@ -19,7 +19,7 @@ from kafka import KafkaAdminClient
 from kio.schema.errors import ErrorCode
 
 from durable_producer.local.agent_process import AgentProcess
-from durable_producer.local.broker import TansuBroker, consume_all, create_topic
+from durable_producer.local.broker import KafkaBroker, consume_all, create_topic
 from support.ingest_harness import (
     BATCH_HEADER_SIZE,
     FakeCluster,
@@ -69,7 +69,7 @@ CASES: dict[str, tuple[Callable[[bytes], bytes], ErrorCode, str]] = {
 @pytest.fixture(scope="module")
 def agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[AgentProcess, str]]:
     scratch = tmp_path_factory.mktemp("validation")
-    with TansuBroker() as broker:
+    with KafkaBroker() as broker:
         create_topic(broker.bootstrap, TOPIC, 1)
         process = AgentProcess(
             scratch / "volume",
