@@ -31,6 +31,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
 )
 from durable_producer.buffer_agent.wal import Frame, WalConfig, WriteAheadLog
 from support.kafka_wire import encode_request, produce_body, recv_exactly
+from support.wal_helpers import all_frames
 
 T = TypeVar("T")
 
@@ -142,11 +143,7 @@ class RunningAgent:
 
     def frames(self) -> list[Frame]:
         assert self.wal is not None
-        frames: list[Frame] = []
-        with self.wal.reader(0) as reader:
-            while batch := reader.poll(max_frames=4096):
-                frames.extend(batch)
-        return frames
+        return all_frames(self.wal)
 
     def records(self) -> list[StoredRecord]:
         """Every record in the WAL, decoded with kafka-python (an independent decoder)."""

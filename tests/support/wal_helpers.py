@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal import Frame, FsyncPolicy, WalConfig, WriteAheadLog
 
 SMALL = WalConfig(
     segment_bytes=8192, max_bytes=1 << 20, max_frame_bytes=4096, fsync=FsyncPolicy.NEVER
@@ -42,3 +42,12 @@ def forwarding_wal(
     finally:
         if not log.closed:
             log.close()
+
+
+def all_frames(wal: WriteAheadLog, from_offset: int = 0) -> list[Frame]:
+    """Every frame from ``from_offset`` on (a poll returns only about 16 MiB of them)."""
+    frames: list[Frame] = []
+    with wal.reader(from_offset) as reader:
+        while batch := reader.poll(max_frames=100_000):
+            frames.extend(batch)
+    return frames

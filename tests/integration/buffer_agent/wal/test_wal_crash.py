@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.wal_helpers import all_frames
 from support.wal_writer import CRASH_CONFIG, id_of, payload_for_id
 
 pytestmark = pytest.mark.integration
@@ -63,7 +64,7 @@ def test_every_acknowledged_append_survives_sigkill(tmp_path: Path) -> None:
         acked = run_writer_until_killed(directory, run, rng)
         all_acked.update(acked)
         with WriteAheadLog.open(directory, CRASH_CONFIG) as wal:
-            frames = wal.reader(0).poll(10_000_000)
+            frames = all_frames(wal)
             present = set()
             for frame in frames:
                 ident = id_of(frame.payload)
