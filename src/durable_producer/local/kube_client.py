@@ -43,6 +43,14 @@ class KubeClient:
                 content_type: str | None = None,
                 timeout: float = REQUEST_TIMEOUT_SECONDS) -> tuple[int, Any]:
         """(HTTP status, decoded JSON or text). A PATCH is a merge patch unless told."""
+        status, answer, _ = self.exchange(method, path, body, content_type=content_type,
+                                          timeout=timeout)
+        return status, answer
+
+    def exchange(self, method: str, path: str, body: Any = None, *,
+                 content_type: str | None = None, timeout: float = REQUEST_TIMEOUT_SECONDS
+                 ) -> tuple[int, Any, list[str]]:
+        """``request``, and the answer's Warning headers (admission warnings among them)."""
         data = json.dumps(body).encode() if body is not None else None
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if data is not None:
@@ -53,9 +61,10 @@ class KubeClient:
         try:
             with urllib.request.urlopen(request, timeout=timeout,
                                         context=self._context()) as response:
-                return response.status, _decode(response.read())
+                return (response.status, _decode(response.read()),
+                        response.headers.get_all("Warning") or [])
         except urllib.error.HTTPError as error:
-            return error.code, _decode(error.read())
+            return error.code, _decode(error.read()), error.headers.get_all("Warning") or []
 
     def call(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
         """The decoded answer of a request that must succeed (else ``KubeApiError``)."""

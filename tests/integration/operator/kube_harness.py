@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
+from durable_producer import contract
 from durable_producer.local.kube_client import KubeClient
 from durable_producer.local.kube_pki import CertificateAuthority
 from durable_producer.local.ports import LOOPBACK, free_port
@@ -93,6 +94,11 @@ class KubeApi:
         status, answer = self.call("DELETE", path)
         assert status == 200, answer
 
+    def opted_in_pods(self) -> dict[str, dict[str, Any]]:
+        """The namespace's pods with the opt-in label (the chart's own operator pods run here
+        too, as kwok runs its Deployment)."""
+        return self.items(f"{self.pods_path}?labelSelector={contract.PRODUCER_LABEL}")
+
     def items(self, path: str) -> dict[str, dict[str, Any]]:
         status, listing = self.call("GET", path)
         assert status == 200, listing
@@ -100,9 +106,16 @@ class KubeApi:
 
     def create_pod(self, pod: dict[str, Any], *, dry_run: bool = False) -> tuple[int, Any]:
         """POST a pod through the whole admission chain (webhook included)."""
+        status, answer, _ = self.create_pod_warned(pod, dry_run=dry_run)
+        return status, answer
+
+    def create_pod_warned(self, pod: dict[str, Any], *, dry_run: bool = False
+                          ) -> tuple[int, Any, list[str]]:
+        """``create_pod``, and the warnings the API server passed on (kubectl prints them)."""
         pod = json.loads(json.dumps(pod))
         pod.setdefault("metadata", {})["namespace"] = self.namespace
-        return self.call("POST", self.pods_path + ("?dryRun=All" if dry_run else ""), pod)
+        return self.client.exchange("POST", self.pods_path + ("?dryRun=All" if dry_run else ""),
+                                    pod)
 
     def run_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         """Create the pod and wait until kwok reports it Running (its volume bound)."""
@@ -186,7 +199,10 @@ def install_chart(cluster: Cluster, namespace: str, work_dir: Path,
         "operator": {"logLevel": "verbose", "peeringLifetimeSeconds": 6},
         "agent": {"image": {"repository": AGENT_IMAGE.rsplit(":", 1)[0],
                             "tag": AGENT_IMAGE.rsplit(":", 1)[1]}},
-        "webhook": {"url": f"https://{LOOPBACK}:{port}", "tls": {
+        # Only this test's namespace: a release left by another test never sees its pods.
+        "webhook": {"url": f"https://{LOOPBACK}:{port}", "namespaceSelector": {
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                  "values": [namespace]}]}, "tls": {
             "existingSecret": WEBHOOK_SECRET,
             "caBundle": base64.b64encode(cluster.plane.ca_file.read_bytes()).decode()}},
     }, values or {})
@@ -211,8 +227,19 @@ def install_chart(cluster: Cluster, namespace: str, work_dir: Path,
                         ca_file=cluster.plane.ca_file, kubeconfig=kubeconfig, values=chosen)
 
 
+# The chart's cluster-scoped objects: helm cannot remove them once a test deleted the
+# namespace (and with it the release's record).
+CLUSTER_SCOPED = ("/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations",
+                  "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+                  "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+                  "/apis/kopf.dev/v1/clusterkopfpeerings")
+
+
 def uninstall_chart(cluster: Cluster, release: ChartRelease) -> None:
     _helm(cluster, "uninstall", release.name, "--namespace", release.namespace, "--wait=false")
+    selector = urllib.parse.quote(f"app.kubernetes.io/instance={release.name}")
+    for collection in CLUSTER_SCOPED:
+        cluster.admin.request("DELETE", f"{collection}?labelSelector={selector}")
 
 
 @dataclass

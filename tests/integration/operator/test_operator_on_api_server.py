@@ -4,6 +4,7 @@ server: CRD schema and CEL, generation, status, finalizer, events, RBAC, restart
 from __future__ import annotations
 
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -228,3 +229,11 @@ def test_a_restarted_operator_resumes_existing_objects_without_rewriting_them(
     assert condition(after, reconcile.READY) == ready
     assert after["status"]["observedGeneration"] == before["status"]["observedGeneration"]
     assert_operator_never_refused(kube_api)
+
+
+def test_the_liveness_endpoint_answers(
+    start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    operator = start_chart_operator()
+    with urllib.request.urlopen(operator.process.liveness_url, timeout=5) as response:
+        assert response.status == 200
