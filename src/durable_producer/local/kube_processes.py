@@ -211,10 +211,12 @@ class KubeScheduler(ManagedProcess):
         return _http_ok(f"https://{LOOPBACK}:{self.port}/healthz", context)
 
 
+JOB_POD_EXIT_ANNOTATION = "local.durable.dev/exit-code"
 # kwok's behaviour, as its Stage objects: a node becomes Ready; a scheduled pod becomes Running
-# (native sidecars started, other init containers completed); a pod of a Job completes with
-# exit code 0 (as a drain Job's pod would once its volume is forwarded); a pod being deleted
-# goes (what the kubelet does once its containers stopped).
+# (native sidecars started, other init containers completed); a pod of a Job runs until it is
+# annotated with JOB_POD_EXIT_ANNOTATION "0" (it succeeds, as a drain Job's pod does once its
+# volume is forwarded) or "1" (it fails); a pod being deleted goes (what the kubelet does once
+# its containers stopped).
 KWOK_STAGES = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -289,7 +291,7 @@ spec:
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
-metadata: {name: job-pod-complete}
+metadata: {name: job-pod-exit-0}
 spec:
   resourceRef: {apiGroup: v1, kind: Pod}
   selector:
@@ -297,6 +299,7 @@ spec:
     - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
     - {key: '.status.phase', operator: In, values: [Running]}
     - {key: '.metadata.ownerReferences.[].kind', operator: In, values: [Job]}
+    - {key: '.metadata.annotations["EXIT_ANNOTATION"]', operator: In, values: ['0']}
   next:
     statusTemplate: |
       {{ $now := Now }}
@@ -315,6 +318,33 @@ spec:
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
+metadata: {name: job-pod-exit-1}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
+    - {key: '.status.phase', operator: In, values: [Running]}
+    - {key: '.metadata.ownerReferences.[].kind', operator: In, values: [Job]}
+    - {key: '.metadata.annotations["EXIT_ANNOTATION"]', operator: In, values: ['1']}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, restartCount: 0,
+         started: false, state: {terminated: {exitCode: 1, reason: Error,
+                                              startedAt: {{ $now | Quote }},
+                                              finishedAt: {{ $now | Quote }}}}}
+      {{ end }}
+      conditions:
+      - {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+      - {type: ContainersReady, status: "False", reason: PodCompleted,
+         lastTransitionTime: {{ $now | Quote }}}
+      phase: Failed
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
 metadata: {name: pod-delete}
 spec:
   resourceRef: {apiGroup: v1, kind: Pod}
@@ -323,7 +353,7 @@ spec:
     - {key: '.metadata.deletionTimestamp', operator: Exists}
   next:
     delete: true
-"""
+""".replace("EXIT_ANNOTATION", JOB_POD_EXIT_ANNOTATION)
 # The annotation that marks a node as kwok's to run.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"

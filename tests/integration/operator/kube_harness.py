@@ -29,6 +29,7 @@ import yaml
 from durable_producer import contract
 from durable_producer.local.kube_client import KubeClient
 from durable_producer.local.kube_pki import CertificateAuthority
+from durable_producer.local.kube_processes import JOB_POD_EXIT_ANNOTATION
 from durable_producer.local.ports import LOOPBACK, free_port
 from durable_producer.operator import model
 from integration.operator.operator_harness import OPERATOR_START_TIMEOUT_SECONDS, OperatorProcess
@@ -129,6 +130,22 @@ class KubeApi:
     def delete_pod(self, name: str) -> None:
         status, answer = self.call("DELETE", f"{self.pods_path}/{name}")
         assert status == 200, answer
+
+    def finish_drains(self, exit_code: str = "0") -> list[str]:
+        """End every running Job pod of the namespace (drain Jobs) with ``exit_code``, as the
+        agent in drain mode would exit; kwok does the rest. The Jobs' names."""
+        finished = []
+        for name, pod in self.items(f"{self.pods_path}?labelSelector=batch.kubernetes.io/job-name"
+                                    ).items():
+            annotations = pod["metadata"].get("annotations") or {}
+            if (pod.get("status") or {}).get("phase") != "Running" or (
+                    JOB_POD_EXIT_ANNOTATION in annotations):
+                continue
+            status, _ = self.call("PATCH", f"{self.pods_path}/{name}", {"metadata": {
+                "annotations": {JOB_POD_EXIT_ANNOTATION: exit_code}}})
+            if status == 200:
+                finished.append(pod["metadata"]["labels"]["batch.kubernetes.io/job-name"])
+        return finished
 
     def events(self) -> list[dict[str, Any]]:
         return list(self.items(self.events_path).values())

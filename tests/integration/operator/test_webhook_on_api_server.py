@@ -233,7 +233,8 @@ def test_background_deletion_drains_the_volumes_then_the_producer_goes(
 
     kube_api.delete("orders", propagation="Background")
 
-    wait_for(lambda: kube_api.get("orders") is None, timeout=120, what="the producer to go")
+    wait_for(lambda: (kube_api.finish_drains(), kube_api.get("orders") is None)[1],
+             timeout=120, what="the producer to go (each drain pod exiting 0)")
     wait_for(lambda: volume not in kube_api.items(kube_api.pvcs_path), timeout=60,
              what="the drained volume to go")
     drains = [r for r in kube_api.requests() if r.resource == "jobs" and r.verb == "create"]
@@ -253,7 +254,8 @@ def test_foreground_deletion_drains_the_volumes_then_the_producer_goes(
 
     kube_api.delete("orders", propagation="Foreground")
 
-    wait_for(lambda: kube_api.get("orders") is None, timeout=120, what="the producer to go")
+    wait_for(lambda: (kube_api.finish_drains(), kube_api.get("orders") is None)[1],
+             timeout=120, what="the producer to go (each drain pod exiting 0)")
 
 
 @pytest.mark.xfail(strict=True, reason=D2.replace(
@@ -267,5 +269,6 @@ def test_a_namespace_with_a_drained_producer_can_be_deleted(
     status, answer = kube_api.call("DELETE", f"/api/v1/namespaces/{kube_api.namespace}")
     assert status == 200, answer
 
-    wait_for(lambda: kube_api.call("GET", f"/api/v1/namespaces/{kube_api.namespace}")[0] == 404,
-             timeout=120, what="the namespace to go")
+    wait_for(lambda: (kube_api.finish_drains(), kube_api.call(
+        "GET", f"/api/v1/namespaces/{kube_api.namespace}")[0] == 404)[1],
+             timeout=120, what="the namespace to go (each drain pod exiting 0)")
