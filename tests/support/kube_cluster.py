@@ -77,6 +77,8 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     try:
         cluster = Cluster(plane, plane.admin_kubeconfig())
         apply_crds(cluster)
+        cluster.admin.call("POST", "/apis/storage.k8s.io/v1/storageclasses",
+                           storage_class(DEFAULT_STORAGE_CLASS, default=True))
         cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                         "-f", str(CRDS_DIR))
         print(f"\nlocal control plane started: {plane.start_seconds}")
@@ -133,10 +135,28 @@ def _strip_finalizers(admin: KubeClient, namespace: str) -> None:
                               content_type=JSON_PATCH)
 
 
+# The cluster's default StorageClass: WaitForFirstConsumer, as on EKS, GKE and AKS, so a claim
+# is bound only once the scheduler picked a node for a pod that uses it.
+DEFAULT_STORAGE_CLASS = "local-wffc"
+FAKE_PROVISIONER = "local.durable.dev/provisioner"
+SELECTED_NODE_ANNOTATION = "volume.kubernetes.io/selected-node"
+
+
+def storage_class(name: str, *, default: bool = False, expandable: bool = False
+                  ) -> dict[str, Any]:
+    """A WaitForFirstConsumer StorageClass that VolumeProvisioner serves."""
+    annotations = {"storageclass.kubernetes.io/is-default-class": "true"} if default else {}
+    return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+            "metadata": {"name": name, "annotations": annotations},
+            "provisioner": FAKE_PROVISIONER, "volumeBindingMode": "WaitForFirstConsumer",
+            "allowVolumeExpansion": expandable, "reclaimPolicy": "Delete"}
+
+
 class VolumeProvisioner:
-    """Stands in for a CSI provisioner: every PersistentVolumeClaim of the namespace gets a
-    PersistentVolume of its size and class, pre-bound to it (the PV controller binds them).
-    Pods that mount pool volumes can then be scheduled onto the kwok node."""
+    """Stands in for a CSI provisioner: a PersistentVolumeClaim of the namespace for which
+    the scheduler selected a node (WaitForFirstConsumer) gets a PersistentVolume of its size
+    and class, pre-bound to it; the PV controller binds them and the scheduler then binds the
+    pod to the kwok node. A claim no pod uses stays Pending, as with a real provisioner."""
 
     def __init__(self, admin: KubeClient, namespace: str) -> None:
         self.admin = admin
@@ -168,6 +188,8 @@ class VolumeProvisioner:
         for claim in listing.get("items") or []:
             metadata, spec = claim["metadata"], claim.get("spec") or {}
             if metadata["uid"] in self.provisioned or spec.get("volumeName"):
+                continue
+            if SELECTED_NODE_ANNOTATION not in (metadata.get("annotations") or {}):
                 continue
             if metadata.get("deletionTimestamp"):
                 continue

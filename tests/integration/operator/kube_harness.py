@@ -155,6 +155,10 @@ class KubeApi:
         return [r for r in audited_requests(self.cluster.plane)
                 if r.namespace == self.namespace]
 
+    def cluster_requests(self) -> list[AuditedRequest]:
+        """Every request to cluster-scoped objects so far (StorageClasses, ...)."""
+        return [r for r in audited_requests(self.cluster.plane) if r.namespace is None]
+
 
 @pytest.fixture()
 def kube_api(control_plane: Cluster, kube_namespace: str) -> KubeApi:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -21,7 +20,6 @@ from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.local.ports import free_port
 from durable_producer.operator import api_access, pod_mutation
 from durable_producer.operator import volume_pool as vp
-from durable_producer.operator.kube_objects import format_time
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
 from support.waiting import wait_for
@@ -70,11 +68,12 @@ def test_pods_created_at_once_get_different_volumes(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
     kube_api.create(durable_producer())
-    free = pool_volume("orders-buffer-free", {
-        vp.RELEASED_AT_ANNOTATION: format_time(datetime.now(UTC)),
-        vp.BACKLOG_ANNOTATION: vp.BACKLOG_UNKNOWN})
-    assert kube_api.call("POST", kube_api.pvcs_path, free)[0] == 201
-    start_chart_operator(DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
+    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="1",
+                         DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
+    free = run(kube_api, "before")  # a volume that a pod used and left
+    kube_api.delete_pod("before")
+    wait_for(lambda: vp.RELEASED_AT_ANNOTATION in annotations_of(kube_api, free), timeout=60,
+             what="the volume to be free")
     claims: dict[str, str] = {}
     barrier = threading.Barrier(2)
 
@@ -92,7 +91,7 @@ def test_pods_created_at_once_get_different_volumes(
 
     assert set(claims) == {"p1", "p2"}
     assert claims["p1"] != claims["p2"]
-    assert "orders-buffer-free" in claims.values()  # the free one was reused, one was created
+    assert free in claims.values()  # the free one was reused, one was created
     volumes = kube_api.items(kube_api.pvcs_path)
     assert set(claims.values()) == set(volumes)
     tokens = {v["metadata"]["annotations"][vp.CLAIM_TOKEN_ANNOTATION] for v in volumes.values()}
