@@ -271,6 +271,14 @@ class ChartOperator(WebhookOperator):
     metrics_url: str = ""
     readyz_url: str = ""
     environment: dict[str, str] = field(default_factory=dict)
+    namespace: str = ""
+
+    def review(self, pod: dict[str, Any], *, dry_run: bool = False,
+               operation: str = "CREATE") -> dict[str, Any]:
+        """An AdmissionReview of the pod in the test's namespace (the pod is not changed)."""
+        placed = json.loads(json.dumps(pod))
+        placed.setdefault("metadata", {})["namespace"] = self.namespace
+        return super().review(placed, dry_run=dry_run, operation=operation)
 
 
 def operator_command(release: ChartRelease, liveness_url: str) -> list[str]:
@@ -349,7 +357,8 @@ class ChartOperators:
                                     log_path=log_path),
             base_url=f"https://{LOOPBACK}:{webhook_port}", ca_file=release.ca_file,
             replica=name, metrics_url=f"http://{LOOPBACK}:{metrics_port}/metrics",
-            readyz_url=f"http://{LOOPBACK}:{metrics_port}/readyz", environment=environment)
+            readyz_url=f"http://{LOOPBACK}:{metrics_port}/readyz", environment=environment,
+            namespace=self.namespace)
         self.started.append(operator)
         if wait_ready:
             wait_for(lambda: process.poll() is not None or _ready(operator.readyz_url),
