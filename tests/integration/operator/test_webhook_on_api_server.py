@@ -254,8 +254,8 @@ def test_foreground_deletion_drains_the_volumes_then_the_producer_goes(
 
     kube_api.delete("orders", propagation="Foreground")
 
-    wait_for(lambda: (kube_api.finish_drains(), kube_api.get("orders") is None)[1],
-             timeout=120, what="the producer to go (each drain pod exiting 0)")
+    wait_until_gone_or_explain(kube_api, lambda: kube_api.get("orders") is None,
+                               "the producer to go (each drain pod exiting 0)")
 
 
 @pytest.mark.xfail(strict=True, reason=D2.replace(
@@ -269,6 +269,22 @@ def test_a_namespace_with_a_drained_producer_can_be_deleted(
     status, answer = kube_api.call("DELETE", f"/api/v1/namespaces/{kube_api.namespace}")
     assert status == 200, answer
 
-    wait_for(lambda: (kube_api.finish_drains(), kube_api.call(
-        "GET", f"/api/v1/namespaces/{kube_api.namespace}")[0] == 404)[1],
-             timeout=120, what="the namespace to go (each drain pod exiting 0)")
+    wait_until_gone_or_explain(
+        kube_api,
+        lambda: kube_api.call("GET", f"/api/v1/namespaces/{kube_api.namespace}")[0] == 404,
+        "the namespace to go (each drain pod exiting 0)")
+
+
+def wait_until_gone_or_explain(kube_api: KubeApi, gone: Callable[[], bool], what: str) -> None:
+    """Wait (ending every drain pod with 0); on a timeout, say what holds the deletion."""
+    try:
+        wait_for(lambda: (kube_api.finish_drains(), gone())[1], timeout=120, what=what)
+    except AssertionError as error:
+        producer = kube_api.get("orders") or {}
+        deleting = [c for c in (producer.get("status") or {}).get("conditions") or []
+                    if c["type"] == "Deleting"]
+        volumes = {name: (v["metadata"].get("deletionTimestamp"),
+                          (v["metadata"].get("annotations") or {}).get(vp.BACKLOG_ANNOTATION))
+                   for name, v in kube_api.items(kube_api.pvcs_path).items()}
+        raise AssertionError(f"{error}; Deleting condition: {deleting}; volumes (deletion"
+                             f" time, backlog): {volumes}") from None
