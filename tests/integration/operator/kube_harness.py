@@ -123,9 +123,21 @@ class KubeApi:
         status, created = self.create_pod(pod)
         assert status == 201, created
         name = created["metadata"]["name"]
-        return wait_for(lambda: (found := self.items(self.pods_path).get(name))
-                        and (found.get("status") or {}).get("phase") == "Running" and found,
-                        timeout=60, what=f"pod {name} Running")
+        try:
+            return wait_for(lambda: (found := self.items(self.pods_path).get(name))
+                            and (found.get("status") or {}).get("phase") == "Running" and found,
+                            timeout=60, what=f"pod {name} Running")
+        except AssertionError as error:
+            pod = self.items(self.pods_path).get(name) or {}
+            claims = {n: ((c.get("status") or {}).get("phase"), c["spec"].get("volumeName"),
+                          (c["metadata"].get("annotations") or {}).get(
+                              "volume.kubernetes.io/selected-node"))
+                      for n, c in self.items(self.pvcs_path).items()}
+            events = [(e.get("reason"), e.get("message")) for e in self.events()
+                      if (e.get("involvedObject") or {}).get("name") == name]
+            raise AssertionError(f"{error}: node {pod.get('spec', {}).get('nodeName')},"
+                                 f" status {pod.get('status')}, claims {claims},"
+                                 f" events {events}") from None
 
     def delete_pod(self, name: str) -> None:
         status, answer = self.call("DELETE", f"{self.pods_path}/{name}")

@@ -177,11 +177,10 @@ def test_two_replicas_claiming_at_once_give_every_pod_its_own_volume(
     """Both replicas serve the webhook; their claims race on the same free volumes and the API
     server answers the loser 409 (resourceVersion), as in a cluster with two replicas."""
     producer(kube_api)
-    pool = {"DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS": "1",
-            "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": "600"}
-    replicas = [start_chart_operator(replica="replica-a", **pool),
-                start_chart_operator(replica="replica-b", **pool)]
-    # Free volumes both will want: released by pods that came and went.
+    # Free volumes both will want: released by pods that came and went (a claim grace of 1 s
+    # lets them go at once).
+    setup = start_chart_operator(replica="setup", DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="1",
+                                 DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
     first = [f"first-{index}" for index in range(3)]
     for name in first:
         kube_api.run_pod(opted_in_pod(name))
@@ -190,6 +189,12 @@ def test_two_replicas_claiming_at_once_give_every_pod_its_own_volume(
     wait_for(lambda: sum(vp.RELEASED_AT_ANNOTATION in (v["metadata"].get("annotations") or {})
                          for v in kube_api.items(kube_api.pvcs_path).values()) == 3,
              timeout=60, what="three free volumes")
+    setup.process.stop()
+    # The chart's claim grace (the pods below are never created: their claims must hold).
+    replicas = [start_chart_operator(replica="replica-a",
+                                     DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600"),
+                start_chart_operator(replica="replica-b",
+                                     DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")]
     claims: dict[str, str] = {}
     barrier = threading.Barrier(6)
 
