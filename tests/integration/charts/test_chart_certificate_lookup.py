@@ -5,60 +5,81 @@ looks the webhook's Secret up: found, its certificate, key and CA are reused, so
 and the Secret stay the same on every upgrade, and so does the operator pods' checksum (no
 restart, no window in which the API server trusts a CA the replicas do not serve).
 
-No kube-apiserver runs here. The real helm binary renders against kmock's emulator with
-`helm template --dry-run=server`, the same rendering with cluster access that install and
-upgrade do (the release bookkeeping around it is not exercised: kmock cannot decode the
-protobuf in which helm stores releases). The emulator starts empty, as a first install sees
-it; the Secret of the first render is then created in it, as the install would; every later
-render must give that certificate back.
-
-What this cannot show without a cluster: the API server calling the webhook with that
-caBundle, and the kubelet refreshing the mounted Secret (kopf reloads changed files).
+The real helm binary installs and upgrades the chart on the real API server (release records
+included; --skip-crds: the session's CRDs serve, see NEW-1); each test has its own namespace,
+and its release is uninstalled after it.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import yaml
 
-from support.kube_discovery import DiscoveryServer, custom_resources_from_crds
+from support.kube_cluster import Cluster
 from support.tools import CHART_DIR, helm_binary, objects_of_kind, single_object
 
 pytestmark = pytest.mark.integration
 
-NAMESPACE = "durable-system"
-SECRET_PATH = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+@dataclass
+class Release:
+    cluster: Cluster
+    namespace: str
+
+    @property
+    def name(self) -> str:
+        return f"dp-{self.namespace}"
+
+    def helm(self, *args: str) -> str:
+        # Only this namespace's pods go to the webhook (a leftover never sees other tests').
+        selector = json.dumps({"matchExpressions": [{
+            "key": "kubernetes.io/metadata.name", "operator": "In", "values": [self.namespace]}]})
+        result = subprocess.run(
+            [str(helm_binary()), "--kubeconfig", str(self.cluster.kubeconfig), *args,
+             self.name, str(CHART_DIR), "--namespace", self.namespace,
+             "--set-json", f"webhook.namespaceSelector={selector}"],
+            capture_output=True, text=True, timeout=180, check=False)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    def render_with_cluster(self) -> list[dict[str, Any]]:
+        """What `helm upgrade --install` renders: the chart with cluster access (lookup)."""
+        out = self.helm("template", "--dry-run=server", "--skip-crds")
+        return [doc for doc in yaml.safe_load_all(out) if doc]
+
+    def installed(self) -> list[dict[str, Any]]:
+        """The release's objects as the API server has them now."""
+        manifest = subprocess.run(
+            [str(helm_binary()), "--kubeconfig", str(self.cluster.kubeconfig), "get",
+             "manifest", self.name, "--namespace", self.namespace],
+            capture_output=True, text=True, timeout=60, check=True).stdout
+        objects = []
+        for doc in yaml.safe_load_all(manifest):
+            if doc and doc["kind"] in ("Secret", "MutatingWebhookConfiguration", "Deployment"):
+                path = {"Secret": f"/api/v1/namespaces/{self.namespace}/secrets",
+                        "MutatingWebhookConfiguration": "/apis/admissionregistration.k8s.io/"
+                                                        "v1/mutatingwebhookconfigurations",
+                        "Deployment": f"/apis/apps/v1/namespaces/{self.namespace}/deployments",
+                        }[doc["kind"]]
+                objects.append(self.cluster.admin.call(
+                    "GET", f"{path}/{doc['metadata']['name']}"))
+        return objects
 
 
 @pytest.fixture()
-def cluster(tmp_path: Path) -> Iterator[tuple[DiscoveryServer, Path]]:
-    helm_binary()  # skip before starting anything when helm is missing
-    with DiscoveryServer(custom_resources_from_crds()) as server:
-        yield server, server.write_kubeconfig(tmp_path / "kubeconfig")
-
-
-def render_with_cluster(kubeconfig: Path, *extra: str) -> list[dict[str, Any]]:
-    """What `helm upgrade --install` renders: the chart with cluster access (lookup works)."""
-    result = subprocess.run(
-        [str(helm_binary()), "--kubeconfig", str(kubeconfig), "template", "dp", str(CHART_DIR),
-         "--namespace", NAMESPACE, "--dry-run=server", "--disable-openapi-validation", *extra],
-        capture_output=True, text=True, timeout=120, check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
-
-
-def as_installed(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The object as `helm install` leaves it: annotated as the release's own."""
-    manifest["metadata"].setdefault("annotations", {}).update({
-        "meta.helm.sh/release-name": "dp", "meta.helm.sh/release-namespace": NAMESPACE})
-    return manifest
+def release(control_plane: Cluster, kube_namespace: str) -> Iterator[Release]:
+    helm_binary()  # skip early when helm is missing
+    chosen = Release(control_plane, kube_namespace)
+    yield chosen
+    subprocess.run([str(helm_binary()), "--kubeconfig", str(control_plane.kubeconfig),
+                    "uninstall", chosen.name, "--namespace", kube_namespace, "--wait=false"],
+                   capture_output=True, timeout=120, check=False)
 
 
 def certificate_material(objects: list[dict[str, Any]]) -> dict[str, str]:
@@ -74,17 +95,14 @@ def certificate_material(objects: list[dict[str, Any]]) -> dict[str, str]:
     }
 
 
-def test_upgrades_reuse_the_certificate_the_install_made(
-    cluster: tuple[DiscoveryServer, Path],
-) -> None:
-    server, kubeconfig = cluster
-    install = render_with_cluster(kubeconfig)
-    installed = certificate_material(install)
-    server.create(SECRET_PATH, as_installed(single_object(install, "Secret")))
+def test_upgrades_reuse_the_certificate_the_install_made(release: Release) -> None:
+    release.helm("install", "--skip-crds")
+    installed = certificate_material(release.installed())
 
-    first_upgrade = certificate_material(render_with_cluster(kubeconfig))
-    second_upgrade = certificate_material(
-        render_with_cluster(kubeconfig, "--set", "operator.logLevel=debug"))
+    release.helm("upgrade", "--skip-crds")
+    first_upgrade = certificate_material(release.installed())
+    release.helm("upgrade", "--skip-crds", "--set", "operator.logLevel=debug")
+    second_upgrade = certificate_material(release.installed())
 
     assert first_upgrade == installed
     assert second_upgrade == installed
@@ -92,29 +110,28 @@ def test_upgrades_reuse_the_certificate_the_install_made(
     assert b"BEGIN CERTIFICATE" in base64.b64decode(installed["caBundle"])
 
 
-def test_without_the_secret_each_render_makes_a_new_certificate(
-    cluster: tuple[DiscoveryServer, Path],
-) -> None:
+def test_without_the_secret_each_render_makes_a_new_certificate(release: Release) -> None:
     """The control: the reuse above comes from the lookup, not from a fixed seed."""
-    _, kubeconfig = cluster
-
-    first = certificate_material(render_with_cluster(kubeconfig))
-    second = certificate_material(render_with_cluster(kubeconfig))
+    first = certificate_material(release.render_with_cluster())
+    second = certificate_material(release.render_with_cluster())
 
     assert first["caBundle"] != second["caBundle"]
     assert first["checksum"] != second["checksum"]
 
 
-def test_a_secret_without_a_ca_is_not_reused(cluster: tuple[DiscoveryServer, Path]) -> None:
+def test_a_secret_without_a_ca_is_not_reused(release: Release) -> None:
     """A Secret of that name that the chart did not make (no ca.crt) cannot give a caBundle:
     the chart makes a complete new set instead of a configuration that trusts nothing."""
-    server, kubeconfig = cluster
-    install = render_with_cluster(kubeconfig)
+    install = release.render_with_cluster()
     foreign = single_object(install, "Secret")
     del foreign["data"]["ca.crt"]
-    server.create(SECRET_PATH, as_installed(foreign))
+    foreign["metadata"].setdefault("annotations", {}).update({  # as if an install made it
+        "meta.helm.sh/release-name": release.name,
+        "meta.helm.sh/release-namespace": release.namespace})
+    release.cluster.admin.call("POST", f"/api/v1/namespaces/{release.namespace}/secrets",
+                               foreign)
 
-    upgrade = certificate_material(render_with_cluster(kubeconfig))
+    upgrade = certificate_material(release.render_with_cluster())
 
     assert upgrade["tls.crt"] != foreign["data"]["tls.crt"]
     assert upgrade["caBundle"] == upgrade["ca.crt"]

@@ -1,11 +1,10 @@
-"""`kubectl apply --dry-run=client` of the rendered chart, with the real kubectl binary.
+"""`kubectl apply --dry-run=server` of the rendered chart on the real API server.
 
-kubectl needs an API server even for a client-side dry run: it maps each kind to a resource
-through API discovery. No kube-apiserver runs here, so kmock's KubernetesEmulator (with its
-bundled discovery data for the built-in resources; support/kube_discovery.py) stands in.
-The emulator serves no OpenAPI documents, so kubectl's own schema validation is off
-(--validate=false); the schemas are checked by kubernetes-validate in
-tests/unit/charts/test_chart_render.py.
+The objects go through the API server's whole write path (schemas, defaulting, validation,
+admission) without being stored: what `helm template ... | kubectl apply -f -` meets. The
+chart's CRDs are left out here: the API server refuses the DurableProducer CRD (NEW-1,
+tests/integration/operator/test_crds_on_api_server.py); the session's (kubectl apply -f crds/)
+serve the custom resources.
 """
 
 from __future__ import annotations
@@ -18,17 +17,32 @@ from typing import Any
 import pytest
 import yaml
 
-from support.kube_discovery import DiscoveryServer, custom_resources_from_crds
+from support.kube_cluster import Cluster
 from support.tools import REPO_ROOT, kubectl_binary, render_chart
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.fixture(scope="module")
-def kubeconfig(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    kubectl_binary()  # skip before starting anything when kubectl is missing
-    with DiscoveryServer(custom_resources_from_crds()) as server:
-        yield server.write_kubeconfig(tmp_path_factory.mktemp("kubectl") / "kubeconfig")
+@pytest.fixture()
+def kubeconfig(control_plane: Cluster, kube_namespace: str) -> Path:
+    return control_plane.kubeconfig
+
+
+@pytest.fixture()
+def other_namespaces(control_plane: Cluster, kube_namespace: str) -> Iterator[list[str]]:
+    """Two more namespaces (for watchNamespaces), deleted after the test."""
+    names = [f"{kube_namespace}-a", f"{kube_namespace}-b"]
+    for name in names:
+        control_plane.plane.create_namespace(name)
+    yield names
+    for name in names:
+        control_plane.admin.request("DELETE", f"/api/v1/namespaces/{name}")
+
+
+def chart(kube_namespace: str, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rendered chart in the test's namespace, without its CRDs (see above)."""
+    return [o for o in render_chart(values, namespace=kube_namespace)
+            if o["kind"] != "CustomResourceDefinition"]
 
 
 def kubectl_dry_run_apply(kubeconfig: Path, objects: list[dict[str, Any]],
@@ -38,7 +52,7 @@ def kubectl_dry_run_apply(kubeconfig: Path, objects: list[dict[str, Any]],
     namespace_args = ["--namespace", namespace] if namespace else []
     return subprocess.run(
         [str(kubectl_binary()), "--kubeconfig", str(kubeconfig), "--cache-dir",
-         str(kubeconfig.parent / "cache"), "apply", "--dry-run=client", "--validate=false",
+         str(kubeconfig.parent / "cache"), "apply", "--dry-run=server",
          *namespace_args, "-f", "-"],
         input=yaml.safe_dump_all(objects), capture_output=True, text=True, timeout=60,
         check=False,
@@ -46,7 +60,7 @@ def kubectl_dry_run_apply(kubeconfig: Path, objects: list[dict[str, Any]],
 
 
 def expected_lines(objects: list[dict[str, Any]]) -> set[str]:
-    """kubectl's "<resource>.<group>/<name> created (dry run)" line for each object."""
+    """kubectl's "<resource>.<group>/<name> created (server dry run)" line for each object."""
     resources = {
         "ServiceAccount": "serviceaccount", "Service": "service",
         "Deployment": "deployment.apps",
@@ -63,20 +77,24 @@ def expected_lines(objects: list[dict[str, Any]]) -> set[str]:
         "ClusterKopfPeering": "clusterkopfpeering.kopf.dev",
         "KopfPeering": "kopfpeering.kopf.dev",
     }
-    return {f"{resources[o['kind']]}/{o['metadata']['name']} created (dry run)" for o in objects}
+    return {f"{resources[o['kind']]}/{o['metadata']['name']} created (server dry run)"
+            for o in objects}
 
 
-def test_default_chart_applies(kubeconfig: Path) -> None:
-    objects = render_chart()
+def test_default_chart_applies(kubeconfig: Path, kube_namespace: str) -> None:
+    objects = chart(kube_namespace)
     result = kubectl_dry_run_apply(kubeconfig, objects)
 
     assert result.returncode == 0, result.stderr
     assert set(result.stdout.splitlines()) == expected_lines(objects)
 
 
-def test_chart_with_watched_namespaces_applies(kubeconfig: Path) -> None:
-    objects = render_chart({"operator": {"watchNamespaces": ["team-a", "team-b"]},
-                            "rbac": {"features": {"volumePool": True, "drainJobs": True}}})
+def test_chart_with_watched_namespaces_applies(
+    kubeconfig: Path, kube_namespace: str, other_namespaces: list[str]
+) -> None:
+    objects = chart(kube_namespace, {"operator": {"watchNamespaces": other_namespaces},
+                                     "rbac": {"features": {"volumePool": True,
+                                                           "drainJobs": True}}})
     result = kubectl_dry_run_apply(kubeconfig, objects)
 
     assert result.returncode == 0, result.stderr
@@ -92,8 +110,10 @@ def test_chart_with_watched_namespaces_applies(kubeconfig: Path) -> None:
     {"webhook": {"enabled": False},
      "rbac": {"features": {"podAudit": False, "volumePool": False, "drainJobs": False}}},
 ], ids=["provided-certificate", "volume-pool-off"])
-def test_chart_variants_apply(kubeconfig: Path, values: dict[str, Any]) -> None:
-    objects = render_chart(values)
+def test_chart_variants_apply(
+    kubeconfig: Path, kube_namespace: str, values: dict[str, Any]
+) -> None:
+    objects = chart(kube_namespace, values)
     result = kubectl_dry_run_apply(kubeconfig, objects)
 
     assert result.returncode == 0, result.stderr
@@ -101,24 +121,42 @@ def test_chart_variants_apply(kubeconfig: Path, values: dict[str, Any]) -> None:
     assert not [o for o in objects if o["kind"] == "Secret"]
 
 
-def test_the_install_docs_example_applies_once_the_crd_is_known(kubeconfig: Path) -> None:
+def test_the_install_docs_example_applies_once_the_crd_is_known(
+    kubeconfig: Path, control_plane: Cluster
+) -> None:
     text = (REPO_ROOT / "docs" / "install.md").read_text()
     blocks = [block.split("```", 1)[0] for block in text.split("```yaml\n")[1:]]
     examples = [doc for doc in map(yaml.safe_load, blocks) if doc.get("kind") == "DurableProducer"]
 
-    result = kubectl_dry_run_apply(kubeconfig, examples, namespace="team-a")
+    docs_namespace = "team-a"  # the examples' own
+    if not control_plane.admin.exists(f"/api/v1/namespaces/{docs_namespace}"):
+        control_plane.plane.create_namespace(docs_namespace)
+    result = kubectl_dry_run_apply(kubeconfig, examples, namespace=docs_namespace)
 
     assert examples
     assert result.returncode == 0, result.stderr
     assert set(result.stdout.splitlines()) == expected_lines(examples)
 
 
-def test_an_unknown_api_version_is_refused(kubeconfig: Path) -> None:
+def test_an_unknown_api_version_is_refused(kubeconfig: Path, kube_namespace: str) -> None:
     """The dry run is a real check: kubectl refuses kinds the API does not serve."""
-    deployment = next(o for o in render_chart() if o["kind"] == "Deployment")
+    deployment = next(o for o in chart(kube_namespace) if o["kind"] == "Deployment")
     deployment["apiVersion"] = "apps/v1beta9"
 
     result = kubectl_dry_run_apply(kubeconfig, [deployment])
 
     assert result.returncode != 0
     assert 'no matches for kind "Deployment" in version "apps/v1beta9"' in result.stderr
+
+
+def test_an_invalid_object_is_refused_by_the_api_server(
+    kubeconfig: Path, kube_namespace: str
+) -> None:
+    """What only a server dry run sees: the Deployment's own validation."""
+    deployment = next(o for o in chart(kube_namespace) if o["kind"] == "Deployment")
+    deployment["spec"]["replicas"] = -1
+
+    result = kubectl_dry_run_apply(kubeconfig, [deployment])
+
+    assert result.returncode != 0
+    assert "spec.replicas: Invalid value: -1" in result.stderr

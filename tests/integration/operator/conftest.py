@@ -1,5 +1,7 @@
-"""Fixtures for the operator integration tests (implemented in operator_harness.py)."""
+"""Fixtures for the operator integration tests: the real API server (kube_harness.py) and, for
+the one test that needs what only an emulator gives, kmock (operator_harness.py)."""
 
-from integration.operator.operator_harness import kubernetes_api, operator_process, start_operator
+from integration.operator.kube_harness import chart_operators, kube_api, start_chart_operator
+from integration.operator.operator_harness import kubernetes_api
 
-__all__ = ["kubernetes_api", "operator_process", "start_operator"]
+__all__ = ["chart_operators", "kube_api", "kubernetes_api", "start_chart_operator"]

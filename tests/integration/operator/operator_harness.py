@@ -1,25 +1,23 @@
-"""A Kubernetes API emulator (kmock) and the real operator process (`kopf run`) against it.
+"""A Kubernetes API emulator (kmock), for the one operator test that needs what a real API
+server cannot give (an API call that hangs: test_webhook_security.py); the operator tests run
+on the real API server (kube_harness.py). Also the operator process record both use.
 
 The emulator runs on its own event loop in a background thread; tests talk to it over HTTP,
-as kubectl would. It has no admission: the helpers below validate objects against the CRD
-schema and bump metadata.generation on spec changes, as the API server would.
+as kubectl would. It has no admission: ``create`` validates objects against the CRD schema.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,8 +27,6 @@ import kmock
 import pytest
 
 from durable_producer.operator import crd, model
-from support.crd_validation import ApiServerValidation
-from support.waiting import wait_for
 
 NAMESPACE = "default"
 COLLECTION_PATH = f"/apis/{model.GROUP}/{model.VERSION}/namespaces/{NAMESPACE}/{model.PLURAL}"
@@ -63,30 +59,6 @@ DECLARED_RESOURCES: dict[str, kmock.ResourceInfo] = {
 }
 
 
-@dataclass(frozen=True)
-class RecordedRequest:
-    method: str
-    path: str
-    group: str | None
-    plural: str | None
-    subresource: str | None
-    name: str | None
-    watch: bool
-    user_agent: str
-    data: Any
-
-    @property
-    def verb(self) -> str:
-        """The RBAC verb Kubernetes would authorize this request as."""
-        if self.method == "GET":
-            if self.watch:
-                return "watch"
-            return "get" if self.name else "list"
-        return {"POST": "create", "PATCH": "patch", "PUT": "update", "DELETE": "delete"}[
-            self.method
-        ]
-
-
 class KubernetesApi:
     """The emulator, seen through HTTP (with the API server's admission done client-side)."""
 
@@ -94,12 +66,8 @@ class KubernetesApi:
         self.base_url = base_url
         self._loop = loop
         self._emulator = emulator
-        # create() checks the OpenAPI schema only, like an API server whose CRD predates its CEL
-        # rules; admission_errors() is what a current one says.
+        # create() checks the OpenAPI schema only (the emulator has no admission).
         self._validator = jsonschema.Draft202012Validator(crd.strict_schema(crd.resource_schema()))
-        self._api_server = ApiServerValidation(
-            crd.resource_schema(), crd.strict_schema(crd.resource_schema())
-        )
 
     def _call(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = json.dumps(body).encode() if body is not None else None
@@ -130,85 +98,9 @@ class KubernetesApi:
         assert status in (200, 201), created
         return created
 
-    def admission_errors(self, manifest: dict[str, Any]) -> list[str]:
-        """Why an API server with this CRD (its CEL rules too) would refuse the object."""
-        return self._api_server.errors(manifest)
-
-    def refuse_creates(self, resource: str, status: int, message: str) -> None:
-        """From now on answer every create of ``resource`` (e.g. "batch/v1/jobs") in the
-        namespace with an API error and store nothing, as a real API server refusing it would
-        (e.g. 403 for new objects in a namespace being deleted)."""
-        group_version, plural = resource.rsplit("/", 1)
-        prefix = "/api" if group_version == "v1" else "/apis"
-        path = f"{prefix}/{group_version}/namespaces/{NAMESPACE}/{plural}"
-        body = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": message,
-                "reason": "Forbidden" if status == 403 else "Invalid", "code": status}
-        emulator = self._emulator
-
-        def refuse(request: Any) -> dict[str, Any]:
-            name = (request.data or {}).get("metadata", {}).get("name")
-            if name:
-                with contextlib.suppress(KeyError):
-                    del emulator.objects[resource, NAMESPACE, name]  # the emulator stores first
-            return body
-
-        async def install() -> None:
-            emulator[f"post {path}"] << status << refuse
-
-        asyncio.run_coroutine_threadsafe(install(), self._loop).result(timeout=10)
-
     def get(self, name: str) -> dict[str, Any] | None:
         status, found = self._call("GET", f"{COLLECTION_PATH}/{name}")
         return found if status == 200 else None
-
-    def patch_spec(self, name: str, spec_patch: dict[str, Any]) -> dict[str, Any]:
-        """Merge-patch the spec and bump metadata.generation, as the API server does."""
-        current = self.get(name)
-        assert current is not None
-        merged = {"spec": json.loads(json.dumps(current["spec"]))}
-        _deep_merge(merged["spec"], spec_patch)
-        self._validator.validate({**current, **merged, "status": {}})
-        generation = current["metadata"].get("generation", 1) + 1
-        status, patched = self._call(
-            "PATCH",
-            f"{COLLECTION_PATH}/{name}",
-            {"spec": spec_patch, "metadata": {"generation": generation}},
-        )
-        assert status == 200, patched
-        return patched
-
-    def delete(self, name: str) -> None:
-        status, answer = self._call("DELETE", f"{COLLECTION_PATH}/{name}")
-        assert status == 200, answer
-
-    def requests(self) -> list[RecordedRequest]:
-        """Every request the emulator has served so far."""
-
-        async def snapshot() -> list[RecordedRequest]:
-            return [
-                RecordedRequest(
-                    method=str(request.method.value).upper(),
-                    path=request.url.path,
-                    group=request.resource.group if request.resource is not None else None,
-                    plural=request.resource.plural if request.resource is not None else None,
-                    subresource=request.subresource,
-                    name=request.name,
-                    watch=request.params.get("watch") == "true",
-                    user_agent=request.headers.get("User-Agent", ""),
-                    data=request.data,
-                )
-                for request in self._emulator
-            ]
-
-        return asyncio.run_coroutine_threadsafe(snapshot(), self._loop).result(timeout=10)
-
-
-def _deep_merge(target: dict[str, Any], patch: dict[str, Any]) -> None:
-    for key, value in patch.items():
-        if isinstance(value, dict) and isinstance(target.get(key), dict):
-            _deep_merge(target[key], value)
-        else:
-            target[key] = value
 
 
 @pytest.fixture()
@@ -289,48 +181,3 @@ def _liveness_ok(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
-
-
-@pytest.fixture()
-def start_operator(
-    kubernetes_api: KubernetesApi, tmp_path: Path
-) -> Iterator[Callable[[], OperatorProcess]]:
-    """Starts `kopf run` of our handlers, as the Helm chart runs it; stops all of them after."""
-    kubeconfig = tmp_path / "kubeconfig"
-    _write_kubeconfig(kubeconfig, kubernetes_api.base_url)
-    env = {**os.environ, "KUBECONFIG": str(kubeconfig), "PYTHONUNBUFFERED": "1"}
-    started: list[OperatorProcess] = []
-
-    def start() -> OperatorProcess:
-        liveness_url = f"http://127.0.0.1:{_free_port()}/healthz"
-        log_path = tmp_path / f"operator-{len(started)}.log"
-        command = [
-            sys.executable, "-m", "kopf", "run",
-            "-m", "durable_producer.operator.handlers",
-            "--standalone", "--all-namespaces", f"--liveness={liveness_url}", "--verbose",
-        ]  # fmt: skip
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, env=env, cwd=tmp_path
-            )
-        operator = OperatorProcess(process=process, liveness_url=liveness_url, log_path=log_path)
-        started.append(operator)
-        wait_for(
-            lambda: process.poll() is not None or _liveness_ok(liveness_url),
-            timeout=OPERATOR_START_TIMEOUT_SECONDS,
-            what="the operator's liveness endpoint",
-        )
-        assert process.poll() is None, f"the operator exited early:\n{operator.log()}"
-        return operator
-
-    try:
-        yield start
-    finally:
-        for operator in started:
-            operator.stop()
-
-
-@pytest.fixture()
-def operator_process(start_operator: Callable[[], OperatorProcess]) -> OperatorProcess:
-    """One running operator."""
-    return start_operator()

@@ -1,6 +1,7 @@
 """Upgrading the agent: status.outdatedAgents counts the pods still on the old one.
 
-The real operator against the emulator. The agent image is an operator setting (the Helm
+The chart's operator on the real API server; pods are created through it (the webhook) and run
+by kwok. The agent image is an operator setting (the Helm
 release's agent.image, env DURABLE_PRODUCER_AGENT_IMAGE): a `helm upgrade` restarts the
 operator with a new one. Pods admitted before keep the agent they got (the operator never
 restarts them); each one recreated goes through the webhook again and gets the new agent.
@@ -14,20 +15,9 @@ from typing import Any
 import pytest
 
 from durable_producer.contract import AGENT_HASH_ANNOTATION
-from integration.operator.operator_harness import KubernetesApi
-from integration.operator.test_webhook_harness import (
-    PODS_PATH,
-    WebhookOperator,
-    api_call,
-    durable_producer,
-    opted_in_pod,
-    patched,
-    pool_resources,
-    start_webhook_operator,
-)
+from integration.operator.kube_harness import ChartOperator, KubeApi
+from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
 from support.waiting import wait_for
-
-__all__ = ["pool_resources", "start_webhook_operator"]
 
 pytestmark = pytest.mark.integration
 
@@ -35,53 +25,42 @@ OLD_IMAGE = "registry.example/durable-agent:1.0"
 NEW_IMAGE = "registry.example/durable-agent:1.1"
 
 
-def run_pod(webhook: WebhookOperator, kubernetes_api: KubernetesApi, name: str) -> dict[str, Any]:
-    """What a ReplicaSet's pod goes through: the webhook, then created and Running."""
-    pod = opted_in_pod(name)
-    response = webhook.review(pod)
-    assert response["allowed"] is True, response
-    admitted = patched(pod, response)
-    admitted["status"] = {"phase": "Running"}
-    status, created = api_call(kubernetes_api, "POST", PODS_PATH, admitted)
-    assert status in (200, 201), created
-    return admitted
+def run_pod(kube_api: KubeApi, name: str) -> dict[str, Any]:
+    """What a ReplicaSet's pod goes through: created (the API server calls the webhook), then
+    scheduled and Running."""
+    return kube_api.run_pod(opted_in_pod(name))
 
 
-def delete_pod(kubernetes_api: KubernetesApi, name: str) -> None:
-    status, answer = api_call(kubernetes_api, "DELETE", f"{PODS_PATH}/{name}")
-    assert status == 200, answer
+def status_of(kube_api: KubeApi) -> dict[str, Any]:
+    return dict((kube_api.get("orders") or {}).get("status") or {})
 
 
-def status_of(kubernetes_api: KubernetesApi) -> dict[str, Any]:
-    return dict((kubernetes_api.get("orders") or {}).get("status") or {})
-
-
-def outdated_becomes(kubernetes_api: KubernetesApi, count: int, attached: int) -> None:
+def outdated_becomes(kube_api: KubeApi, count: int, attached: int) -> None:
     """Both figures come from the same pool timer run."""
-    wait_for(lambda: (status_of(kubernetes_api).get("outdatedAgents"),
-                      status_of(kubernetes_api).get("attachedPods")) == (count, attached),
+    wait_for(lambda: (status_of(kube_api).get("outdatedAgents"),
+                      status_of(kube_api).get("attachedPods")) == (count, attached),
              timeout=60, what=f"status.outdatedAgents = {count} of {attached} attached pods")
 
 
 def test_a_new_agent_image_counts_old_pods_until_they_are_recreated(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    before = start_webhook_operator(DURABLE_PRODUCER_AGENT_IMAGE=OLD_IMAGE)
-    pods = [run_pod(before, kubernetes_api, name) for name in ("orders-1", "orders-2")]
-    outdated_becomes(kubernetes_api, 0, attached=2)
+    kube_api.create(durable_producer())
+    before = start_chart_operator(DURABLE_PRODUCER_AGENT_IMAGE=OLD_IMAGE)
+    pods = [run_pod(kube_api, name) for name in ("orders-1", "orders-2")]
+    outdated_becomes(kube_api, 0, attached=2)
     old_hashes = {pod["metadata"]["annotations"][AGENT_HASH_ANNOTATION] for pod in pods}
 
     before.process.stop()  # helm upgrade: the operator restarts with the new agent image
-    after = start_webhook_operator(DURABLE_PRODUCER_AGENT_IMAGE=NEW_IMAGE)
-    outdated_becomes(kubernetes_api, 2, attached=2)
+    start_chart_operator(DURABLE_PRODUCER_AGENT_IMAGE=NEW_IMAGE)
+    outdated_becomes(kube_api, 2, attached=2)
 
-    delete_pod(kubernetes_api, "orders-1")  # kubectl rollout restart, one pod at a time
-    renewed = run_pod(after, kubernetes_api, "orders-1b")
-    outdated_becomes(kubernetes_api, 1, attached=2)
-    delete_pod(kubernetes_api, "orders-2")
-    run_pod(after, kubernetes_api, "orders-2b")
-    outdated_becomes(kubernetes_api, 0, attached=2)
+    kube_api.delete_pod("orders-1")  # kubectl rollout restart, one pod at a time
+    renewed = run_pod(kube_api, "orders-1b")
+    outdated_becomes(kube_api, 1, attached=2)
+    kube_api.delete_pod("orders-2")
+    run_pod(kube_api, "orders-2b")
+    outdated_becomes(kube_api, 0, attached=2)
 
     assert len(old_hashes) == 1
     assert renewed["metadata"]["annotations"][AGENT_HASH_ANNOTATION] not in old_hashes
@@ -89,15 +68,15 @@ def test_a_new_agent_image_counts_old_pods_until_they_are_recreated(
 
 
 def test_a_spec_change_that_changes_the_agent_counts_too(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    webhook = start_webhook_operator()
-    run_pod(webhook, kubernetes_api, "orders-1")
-    outdated_becomes(kubernetes_api, 0, attached=1)
+    kube_api.create(durable_producer())
+    start_chart_operator()
+    run_pod(kube_api, "orders-1")
+    outdated_becomes(kube_api, 0, attached=1)
 
-    kubernetes_api.patch_spec("orders", {"fsync": {"policy": "always"}})
+    kube_api.patch_spec("orders", {"fsync": {"policy": "always"}})
 
-    outdated_becomes(kubernetes_api, 1, attached=1)
-    run_pod(webhook, kubernetes_api, "orders-2")  # a new pod gets the new agent
-    outdated_becomes(kubernetes_api, 1, attached=2)
+    outdated_becomes(kube_api, 1, attached=1)
+    run_pod(kube_api, "orders-2")  # a new pod gets the new agent
+    outdated_becomes(kube_api, 1, attached=2)

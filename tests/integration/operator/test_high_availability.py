@@ -1,7 +1,8 @@
-"""Two real operator replicas (kopf peering) against the emulator: the webhook never stops.
+"""Two replicas of the chart's operator (kopf peering) on the real API server: the webhook
+never stops.
 
-As the chart runs them: both replicas serve the admission webhook, kopf's peering (a
-ClusterKopfPeering object) lets one of them run the handlers. The leader is killed with
+As the chart runs them: both replicas serve the admission webhook, kopf's peering (the
+chart's ClusterKopfPeering object) lets one of them run the handlers. The leader is killed with
 SIGKILL (no goodbye: its peering record only expires) while a loop keeps sending real pod
 AdmissionReviews to both. The survivor must answer every one of them throughout, and take
 over the handlers within the peering lifetime.
@@ -14,7 +15,6 @@ leader only. The measured take-over time is printed (run with -s to see it).
 from __future__ import annotations
 
 import json
-import socket
 import threading
 import time
 import urllib.error
@@ -23,55 +23,28 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import kmock
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from integration.operator import operator_harness
-from integration.operator.operator_harness import KubernetesApi
+from integration.operator.kube_harness import ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import (
-    WebhookOperator,
     admission_review,
-    api_call,
     durable_producer,
     opted_in_pod,
-    pool_resources,
-    start_webhook_operator,
 )
 from support.waiting import wait_for
 
-__all__ = ["pool_resources", "start_webhook_operator"]
-
 pytestmark = pytest.mark.integration
 
-PEERING = "durable-producer"
-PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
-LIFETIME_SECONDS = 6
+LIFETIME_SECONDS = 6  # kube_harness installs the chart with operator.peeringLifetimeSeconds 6
 # The peering lifetime bounds the take-over; the rest is for a loaded test machine.
 TAKEOVER_LIMIT_SECONDS = LIFETIME_SECONDS + 10
-
-
-@pytest.fixture(autouse=True)
-def peering_resources(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's peering resource, declared in the emulator before it starts."""
-    monkeypatch.setitem(
-        operator_harness.DECLARED_RESOURCES,
-        "kopf.dev/v1/clusterkopfpeerings",
-        kmock.ResourceInfo(kind="ClusterKopfPeering", namespaced=False,
-                           verbs={"get", "list", "watch", "create", "patch", "delete"}),
-    )
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
 class Replica:
     name: str
-    operator: WebhookOperator
+    operator: ChartOperator
     metrics_url: str
     readyz_url: str
 
@@ -100,21 +73,11 @@ class Replica:
 
 @pytest.fixture()
 def start_replica(
-    start_webhook_operator: Callable[..., WebhookOperator],
+    start_chart_operator: Callable[..., ChartOperator],
 ) -> Callable[[str], Replica]:
     def start(name: str) -> Replica:
-        port = _free_port()
-        operator = start_webhook_operator(
-            peering=PEERING,
-            POD_ID=name,
-            DURABLE_PRODUCER_METRICS_ADDR="127.0.0.1",
-            DURABLE_PRODUCER_METRICS_PORT=str(port),
-            DURABLE_PRODUCER_PEERING_LIFETIME_SECONDS=str(LIFETIME_SECONDS),
-        )
-        replica = Replica(name, operator, f"http://127.0.0.1:{port}/metrics",
-                          f"http://127.0.0.1:{port}/readyz")
-        wait_for(replica.ready, timeout=60, interval=0.2, what=f"{name}'s /readyz")
-        return replica
+        operator = start_chart_operator(replica=name)
+        return Replica(name, operator, operator.metrics_url, operator.readyz_url)
 
     return start
 
@@ -131,12 +94,13 @@ class ReviewLoop:
         while not self.stop.is_set():
             for replica in self.replicas:
                 pod = opted_in_pod(f"orders-{uuid.uuid4().hex[:10]}")
+                pod["metadata"]["namespace"] = replica.operator.namespace
                 outcome = self._send(replica.operator, pod)
                 self.answers.setdefault(replica.name, []).append((time.monotonic(), outcome))
             time.sleep(0.05)
 
     @staticmethod
-    def _send(operator: WebhookOperator, pod: dict[str, object]) -> str:
+    def _send(operator: ChartOperator, pod: dict[str, object]) -> str:
         try:
             status, answer = operator.post(json.dumps(admission_review(pod)).encode())
         except (urllib.error.URLError, ConnectionError, TimeoutError) as error:
@@ -179,15 +143,11 @@ def leader_of(replicas: list[Replica], seconds: float = 3.0) -> Replica:
 
 
 def test_killing_the_leader_refuses_no_pod_and_the_other_replica_takes_over(
-    kubernetes_api: KubernetesApi,
+    kube_api: KubeApi,
     start_replica: Callable[[str], Replica],
     review_loop: Callable[[list[Replica]], ReviewLoop],
 ) -> None:
-    status, created = api_call(kubernetes_api, "POST", PEERINGS_PATH, {
-        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-        "metadata": {"name": PEERING}})
-    assert status in (200, 201), created
-    kubernetes_api.create(durable_producer("orders"))
+    kube_api.create(durable_producer("orders"))
     first = start_replica("replica-a")
     second = start_replica("replica-b")  # started later: lower priority, a standby
     replicas = [first, second]
@@ -207,8 +167,8 @@ def test_killing_the_leader_refuses_no_pod_and_the_other_replica_takes_over(
              timeout=TAKEOVER_LIMIT_SECONDS, interval=0.1,
              what="the standby running the volume-pool timer")
     takeover = time.monotonic() - killed_at
-    kubernetes_api.create(durable_producer("payments"))  # a handler only the leader runs
-    wait_for(lambda: (kubernetes_api.get("payments") or {}).get("status", {}).get("bufferSize"),
+    kube_api.create(durable_producer("payments"))  # a handler only the leader runs
+    wait_for(lambda: (kube_api.get("payments") or {}).get("status", {}).get("bufferSize"),
              timeout=60, what="the new leader reconciling a new DurableProducer")
     time.sleep(1.0)
     loop.stop.set()
@@ -229,14 +189,11 @@ def test_killing_the_leader_refuses_no_pod_and_the_other_replica_takes_over(
 
 
 def test_a_cleanly_stopped_leader_hands_over_at_once(
-    kubernetes_api: KubernetesApi,
+    kube_api: KubeApi,
     start_replica: Callable[[str], Replica],
 ) -> None:
     """SIGTERM (a rollout, a drain): the leader removes its peering record as it stops."""
-    api_call(kubernetes_api, "POST", PEERINGS_PATH, {
-        "apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-        "metadata": {"name": PEERING}})
-    kubernetes_api.create(durable_producer("orders"))
+    kube_api.create(durable_producer("orders"))
     first, second = start_replica("replica-a"), start_replica("replica-b")
     assert leader_of([first, second]) is first
 

@@ -1,4 +1,5 @@
-"""Pausing one DurableProducer by annotation: the real operator leaves it alone meanwhile."""
+"""Pausing one DurableProducer by annotation: the real operator (the chart's, on the real API
+server, with the real metadata.generation) leaves it alone meanwhile."""
 
 from __future__ import annotations
 
@@ -11,86 +12,78 @@ import pytest
 
 from durable_producer.contract import GROUP, PAUSE_ANNOTATION
 from durable_producer.operator import conditions, pause
-from integration.operator.operator_harness import COLLECTION_PATH, KubernetesApi
-from integration.operator.test_webhook_harness import (
-    WebhookOperator,
-    api_call,
-    durable_producer,
-    pool_resources,
-    start_webhook_operator,
-)
+from integration.operator.kube_harness import ChartOperator, KubeApi
+from integration.operator.test_webhook_harness import durable_producer
 from support.waiting import wait_for
-
-__all__ = ["pool_resources", "start_webhook_operator"]
 
 pytestmark = pytest.mark.integration
 
 
-def annotate(kubernetes_api: KubernetesApi, value: str | None) -> None:
-    status, answer = api_call(kubernetes_api, "PATCH", f"{COLLECTION_PATH}/orders",
+def annotate(kube_api: KubeApi, value: str | None) -> None:
+    status, answer = kube_api.call("PATCH", f"{kube_api.collection_path}/orders",
                               {"metadata": {"annotations": {PAUSE_ANNOTATION: value}}})
     assert status == 200, answer
 
 
-def wait_paused(kubernetes_api: KubernetesApi) -> None:
-    wait_for(lambda: condition(kubernetes_api, pause.PAUSED_CONDITION).get("status") == "True",
+def wait_paused(kube_api: KubeApi) -> None:
+    wait_for(lambda: condition(kube_api, pause.PAUSED_CONDITION).get("status") == "True",
              timeout=60, what="ReconciliationPaused=True")
 
 
-def status_of(kubernetes_api: KubernetesApi) -> dict[str, Any]:
-    return dict((kubernetes_api.get("orders") or {}).get("status") or {})
+def status_of(kube_api: KubeApi) -> dict[str, Any]:
+    return dict((kube_api.get("orders") or {}).get("status") or {})
 
 
-def condition(kubernetes_api: KubernetesApi, kind: str) -> dict[str, Any]:
-    return next((c for c in status_of(kubernetes_api).get("conditions") or []
+def condition(kube_api: KubeApi, kind: str) -> dict[str, Any]:
+    return next((c for c in status_of(kube_api).get("conditions") or []
                  if c["type"] == kind), {})
 
 
 def test_a_paused_producer_is_not_reconciled_until_the_annotation_goes(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    start_webhook_operator()
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 1, timeout=60,
+    kube_api.create(durable_producer())
+    start_chart_operator()
+    wait_for(lambda: status_of(kube_api).get("observedGeneration") == 1, timeout=60,
              what="reconciled")
-    size = status_of(kubernetes_api)["bufferSize"]
+    size = status_of(kube_api)["bufferSize"]
 
-    annotate(kubernetes_api, "true")
-    wait_for(lambda: condition(kubernetes_api, pause.PAUSED_CONDITION).get("status") == "True",
+    annotate(kube_api, "true")
+    wait_for(lambda: condition(kube_api, pause.PAUSED_CONDITION).get("status") == "True",
              timeout=60, what="ReconciliationPaused=True")
-    kubernetes_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
+    kube_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
     time.sleep(2)
 
-    paused_status = status_of(kubernetes_api)
-    assert condition(kubernetes_api, pause.PAUSED_CONDITION)["reason"] == conditions.REASON_PAUSED
+    paused_status = status_of(kube_api)
+    assert condition(kube_api, pause.PAUSED_CONDITION)["reason"] == conditions.REASON_PAUSED
     assert paused_status["observedGeneration"] == 1  # the change waits
     assert paused_status["bufferSize"] == size
 
-    annotate(kubernetes_api, None)
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 2,
+    annotate(kube_api, None)
+    wait_for(lambda: status_of(kube_api).get("observedGeneration") == 2,
              timeout=60, what="the change reconciled after the pause")
-    resumed = condition(kubernetes_api, pause.PAUSED_CONDITION)
+    resumed = condition(kube_api, pause.PAUSED_CONDITION)
     assert (resumed["status"], resumed["reason"]) == ("False", conditions.REASON_RESUMED)
-    assert status_of(kubernetes_api)["bufferSize"] != size
+    assert status_of(kube_api)["bufferSize"] != size
 
 
 def test_deleting_a_paused_producer_waits_for_the_pause_to_end(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    start_webhook_operator()
-    wait_for(lambda: (kubernetes_api.get("orders") or {}).get("metadata", {}).get("finalizers"),
+    kube_api.create(durable_producer())
+    start_chart_operator()
+    wait_for(lambda: (kube_api.get("orders") or {}).get("metadata", {}).get("finalizers"),
              timeout=60, what="the finalizer")
-    annotate(kubernetes_api, "true")
-    wait_for(lambda: condition(kubernetes_api, pause.PAUSED_CONDITION).get("status") == "True",
+    annotate(kube_api, "true")
+    wait_for(lambda: condition(kube_api, pause.PAUSED_CONDITION).get("status") == "True",
              timeout=60, what="ReconciliationPaused=True")
 
-    kubernetes_api.delete("orders")
+    kube_api.delete("orders")
     time.sleep(2)
-    assert kubernetes_api.get("orders") is not None  # the finalizer holds while paused
+    assert kube_api.get("orders") is not None  # the finalizer holds while paused
 
-    annotate(kubernetes_api, None)
-    wait_for(lambda: kubernetes_api.get("orders") is None, timeout=60,
+    annotate(kube_api, None)
+    wait_for(lambda: kube_api.get("orders") is None, timeout=60,
              what="the deletion to finish")
 
 
@@ -102,7 +95,7 @@ HANDLED = {"started": "2026-01-01T00:00:00+00:00", "stopped": "2026-01-01T00:00:
 
 
 def test_a_resumed_edit_is_reconciled_even_when_kopf_believes_it_handled(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
     """The cause of the resume flake, made deterministic.
 
@@ -116,48 +109,47 @@ def test_a_resumed_edit_is_reconciled_even_when_kopf_believes_it_handled(
     unreconciled until something else changed. Here that progress record is written on
     purpose; the level-triggered resync timer must reconcile the generation all the same.
     """
-    kubernetes_api.create(durable_producer())
-    start_webhook_operator()
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 1, timeout=60,
+    kube_api.create(durable_producer())
+    start_chart_operator()
+    wait_for(lambda: status_of(kube_api).get("observedGeneration") == 1, timeout=60,
              what="reconciled")
-    annotate(kubernetes_api, "true")
-    wait_paused(kubernetes_api)
-    kubernetes_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
+    annotate(kube_api, "true")
+    wait_paused(kube_api)
+    kube_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
     time.sleep(2)  # the paused update is handled (and recorded as handled)
 
-    status, answer = api_call(
-        kubernetes_api, "PATCH", f"{COLLECTION_PATH}/orders",
+    status, answer = kube_api.call("PATCH", f"{kube_api.collection_path}/orders",
         {"metadata": {"annotations": {RECONCILE_PROGRESS: json.dumps(HANDLED),
                                       PAUSE_ANNOTATION: None}}},
     )  # fmt: skip
     assert status == 200, answer
 
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 2,
+    wait_for(lambda: status_of(kube_api).get("observedGeneration") == 2,
              timeout=60, what="the edit made during the pause reconciled")
-    resumed = condition(kubernetes_api, pause.PAUSED_CONDITION)
+    resumed = condition(kube_api, pause.PAUSED_CONDITION)
     assert (resumed["status"], resumed["reason"]) == ("False", conditions.REASON_RESUMED)
-    ready = condition(kubernetes_api, conditions.READY)
+    ready = condition(kube_api, conditions.READY)
     assert ready["observedGeneration"] == 2, ready
 
 
 def test_an_edit_during_a_pause_and_an_operator_restart_is_reconciled_on_resume(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    first = start_webhook_operator()
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 1, timeout=60,
+    kube_api.create(durable_producer())
+    first = start_chart_operator()
+    wait_for(lambda: status_of(kube_api).get("observedGeneration") == 1, timeout=60,
              what="reconciled")
-    size = status_of(kubernetes_api)["bufferSize"]
-    annotate(kubernetes_api, "true")
-    wait_paused(kubernetes_api)
+    size = status_of(kube_api)["bufferSize"]
+    annotate(kube_api, "true")
+    wait_paused(kube_api)
 
     first.process.stop()
-    kubernetes_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
-    start_webhook_operator()
+    kube_api.patch_spec("orders", {"throughput": {"peakBytesPerSecond": 8 * 2**20}})
+    start_chart_operator()
     time.sleep(2)  # the restarted operator resumes the paused object and leaves it alone
-    assert status_of(kubernetes_api)["observedGeneration"] == 1
+    assert status_of(kube_api)["observedGeneration"] == 1
 
-    annotate(kubernetes_api, None)
-    wait_for(lambda: status_of(kubernetes_api).get("observedGeneration") == 2,
+    annotate(kube_api, None)
+    wait_for(lambda: status_of(kube_api).get("observedGeneration") == 2,
              timeout=60, what="the edit made during the pause reconciled after the restart")
-    assert status_of(kubernetes_api)["bufferSize"] != size
+    assert status_of(kube_api)["bufferSize"] != size

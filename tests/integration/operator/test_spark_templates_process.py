@@ -1,4 +1,5 @@
-"""The real operator (`kopf run`) renders each DurableProducer's Spark pod templates ConfigMap."""
+"""The real operator (the chart's `kopf run`, on the real API server) renders each
+DurableProducer's Spark pod templates ConfigMap; the garbage collector deletes it with its owner."""
 
 from __future__ import annotations
 
@@ -11,18 +12,12 @@ import yaml
 from durable_producer import contract
 from durable_producer.operator import api_access, pod_mutation, spark_actions
 from durable_producer.operator.model import API_VERSION, KIND
-from integration.operator.operator_harness import (
-    NAMESPACE,
-    KubernetesApi,
-    OperatorProcess,
-)
-from integration.operator.test_webhook_harness import api_call
+from integration.operator.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 CONFIGMAP = "orders-spark-templates"
-CONFIGMAP_PATH = f"/api/v1/namespaces/{NAMESPACE}/configmaps/{CONFIGMAP}"
 
 
 def durable_producer(**spec_overrides: Any) -> dict[str, Any]:
@@ -35,13 +30,13 @@ def durable_producer(**spec_overrides: Any) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": KIND, "metadata": {"name": "orders"}, "spec": spec}
 
 
-def read_configmap(kubernetes_api: KubernetesApi) -> dict[str, Any] | None:
-    status, found = api_call(kubernetes_api, "GET", CONFIGMAP_PATH)
+def read_configmap(kube_api: KubeApi) -> dict[str, Any] | None:
+    status, found = kube_api.call("GET", f"{kube_api.configmaps_path}/{CONFIGMAP}")
     return found if status == 200 else None
 
 
-def recorded_configmap(kubernetes_api: KubernetesApi) -> str | None:
-    found = kubernetes_api.get("orders") or {}
+def recorded_configmap(kube_api: KubeApi) -> str | None:
+    found = kube_api.get("orders") or {}
     return (found.get("status") or {}).get(spark_actions.STATUS_FIELD)
 
 
@@ -57,7 +52,7 @@ def executor_env(configmap: dict[str, Any]) -> dict[str, str]:
     return {variable["name"]: variable["value"] for variable in container["env"]}
 
 
-def assert_configmap_requests_declared(kubernetes_api: KubernetesApi) -> None:
+def assert_configmap_requests_declared(kube_api: KubeApi) -> None:
     """What the operator did to ConfigMaps is what the chart grants (SPARK_TEMPLATES_API_ACCESS)."""
     declared = {
         verb
@@ -67,8 +62,8 @@ def assert_configmap_requests_declared(kubernetes_api: KubernetesApi) -> None:
     }
     used = {
         request.verb
-        for request in kubernetes_api.requests()
-        if request.plural == "configmaps"
+        for request in kube_api.requests()
+        if request.resource == "configmaps"
         and request.user_agent == api_access.SPARK_TEMPLATES_USER_AGENT
     }
     assert used, "the operator never touched a ConfigMap"
@@ -76,15 +71,16 @@ def assert_configmap_requests_declared(kubernetes_api: KubernetesApi) -> None:
 
 
 def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
-    kubernetes_api: KubernetesApi, operator_process: OperatorProcess
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    created = kubernetes_api.create(durable_producer())
+    start_chart_operator()
+    created = kube_api.create(durable_producer())
 
     wait_for(
-        lambda: recorded_configmap(kubernetes_api) == CONFIGMAP,
-        what="status.sparkTemplatesConfigMap",
+        lambda: recorded_configmap(kube_api) == CONFIGMAP,
+        timeout=60, what="status.sparkTemplatesConfigMap",
     )
-    configmap = read_configmap(kubernetes_api)
+    configmap = read_configmap(kube_api)
     assert configmap is not None
     assert list(configmap["data"]) == [contract.EXECUTOR_TEMPLATE_KEY]
     template = executor_template(configmap)
@@ -94,18 +90,18 @@ def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
     (owner,) = configmap["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == (KIND, created["metadata"]["uid"])
 
-    kubernetes_api.patch_spec(
+    kube_api.patch_spec(
         "orders",
         {"agent": {"ports": {"kafka": 19092}}, "spark": {"driverTemplate": True}},
     )
 
     rerendered = wait_for(
         lambda: (
-            (cm := read_configmap(kubernetes_api))
+            (cm := read_configmap(kube_api))
             and contract.DRIVER_TEMPLATE_KEY in cm["data"]
             and cm
         ),
-        what="the driver template after the spec change",
+        timeout=60, what="the driver template after the spec change",
     )
     assert executor_env(rerendered) == {
         "KAFKA_BOOTSTRAP_SERVERS": "127.0.0.1:19092",
@@ -113,36 +109,53 @@ def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
     }
     driver = yaml.safe_load(rerendered["data"][contract.DRIVER_TEMPLATE_KEY])
     assert driver["spec"]["containers"][0]["name"] == "spark-kubernetes-driver"
-    assert recorded_configmap(kubernetes_api) == CONFIGMAP
+    assert recorded_configmap(kube_api) == CONFIGMAP
 
-    kubernetes_api.patch_spec(
+    kube_api.patch_spec(
         "orders", {"spark": {"executorTemplate": False, "driverTemplate": False}}
     )
 
     wait_for(
         lambda: (
-            read_configmap(kubernetes_api) is None and recorded_configmap(kubernetes_api) is None
+            read_configmap(kube_api) is None and recorded_configmap(kube_api) is None
         ),
+        timeout=60,
         what="the ConfigMap and its status field to go when no template is wanted",
     )
-    assert_configmap_requests_declared(kubernetes_api)
+    assert_configmap_requests_declared(kube_api)
 
 
 def test_a_restarted_operator_restores_a_deleted_configmap(
-    kubernetes_api: KubernetesApi, start_operator: Callable[[], OperatorProcess]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    first = start_operator()
-    wait_for(lambda: read_configmap(kubernetes_api), what="the ConfigMap")
-    first.stop()
-    status, answer = api_call(kubernetes_api, "DELETE", CONFIGMAP_PATH)
+    kube_api.create(durable_producer())
+    first = start_chart_operator()
+    wait_for(lambda: read_configmap(kube_api), timeout=60, what="the ConfigMap")
+    first.process.stop()
+    status, answer = kube_api.call("DELETE", f"{kube_api.configmaps_path}/{CONFIGMAP}")
     assert status == 200, answer
-    assert read_configmap(kubernetes_api) is None
+    assert read_configmap(kube_api) is None
 
-    start_operator()
+    start_chart_operator()
 
-    restored = wait_for(lambda: read_configmap(kubernetes_api), what="the restored ConfigMap")
+    restored = wait_for(lambda: read_configmap(kube_api), timeout=60,
+                        what="the restored ConfigMap")
     assert executor_template(restored)["metadata"]["labels"][contract.PRODUCER_LABEL] == (
         "orders"
     )
-    assert recorded_configmap(kubernetes_api) == CONFIGMAP
+    assert recorded_configmap(kube_api) == CONFIGMAP
+
+
+def test_the_garbage_collector_deletes_the_configmap_with_its_producer(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """The ConfigMap's ownerReference: the real garbage collector removes it (background)."""
+    start_chart_operator()
+    kube_api.create(durable_producer())
+    wait_for(lambda: read_configmap(kube_api), timeout=60, what="the ConfigMap")
+
+    kube_api.delete("orders", propagation="Background")
+
+    wait_for(lambda: kube_api.get("orders") is None, timeout=60, what="the producer to go")
+    wait_for(lambda: read_configmap(kube_api) is None, timeout=60,
+             what="the garbage collector to delete the ConfigMap")

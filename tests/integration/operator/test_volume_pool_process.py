@@ -1,7 +1,9 @@
-"""The buffer volume pool, run by the real operator against the Kubernetes emulator.
+"""The buffer volume pool, run by the chart's operator on the real API server.
 
-The emulator has no kubelet, Job controller or garbage collector: tests create the pods the
-webhook admitted, delete them, and mark drain Jobs as succeeded, as those controllers would.
+Pods are created through the API server (its admission chain calls the webhook), scheduled
+and run by kwok; their volumes are bound by the PV controller (support.kube_cluster's
+provisioner makes the PersistentVolumes). A drain Job's pod runs until the test ends it with an
+exit code (``KubeApi.finish_drains``); the Job controller does the rest.
 """
 
 from __future__ import annotations
@@ -9,33 +11,18 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.metrics_server import MetricsServer
+from durable_producer.local.ports import free_port
 from durable_producer.operator import api_access, pod_mutation
 from durable_producer.operator import volume_pool as vp
-from durable_producer.operator.kube_objects import format_time
-from integration.operator.operator_harness import KubernetesApi
-from integration.operator.test_webhook_harness import (
-    JOBS_PATH,
-    PODS_PATH,
-    PVCS_PATH,
-    WebhookOperator,
-    api_call,
-    durable_producer,
-    items,
-    opted_in_pod,
-    patched,
-    pool_resources,
-    start_webhook_operator,
-)
+from integration.operator.kube_harness import ChartOperator, KubeApi
+from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
 from support.waiting import wait_for
-
-__all__ = ["pool_resources", "start_webhook_operator"]
 
 pytestmark = pytest.mark.integration
 
@@ -44,59 +31,59 @@ FAST_POOL = {
     "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": "1",
     "DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS": "2",
 }
+MUTATING_WEBHOOKS = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
 
 
-def admit_and_run(webhook: WebhookOperator, kubernetes_api: KubernetesApi, name: str) -> str:
-    """Admit a pod through the webhook, create it as the API server would, mark it Running."""
-    pod = opted_in_pod(name)
-    response = webhook.review(pod)
-    assert response["allowed"] is True, response
-    admitted = patched(pod, response)
-    admitted["status"] = {"phase": "Running"}
-    status, created = api_call(kubernetes_api, "POST", PODS_PATH, admitted)
-    assert status in (200, 201), created
-    claim = pod_mutation.claimed_volume(admitted)
+def run(kube_api: KubeApi, name: str) -> str:
+    """Create an opted-in pod through the API server and wait until it runs; its volume."""
+    claim = pod_mutation.claimed_volume(kube_api.run_pod(opted_in_pod(name)))
     assert claim is not None
     return claim
 
 
-def delete_pod(kubernetes_api: KubernetesApi, name: str) -> None:
-    status, answer = api_call(kubernetes_api, "DELETE", f"{PODS_PATH}/{name}")
-    assert status == 200, answer
-
-
-def annotations_of(kubernetes_api: KubernetesApi, volume: str) -> dict[str, str]:
-    found = items(kubernetes_api, PVCS_PATH).get(volume)
+def annotations_of(kube_api: KubeApi, volume: str) -> dict[str, str]:
+    found = kube_api.items(kube_api.pvcs_path).get(volume)
     return dict(((found or {}).get("metadata") or {}).get("annotations") or {})
 
 
-def finish_job(kubernetes_api: KubernetesApi, name: str) -> None:
-    """What the Job controller writes when the drain pod exited 0."""
-    status, answer = api_call(kubernetes_api, "PATCH", f"{JOBS_PATH}/{name}", {
-        "status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}})
-    assert status == 200, answer
+def status_of(kube_api: KubeApi) -> dict[str, Any]:
+    return dict((kube_api.get("orders") or {}).get("status") or {})
 
 
-def test_pods_admitted_concurrently_get_different_volumes(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+def pool_volume(name: str, annotations: dict[str, str]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
+        "name": name, "labels": {vp.POOL_LABEL: "orders"}, "annotations": annotations},
+        "spec": {"accessModes": ["ReadWriteOnce"],
+                 "resources": {"requests": {"storage": "2Gi"}}}}
+
+
+def remove_webhook(kube_api: KubeApi) -> None:
+    """As if the webhook had been skipped (failurePolicy Ignore while no replica answered)."""
+    for name in kube_api.items(MUTATING_WEBHOOKS):
+        if kube_api.namespace in name:
+            assert kube_api.call("DELETE", f"{MUTATING_WEBHOOKS}/{name}")[0] == 200
+
+
+def test_pods_created_at_once_get_different_volumes(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    free = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
-        "name": "orders-buffer-free", "labels": {vp.POOL_LABEL: "orders"},
-        "resourceVersion": "1",
-        "annotations": {vp.RELEASED_AT_ANNOTATION: format_time(datetime.now(UTC)),
-                        vp.BACKLOG_ANNOTATION: vp.BACKLOG_UNKNOWN}},
-        "spec": {"accessModes": ["ReadWriteOnce"]}}
-    assert api_call(kubernetes_api, "POST", PVCS_PATH, free)[0] in (200, 201)
-    webhook = start_webhook_operator(DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
+    kube_api.create(durable_producer())
+    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="1",
+                         DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
+    free = run(kube_api, "before")  # a volume that a pod used and left
+    kube_api.delete_pod("before")
+    wait_for(lambda: vp.RELEASED_AT_ANNOTATION in annotations_of(kube_api, free), timeout=60,
+             what="the volume to be free")
     claims: dict[str, str] = {}
     barrier = threading.Barrier(2)
 
-    def admit(name: str) -> None:
+    def create(name: str) -> None:
         barrier.wait()
-        claims[name] = admit_and_run(webhook, kubernetes_api, name)
+        status, created = kube_api.create_pod(opted_in_pod(name))
+        assert status == 201, created
+        claims[name] = pod_mutation.claimed_volume(created) or ""
 
-    threads = [threading.Thread(target=admit, args=(name,)) for name in ("p1", "p2")]
+    threads = [threading.Thread(target=create, args=(name,)) for name in ("p1", "p2")]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -104,207 +91,214 @@ def test_pods_admitted_concurrently_get_different_volumes(
 
     assert set(claims) == {"p1", "p2"}
     assert claims["p1"] != claims["p2"]
-    assert "orders-buffer-free" in claims.values()  # the free one was reused, one was created
-    volumes = items(kubernetes_api, PVCS_PATH)
+    assert free in claims.values()  # the free one was reused, one was created
+    volumes = kube_api.items(kube_api.pvcs_path)
     assert set(claims.values()) == set(volumes)
     tokens = {v["metadata"]["annotations"][vp.CLAIM_TOKEN_ANNOTATION] for v in volumes.values()}
     assert len(tokens) == 2
 
 
-def test_deleted_pods_volume_goes_to_the_next_pod(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+def test_a_deleted_pods_volume_goes_to_the_next_pod(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    webhook = start_webhook_operator(**{**FAST_POOL,
-                                        "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": "600"})
-    first = admit_and_run(webhook, kubernetes_api, "first")
-    wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
-        "attachedPods") == 1, what="status.attachedPods = 1")
-    wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get("volumes")
-             == {"inUse": 1, "claimed": 0, "free": 0, "draining": 0},
+    kube_api.create(durable_producer())
+    start_chart_operator(**{**FAST_POOL, "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": "600"})
+    first = run(kube_api, "first")
+    wait_for(lambda: status_of(kube_api).get("attachedPods") == 1, timeout=60,
+             what="status.attachedPods = 1")
+    wait_for(lambda: status_of(kube_api).get("volumes")
+             == {"inUse": 1, "claimed": 0, "free": 0, "draining": 0}, timeout=60,
              what="status.volumes: one in use")
 
-    delete_pod(kubernetes_api, "first")
-    wait_for(lambda: vp.RELEASED_AT_ANNOTATION in annotations_of(kubernetes_api, first),
+    kube_api.delete_pod("first")
+    wait_for(lambda: vp.RELEASED_AT_ANNOTATION in annotations_of(kube_api, first), timeout=60,
              what="the volume to be released")
-    second = admit_and_run(webhook, kubernetes_api, "second")
+    second = run(kube_api, "second")
 
     assert second == first
-    assert len(items(kubernetes_api, PVCS_PATH)) == 1
-    assert items(kubernetes_api, JOBS_PATH) == {}  # replayed by the new pod, not drained
+    assert len(kube_api.items(kube_api.pvcs_path)) == 1
+    assert kube_api.items(kube_api.jobs_path) == {}  # replayed by the new pod, not drained
 
 
-def test_orphaned_volume_is_drained_then_reclaimed_after_its_ttl(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+def test_an_orphaned_volume_is_drained_then_reclaimed_after_its_ttl(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    webhook = start_webhook_operator(**FAST_POOL)
-    volume = admit_and_run(webhook, kubernetes_api, "gone")
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    volume = run(kube_api, "gone")
     job_name = vp.drain_job_name(volume)
 
-    delete_pod(kubernetes_api, "gone")
-    job = wait_for(lambda: items(kubernetes_api, JOBS_PATH).get(job_name),
+    kube_api.delete_pod("gone")
+    job = wait_for(lambda: kube_api.items(kube_api.jobs_path).get(job_name), timeout=60,
                    what="the drain Job")
-    wait_for(lambda: (((kubernetes_api.get("orders") or {}).get("status") or {}).get("volumes")
-                      or {}).get("draining") == 1, what="status.volumes.draining = 1")
+    wait_for(lambda: (status_of(kube_api).get("volumes") or {}).get("draining") == 1,
+             timeout=60, what="status.volumes.draining = 1")
 
     (container,) = job["spec"]["template"]["spec"]["containers"]
     assert container["args"][0] == "drain"
     assert job["spec"]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"] == {
         "claimName": volume}
-    assert annotations_of(kubernetes_api, volume)[vp.DRAIN_JOB_ANNOTATION] == job_name
+    assert annotations_of(kube_api, volume)[vp.DRAIN_JOB_ANNOTATION] == job_name
+    wait_for(lambda: any((p.get("status") or {}).get("phase") == "Running" for p in
+                         kube_api.items(kube_api.pods_path).values()
+                         if p["metadata"]["name"].startswith(job_name)),
+             timeout=60, what="the drain pod running on the volume")
     time.sleep(3)  # longer than the idle TTL: a volume with backlog is never reclaimed
-    assert volume in items(kubernetes_api, PVCS_PATH)
+    assert volume in kube_api.items(kube_api.pvcs_path)
 
-    finish_job(kubernetes_api, job_name)
+    wait_for(lambda: kube_api.finish_drains(), timeout=30, what="the drain pod to exit 0")
 
-    wait_for(lambda: job_name not in items(kubernetes_api, JOBS_PATH), what="Job cleanup")
-    wait_for(lambda: volume not in items(kubernetes_api, PVCS_PATH),
+    wait_for(lambda: job_name not in kube_api.items(kube_api.jobs_path), timeout=60,
+             what="Job cleanup")
+    wait_for(lambda: volume not in kube_api.items(kube_api.pvcs_path), timeout=60,
              what="the drained volume to be deleted after its TTL")
 
 
-def test_empty_volume_whose_claim_never_got_a_pod_is_reclaimed_without_a_drain(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+def test_an_empty_volume_whose_claim_never_got_a_pod_is_reclaimed_without_a_drain(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    empty = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
-        "name": "orders-buffer-empty", "labels": {vp.POOL_LABEL: "orders"},
-        "annotations": {vp.BACKLOG_ANNOTATION: vp.BACKLOG_EMPTY}},
-        "spec": {"accessModes": ["ReadWriteOnce"]}}
-    assert api_call(kubernetes_api, "POST", PVCS_PATH, empty)[0] in (200, 201)
-    start_webhook_operator(**FAST_POOL)
+    kube_api.create(durable_producer())
+    empty = pool_volume("orders-buffer-empty", {vp.BACKLOG_ANNOTATION: vp.BACKLOG_EMPTY})
+    assert kube_api.call("POST", kube_api.pvcs_path, empty)[0] == 201
+    start_chart_operator(**FAST_POOL)
 
-    wait_for(lambda: "orders-buffer-empty" not in items(kubernetes_api, PVCS_PATH),
-             what="the empty volume to be reclaimed")
-    assert items(kubernetes_api, JOBS_PATH) == {}
+    wait_for(lambda: "orders-buffer-empty" not in kube_api.items(kube_api.pvcs_path),
+             timeout=60, what="the empty volume to be reclaimed")
+    assert kube_api.items(kube_api.jobs_path) == {}
 
 
 def test_deleting_the_producer_waits_for_pods_and_drains(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    webhook = start_webhook_operator(**FAST_POOL)
-    volume = admit_and_run(webhook, kubernetes_api, "busy")
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    volume = run(kube_api, "busy")
     job_name = vp.drain_job_name(volume)
-    wait_for(lambda: (kubernetes_api.get("orders") or {}).get("metadata", {}).get("finalizers"),
-             what="the finalizer")
+    wait_for(lambda: (kube_api.get("orders") or {}).get("metadata", {}).get("finalizers"),
+             timeout=60, what="the finalizer")
 
-    kubernetes_api.delete("orders")
+    kube_api.delete("orders")
     time.sleep(3)
 
-    still_there: dict[str, Any] | None = kubernetes_api.get("orders")
+    still_there: dict[str, Any] | None = kube_api.get("orders")
     assert still_there is not None and still_there["metadata"].get("deletionTimestamp")
-    assert items(kubernetes_api, JOBS_PATH) == {}  # the pod still writes to it
-    refused = webhook.review(opted_in_pod("late"))
-    assert refused["allowed"] is False
-    assert "being deleted" in refused["status"]["message"]
+    assert kube_api.items(kube_api.jobs_path) == {}  # the pod still writes to it
+    status, refused = kube_api.create_pod(opted_in_pod("late"))
+    assert status == 400, refused
+    assert "being deleted" in refused["message"]
 
-    delete_pod(kubernetes_api, "busy")
-    wait_for(lambda: job_name in items(kubernetes_api, JOBS_PATH), what="the drain Job")
-    assert kubernetes_api.get("orders") is not None
+    kube_api.delete_pod("busy")
+    wait_for(lambda: job_name in kube_api.items(kube_api.jobs_path), timeout=60,
+             what="the drain Job")
+    assert kube_api.get("orders") is not None
 
-    finish_job(kubernetes_api, job_name)
+    wait_for(lambda: kube_api.finish_drains(), timeout=60, what="the drain pod to exit 0")
 
-    wait_for(lambda: volume not in items(kubernetes_api, PVCS_PATH), what="volume deletion")
-    wait_for(lambda: kubernetes_api.get("orders") is None, what="the producer to go")
-    assert_pool_requests_within_declared_access(kubernetes_api)
+    wait_for(lambda: volume not in kube_api.items(kube_api.pvcs_path), timeout=60,
+             what="volume deletion")
+    wait_for(lambda: kube_api.get("orders") is None, timeout=60, what="the producer to go")
+    assert_pool_requests_within_declared_access(kube_api)
 
 
-def assert_pool_requests_within_declared_access(kubernetes_api: KubernetesApi) -> None:
-    """The pool's own API calls are all in POOL_API_ACCESS (what the chart's RBAC grants)."""
+def assert_pool_requests_within_declared_access(kube_api: KubeApi) -> None:
+    """The pool's own API calls (audit log, by User-Agent) are all in POOL_API_ACCESS, which
+    the chart's RBAC grants; none was refused."""
     declared = {(group, resource, verb)
                 for group, resource, verbs in api_access.POOL_API_ACCESS
                 for verb in verbs}
-    used = {(request.group, request.plural, request.verb)
-            for request in kubernetes_api.requests()
-            if request.user_agent == api_access.POOL_USER_AGENT and request.plural}
+    requests = [r for r in kube_api.requests()
+                if r.user_agent == api_access.POOL_USER_AGENT]
+    used = {(r.group, r.resource, r.verb) for r in requests}
 
     assert {("", "persistentvolumeclaims", "create"), ("", "persistentvolumeclaims", "delete"),
             ("batch", "jobs", "create"), ("batch", "jobs", "delete"),
             ("durable.dev", "durableproducers", "get")} <= used
     assert used <= declared, f"undeclared API access: {sorted(used - declared)}"
+    assert not [r for r in requests if r.code == 403]
 
 
-def degraded(kubernetes_api: KubernetesApi) -> dict[str, Any]:
-    conditions = ((kubernetes_api.get("orders") or {}).get("status") or {}).get("conditions")
+def degraded(kube_api: KubeApi) -> dict[str, Any]:
+    conditions = status_of(kube_api).get("conditions")
     return next((c for c in conditions or [] if c["type"] == "Degraded"), {})
 
 
-def test_pod_running_without_an_agent_degrades_the_producer_until_it_goes(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+def test_a_pod_running_without_an_agent_degrades_the_producer_until_it_goes(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    start_webhook_operator(**FAST_POOL)
-    wait_for(lambda: degraded(kubernetes_api).get("status") == "False", what="Degraded=False")
-    bare = opted_in_pod("bare")  # admitted while the webhook was down (failurePolicy Ignore)
-    bare["status"] = {"phase": "Running"}
-    assert api_call(kubernetes_api, "POST", PODS_PATH, bare)[0] in (200, 201)
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    wait_for(lambda: degraded(kube_api).get("status") == "False", timeout=60,
+             what="Degraded=False")
+    remove_webhook(kube_api)
+    kube_api.run_pod(opted_in_pod("bare"))
 
-    condition = wait_for(lambda: degraded(kubernetes_api).get("status") == "True"
-                         and degraded(kubernetes_api), what="Degraded=True")
+    condition = wait_for(lambda: degraded(kube_api).get("status") == "True"
+                         and degraded(kube_api), timeout=60, what="Degraded=True")
 
     assert condition["reason"] == "VolumePoolProblem"
     assert "without a buffer agent" in condition["message"] and "bare" in condition["message"]
-    status, events = api_call(kubernetes_api, "GET", "/api/v1/namespaces/default/events")
-    assert status == 200
-    assert any(event.get("reason") == "VolumePoolProblem" and "bare" in event.get("message", "")
-               for event in events["items"])
+    wait_for(lambda: any(e.get("reason") == "VolumePoolProblem" and "bare" in e.get("message", "")
+                         for e in kube_api.events()), what="the Warning event")
 
-    delete_pod(kubernetes_api, "bare")
+    kube_api.delete_pod("bare")
 
-    wait_for(lambda: degraded(kubernetes_api).get("status") == "False",
+    wait_for(lambda: degraded(kube_api).get("status") == "False", timeout=60,
              what="Degraded=False once the pod is gone")
-    assert degraded(kubernetes_api)["reason"] == "AsExpected"
+    assert degraded(kube_api)["reason"] == "AsExpected"
 
 
 def test_status_reports_the_backlog_the_agents_publish(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
+    """The operator scrapes the agent at the pod's IP: kwok gives pods loopback addresses, so
+    a metrics server of the agent's listens there."""
+    port = free_port()
+    producer = durable_producer()
+    producer["spec"]["agent"] = {"ports": {"kafka": 9092, "metrics": port}}
+    kube_api.create(producer)
+    start_chart_operator(DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
+    pod_ip = kube_api.run_pod(opted_in_pod("reporting"))["status"]["podIP"]
     metrics = AgentMetrics()
     metrics.refresh_buffer(size_bytes=4321, max_bytes=2**30, quarantined_segments=0)
-    server = MetricsServer(metrics, host="127.0.0.1", port=0).start()
+    server = MetricsServer(metrics, host=pod_ip, port=port).start()
     try:
-        producer = durable_producer()
-        producer["spec"]["agent"] = {"ports": {"kafka": 9092, "metrics": server.port}}
-        kubernetes_api.create(producer)
-        webhook = start_webhook_operator(DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
-        pod = patched(opted_in_pod("reporting"), webhook.review(opted_in_pod("reporting")))
-        pod["status"] = {"phase": "Running", "podIP": "127.0.0.1"}
-        assert api_call(kubernetes_api, "POST", PODS_PATH, pod)[0] in (200, 201)
-
-        wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
-            "backlogBytes") == 4321, what="status.backlogBytes from the agent's metrics")
+        wait_for(lambda: status_of(kube_api).get("backlogBytes") == 4321, timeout=60,
+                 what="status.backlogBytes from the agent's metrics")
 
         metrics.refresh_buffer(size_bytes=0, max_bytes=2**30, quarantined_segments=0)
-        wait_for(lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
-            "backlogBytes") == 0, what="status.backlogBytes back to 0")
+        wait_for(lambda: status_of(kube_api).get("backlogBytes") == 0, timeout=60,
+                 what="status.backlogBytes back to 0")
     finally:
         server.stop()
 
 
-def test_failed_drain_job_degrades_the_producer_and_is_retried(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
+def test_a_failed_drain_job_degrades_the_producer_and_is_retried(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    kubernetes_api.create(durable_producer())
-    webhook = start_webhook_operator(**FAST_POOL)
-    volume = admit_and_run(webhook, kubernetes_api, "gone")
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    volume = run(kube_api, "gone")
     job_name = vp.drain_job_name(volume)
-    delete_pod(kubernetes_api, "gone")
-    wait_for(lambda: job_name in items(kubernetes_api, JOBS_PATH), what="the drain Job")
+    kube_api.delete_pod("gone")
+    wait_for(lambda: job_name in kube_api.items(kube_api.jobs_path), timeout=60,
+             what="the drain Job")
 
-    status, answer = api_call(kubernetes_api, "PATCH", f"{JOBS_PATH}/{job_name}", {
-        "status": {"failed": 3, "conditions": [{"type": "Failed", "status": "True"}]}})
-    assert status == 200, answer
+    def failing() -> dict[str, Any] | None:
+        kube_api.finish_drains(exit_code="1")  # each retry's pod fails too (backoffLimit 2)
+        found = degraded(kube_api)
+        return found if found.get("reason") == "VolumePoolProblem" and job_name in found.get(
+            "message", "") else None
 
-    condition = wait_for(lambda: degraded(kubernetes_api).get("reason") == "VolumePoolProblem"
-                         and degraded(kubernetes_api), what="Degraded naming the Job")
+    condition = wait_for(failing, timeout=150, interval=0.5,
+                         what="the Job to fail (three pods exiting 1) and Degraded to name it")
     assert job_name in condition["message"] and volume in condition["message"]
-    wait_for(lambda: annotations_of(kubernetes_api, volume).get(vp.DRAIN_FAILURES_ANNOTATION)
-             == "1", what="the failure to be counted")
-    # Retried: a fresh Job (the failed one was deleted) after the drain grace.
-    def fresh_job() -> bool:
-        job = items(kubernetes_api, JOBS_PATH).get(job_name)
-        return job is not None and not job.get("status")
+    wait_for(lambda: annotations_of(kube_api, volume).get(vp.DRAIN_FAILURES_ANNOTATION) == "1",
+             timeout=60, what="the failure to be counted")
 
-    wait_for(fresh_job, what="a new drain Job")
-    assert volume in items(kubernetes_api, PVCS_PATH)
+    def fresh_job() -> bool:  # retried: a new Job (the failed one was deleted)
+        job = kube_api.items(kube_api.jobs_path).get(job_name)
+        return job is not None and not any(
+            c["type"] == "Failed" for c in (job.get("status") or {}).get("conditions") or [])
+
+    wait_for(fresh_job, timeout=60, what="a new drain Job")
+    assert volume in kube_api.items(kube_api.pvcs_path)

@@ -1,4 +1,6 @@
-"""Real HTTPS AdmissionReviews against the running operator's webhook server (kopf run)."""
+"""Real HTTPS AdmissionReviews sent straight to the chart's operator (kopf run) on the real API
+server: the exact patch it answers, and reviews an API server would never send. The API
+server calling the webhook itself: test_webhook_on_api_server.py."""
 
 from __future__ import annotations
 
@@ -14,20 +16,13 @@ from durable_producer.operator import pod_mutation
 from durable_producer.operator import volume_pool as vp
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
-from integration.operator.operator_harness import KubernetesApi
+from integration.operator.kube_harness import ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import (
     AGENT_IMAGE,
-    PVCS_PATH,
-    WebhookOperator,
     durable_producer,
-    items,
     opted_in_pod,
     patched,
-    pool_resources,
-    start_webhook_operator,
 )
-
-__all__ = ["pool_resources", "start_webhook_operator"]
 
 pytestmark = pytest.mark.integration
 
@@ -37,10 +32,10 @@ SPEC = DurableProducerSpec.model_validate(durable_producer()["spec"])
 
 @pytest.fixture()
 def webhook(
-    kubernetes_api: KubernetesApi, start_webhook_operator: Callable[..., WebhookOperator]
-) -> WebhookOperator:
-    kubernetes_api.create(durable_producer("orders"))
-    return start_webhook_operator()
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> ChartOperator:
+    kube_api.create(durable_producer("orders"))
+    return start_chart_operator()
 
 
 def deployment_pod() -> dict[str, Any]:
@@ -59,7 +54,7 @@ def expected(pod: dict[str, Any], claim: str) -> dict[str, Any]:
 
 
 def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
-    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+    webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
     pod = deployment_pod()
 
@@ -70,7 +65,7 @@ def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
     claim = result["metadata"]["annotations"][contract.BUFFER_VOLUME_ANNOTATION]
     assert result == expected(pod, claim)
     assert result["spec"]["initContainers"][0]["image"] == AGENT_IMAGE
-    volumes = items(kubernetes_api, PVCS_PATH)
+    volumes = kube_api.items(kube_api.pvcs_path)
     assert list(volumes) == [claim]
     annotations = volumes[claim]["metadata"]["annotations"]
     assert annotations[vp.CLAIM_TOKEN_ANNOTATION]
@@ -82,10 +77,10 @@ def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
 
     assert again["allowed"] is True
     assert patched(result, again) == result  # applying the webhook twice equals once
-    assert list(items(kubernetes_api, PVCS_PATH)) == [claim]
+    assert list(kube_api.items(kube_api.pvcs_path)) == [claim]
 
 
-def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: WebhookOperator) -> None:
+def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: ChartOperator) -> None:
     migrate = {"name": "migrate", "image": "shop/migrate:1", "command": ["migrate"],
                "restartPolicy": "Always"}
     pod = opted_in_pod("with-init", initContainers=[copy.deepcopy(migrate)])
@@ -100,7 +95,7 @@ def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: WebhookOpe
 
 
 def test_reinvocation_after_another_webhook_changed_the_pod(
-    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+    webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
     pod = opted_in_pod("reinvoked")
     first = patched(pod, webhook.review(pod))
@@ -118,11 +113,11 @@ def test_reinvocation_after_another_webhook_changed_the_pod(
     assert proxy_env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
     assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent"]
     assert result["metadata"]["annotations"]["mesh/injected"] == "true"
-    assert list(items(kubernetes_api, PVCS_PATH)) == [claim]  # no second volume claimed
+    assert list(kube_api.items(kube_api.pvcs_path)) == [claim]  # no second volume claimed
 
 
 def test_dry_run_mutates_but_claims_and_creates_nothing(
-    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+    webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
     pod = opted_in_pod("dry")
 
@@ -134,11 +129,11 @@ def test_dry_run_mutates_but_claims_and_creates_nothing(
     claim = pod_mutation.claimed_volume(result)
     assert claim == vp.volume_name("orders", "dry-run")
     assert result == expected(pod, claim)
-    assert items(kubernetes_api, PVCS_PATH) == {}
+    assert kube_api.items(kube_api.pvcs_path) == {}
 
 
 def test_pod_naming_a_missing_producer_is_rejected_with_the_reason(
-    webhook: WebhookOperator, kubernetes_api: KubernetesApi
+    webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
     pod = opted_in_pod("lost", producer="ghost")
 
@@ -146,12 +141,12 @@ def test_pod_naming_a_missing_producer_is_rejected_with_the_reason(
 
     assert response["allowed"] is False
     assert response["status"]["code"] == 400
-    assert "no DurableProducer default/ghost exists" in response["status"]["message"]
+    assert f"no DurableProducer {kube_api.namespace}/ghost exists" in response["status"]["message"]
     assert "patch" not in response
-    assert items(kubernetes_api, PVCS_PATH) == {}
+    assert kube_api.items(kube_api.pvcs_path) == {}
 
 
-def test_pod_without_the_label_passes_untouched(webhook: WebhookOperator) -> None:
+def test_pod_without_the_label_passes_untouched(webhook: ChartOperator) -> None:
     pod = opted_in_pod("plain")
     del pod["metadata"]["labels"]["durable.dev/producer"]
 
@@ -173,7 +168,7 @@ def test_pod_without_the_label_passes_untouched(webhook: WebhookOperator) -> Non
                                          "resource": "widgets"}}}).encode(),
 ], ids=["not-json", "no-object-or-user", "unknown-resource"])
 def test_malformed_reviews_are_refused_and_the_server_keeps_serving(
-    webhook: WebhookOperator, payload: bytes
+    webhook: ChartOperator, payload: bytes
 ) -> None:
     status, answer = webhook.post(payload)
 

@@ -1,11 +1,10 @@
-"""The real operator with its webhook server (HTTPS, a self-signed certificate) and volume pool.
+"""Building blocks of the webhook tests: AdmissionReviews as the API server sends them, the
+JSONPatch applied as it applies it, the pods and DurableProducers the tests use, and a replica
+seen through its HTTPS webhook server (``WebhookOperator``).
 
-Reuses operator_harness (the emulator and `kopf run`): pods, PVCs and Jobs are declared in the
-emulator, the operator is started with a webhook certificate made by the openssl CLI. The
-emulator has no admission chain, so tests play the API server: they send AdmissionReviews to
-the webhook, apply the JSONPatch it answers and POST the resulting pod.
-No test functions here: this module holds fixtures and helpers for test_webhook*.py and
-test_volume_pool*.py.
+Also the operator against kmock (``start_webhook_operator``, with operator_harness's
+emulator), for the one test that needs an API server that hangs (test_webhook_security.py).
+No test functions here.
 """
 
 from __future__ import annotations
@@ -44,9 +43,6 @@ POOL_RESOURCES: dict[str, kmock.ResourceInfo] = {
     "batch/v1/jobs": kmock.ResourceInfo(kind="Job", namespaced=True),
 }
 WEBHOOK_PATH = "/attach-buffer-agent"
-PODS_PATH = f"/api/v1/namespaces/{NAMESPACE}/pods"
-PVCS_PATH = f"/api/v1/namespaces/{NAMESPACE}/persistentvolumeclaims"
-JOBS_PATH = f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs"
 AGENT_IMAGE = "registry.example/durable-agent:test"
 
 
@@ -170,36 +166,12 @@ def durable_producer(name: str = "orders") -> dict[str, Any]:
     }
 
 
-def api_call(kubernetes_api: KubernetesApi, method: str, path: str,
-             body: Any = None) -> tuple[int, Any]:
-    data = json.dumps(body).encode() if body is not None else None
-    content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
-    request = urllib.request.Request(kubernetes_api.base_url + path, data=data, method=method,
-                                     headers={"Content-Type": content_type})
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read() or b"null")
-    except urllib.error.HTTPError as error:
-        return error.code, json.loads(error.read() or b"null")
-
-
-def items(kubernetes_api: KubernetesApi, path: str) -> dict[str, dict[str, Any]]:
-    status, listing = api_call(kubernetes_api, "GET", path)
-    assert status == 200, listing
-    return {item["metadata"]["name"]: item for item in listing.get("items") or []}
-
-
 def answer_with(kubernetes_api: KubernetesApi, request: str, *payload: Any) -> None:
     """Make the emulator answer ``request`` ("get /api/v1/...", any query) with ``payload``
     (e.g. 403 and a Status), as an API server would without RBAC for it."""
     reactions = kubernetes_api._emulator[request]
     for item in payload:
         reactions = reactions << item
-
-
-def forbidden(resource: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "Status", "status": "Failure", "reason": "Forbidden",
-            "code": 403, "message": f"{resource} is forbidden: RBAC: access denied"}
 
 
 def _webhook_accepts_tls(port: int) -> bool:

@@ -20,10 +20,8 @@ from durable_producer.contract import BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration import register
 from integration.spark_integration.spark_harness import (
     AgentProcess,
-    Emulator,
     KafkaEndpoint,
     endpoint_mode,
-    running_emulator,
 )
 from support.broker import ProxiedBroker
 from support.kafka_fixtures import started
@@ -100,10 +98,3 @@ def spark(kafka_endpoint: KafkaEndpoint) -> Iterator[SparkSession]:
                 java_process.wait(timeout=30)
         SparkContext._gateway = None
         SparkContext._jvm = None
-
-
-@pytest.fixture
-def emulator() -> Iterator[Emulator]:
-    """A fresh Kubernetes API emulator (kmock) with pods, configmaps and friends declared."""
-    with running_emulator() as api:
-        yield api

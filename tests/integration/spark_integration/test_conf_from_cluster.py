@@ -1,4 +1,6 @@
-"""``conf --producer NAME``: templates fetched from the DurableProducer's ConfigMap via the API."""
+"""``conf --producer NAME``: templates fetched from the DurableProducer's ConfigMap through the
+real API server (its CA passed in SSL_CERT_FILE as well: NEW-3, see
+test_rendered_templates_on_kubernetes.py)."""
 
 from __future__ import annotations
 
@@ -11,27 +13,33 @@ from durable_producer.contract import DRIVER_TEMPLATE_KEY, EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.cli import main
 from durable_producer.spark_integration.cluster import templates_configmap_name
 from durable_producer.spark_integration.conf import EXECUTOR_CONTAINER_NAME, EXECUTOR_TEMPLATE_FILE
-from integration.spark_integration.spark_harness import Emulator
+from integration.operator.kube_harness import KubeApi, kube_api
 from support.spark_templates import executor_template
+
+__all__ = ["kube_api"]
 
 pytestmark = pytest.mark.integration
 
 EXECUTOR_TEMPLATE = executor_template(grace_seconds=90)
 
 
+@pytest.fixture()
+def kubeconfig(kube_api: KubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The admin's kubeconfig, in the test's namespace; the CA trusted by OpenSSL too."""
+    monkeypatch.setenv("SSL_CERT_FILE", str(kube_api.client.ca_file))  # NEW-3
+    return kube_api.cluster.plane.admin_kubeconfig(tmp_path / "kubeconfig", kube_api.namespace)
+
+
 def test_cli_fetches_templates_of_a_producer(
-    emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kube_api: KubeApi, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    emulator.create(
-        "/api/v1/namespaces/data/configmaps",
-        {
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": templates_configmap_name("orders"), "namespace": "data"},
-            "data": {EXECUTOR_TEMPLATE_KEY: EXECUTOR_TEMPLATE},
-        },
-    )
-    kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+    status, answer = kube_api.call("POST", kube_api.configmaps_path, {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": templates_configmap_name("orders")},
+        "data": {EXECUTOR_TEMPLATE_KEY: EXECUTOR_TEMPLATE},
+    })
+    assert status == 201, answer
     output = tmp_path / "templates"
     code = main(
         [
@@ -39,7 +47,7 @@ def test_cli_fetches_templates_of_a_producer(
             "--producer",
             "orders",
             "--namespace",
-            "data",
+            kube_api.namespace,
             "--kubeconfig",
             str(kubeconfig),
             "--output-dir",
@@ -56,14 +64,15 @@ def test_cli_fetches_templates_of_a_producer(
 
 
 def test_missing_configmap_is_a_clear_error(
-    emulator: Emulator, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    kube_api: KubeApi, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
     code = main(
         [
             "conf",
             "--configmap",
             "absent",
+            "--namespace",
+            kube_api.namespace,
             "--kubeconfig",
             str(kubeconfig),
             "--output-dir",
@@ -71,6 +80,5 @@ def test_missing_configmap_is_a_clear_error(
         ]
     )
     assert code == 2
-    assert "cannot read ConfigMap default/absent with the Spark pod templates (404" in (
-        capsys.readouterr().err
-    )
+    expected = f"cannot read ConfigMap {kube_api.namespace}/absent with the Spark pod templates"
+    assert f"{expected} (404" in capsys.readouterr().err

@@ -1,45 +1,40 @@
-"""End to end on the emulator: operator-rendered templates -> Spark executor pods -> webhook.
+"""End to end on the real API server: operator-rendered templates -> Spark executor pods ->
+webhook.
 
-The real operator (`kopf run`, webhook server on) renders the DurableProducer's templates
+The chart's operator (`kopf run`, webhook server on) renders the DurableProducer's templates
 ConfigMap; the conf CLI fetches it through the API; the real Spark driver (spark-submit,
-client mode, master ``k8s://http://127.0.0.1:PORT``) creates executor pods from it; each
-pod is then sent to the running webhook as the API server would, and the patch it answers
-attaches the agent sidecar and a volume claimed from the operator's pool.
+client mode, master ``k8s://https://127.0.0.1:PORT`` with a token and the cluster's CA)
+creates executor pods from it; the API server calls the webhook for each, which attaches the
+agent sidecar and a volume claimed from the operator's pool.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import kmock
 import pytest
 
 from durable_producer import contract
 from durable_producer.operator import pod_mutation, spark_actions, volume_pool
-from integration.operator import operator_harness
-from integration.operator.operator_harness import NAMESPACE, KubernetesApi, kubernetes_api
-from integration.operator.test_webhook_harness import (
-    AGENT_IMAGE,
-    PODS_PATH,
-    PVCS_PATH,
-    WebhookOperator,
-    durable_producer,
-    items,
-    patched,
-    pool_resources,
-    start_webhook_operator,
+from integration.operator.kube_harness import (
+    ChartOperator,
+    KubeApi,
+    chart_operators,
+    kube_api,
+    start_chart_operator,
 )
+from integration.operator.test_webhook_harness import AGENT_IMAGE, durable_producer
 from support.waiting import wait_for
 
-__all__ = ["kubernetes_api", "pool_resources", "start_webhook_operator"]
+__all__ = ["chart_operators", "kube_api", "start_chart_operator"]
 
 pytestmark = pytest.mark.integration
 
@@ -53,64 +48,49 @@ time.sleep(300)
 """
 
 
-@pytest.fixture(autouse=True)
-def spark_resources(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the Spark driver may touch besides pods, PVCs and ConfigMaps (before start)."""
-    monkeypatch.setitem(
-        operator_harness.DECLARED_RESOURCES,
-        "v1/services",
-        kmock.ResourceInfo(kind="Service", namespaced=True),
-    )
+NEW_3 = ("NEW-3: `python -m durable_producer.spark_integration conf --producer` ignores the"
+         " kubeconfig's certificate-authority(-data): spark_integration/cluster.py builds the"
+         " ApiClient (and its urllib3 pool) before load_kube_config fills the Configuration, so"
+         " TLS verification uses only the system CAs (CERTIFICATE_VERIFY_FAILED against a"
+         " cluster with its own CA) and the error ends in a traceback")
 
 
-def write_kubeconfig(path: Path, server_url: str) -> Path:
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "emulator", "cluster": {"server": server_url}}],
-                "users": [{"name": "tester", "user": {"token": "any-token"}}],
-                "contexts": [
-                    {"name": "emulator", "context": {"cluster": "emulator", "user": "tester"}}
-                ],
-                "current-context": "emulator",
-            }
-        )
-    )
-    return path
-
-
-def conf_flags_from_cluster(kubeconfig: Path, output_dir: Path) -> list[str]:
-    """The flags `python -m durable_producer.spark_integration conf --producer` prints."""
+def conf_flags_from_cluster(kubeconfig: Path, namespace: str, output_dir: Path,
+                            trust: Path | None = None) -> list[str]:
+    """The flags `python -m durable_producer.spark_integration conf --producer` prints;
+    ``trust``: a CA file also given through SSL_CERT_FILE (the NEW-3 workaround)."""
+    environment = dict(os.environ, **({"SSL_CERT_FILE": str(trust)} if trust else {}))
     printed = subprocess.run(
         [
             sys.executable, "-m", "durable_producer.spark_integration", "conf",
-            "--producer", "orders", "--namespace", NAMESPACE,
+            "--producer", "orders", "--namespace", namespace,
             "--kubeconfig", str(kubeconfig), "--output-dir", str(output_dir),
         ],
-        capture_output=True, text=True, check=True, timeout=60,
-    ).stdout  # fmt: skip
-    return printed.split()
+        capture_output=True, text=True, check=False, timeout=60, env=environment,
+    )  # fmt: skip
+    assert printed.returncode == 0, printed.stderr[-3000:]
+    return printed.stdout.split()
 
 
-def executor_pods(kubernetes_api: KubernetesApi) -> list[dict[str, Any]]:
+def executor_pods(kube_api: KubeApi) -> list[dict[str, Any]]:
     return [
         pod
-        for pod in items(kubernetes_api, PODS_PATH).values()
+        for pod in kube_api.items(kube_api.pods_path).values()
         if (pod["metadata"].get("labels") or {}).get("spark-role") == "executor"
     ]
 
 
-def spark_executor_pods(kubernetes_api: KubernetesApi, flags: list[str], tmp_path: Path) -> Any:
+def spark_executor_pods(kube_api: KubeApi, flags: list[str], tmp_path: Path) -> Any:
     """Run the Spark driver until it has created executor pods; returns them."""
     job = tmp_path / "job.py"
     job.write_text(JOB)
     command = [
         str(Path(sys.executable).parent / "spark-submit"),
-        "--master", f"k8s://{kubernetes_api.base_url}",
+        "--master", f"k8s://{kube_api.client.server}",
         "--deploy-mode", "client",
-        "--conf", f"spark.kubernetes.namespace={NAMESPACE}",
+        "--conf", f"spark.kubernetes.namespace={kube_api.namespace}",
+        "--conf", f"spark.kubernetes.authenticate.caCertFile={kube_api.client.ca_file}",
+        "--conf", f"spark.kubernetes.authenticate.oauthToken={kube_api.client.token}",
         "--conf", "spark.kubernetes.container.image=spark:test",
         "--conf", "spark.executor.instances=1",
         "--conf", "spark.scheduler.minRegisteredResourcesRatio=0",
@@ -129,10 +109,10 @@ def spark_executor_pods(kubernetes_api: KubernetesApi, flags: list[str], tmp_pat
         )
     try:
         deadline = time.monotonic() + SPARK_START_TIMEOUT_SECONDS
-        pods = executor_pods(kubernetes_api)
+        pods = executor_pods(kube_api)
         while not pods and time.monotonic() < deadline and driver.poll() is None:
             time.sleep(0.5)
-            pods = executor_pods(kubernetes_api)
+            pods = executor_pods(kube_api)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)
@@ -146,22 +126,24 @@ def env_of(container: dict[str, Any]) -> dict[str, str | None]:
 
 
 def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
-    kubernetes_api: KubernetesApi,
-    start_webhook_operator: Any,
+    kube_api: KubeApi,
+    start_chart_operator: Callable[..., ChartOperator],
     tmp_path: Path,
 ) -> None:
-    kubernetes_api.create(durable_producer("orders"))
-    webhook: WebhookOperator = start_webhook_operator()
+    kube_api.create(durable_producer("orders"))
+    start_chart_operator()
     wait_for(
-        lambda: ((kubernetes_api.get("orders") or {}).get("status") or {}).get(
+        lambda: ((kube_api.get("orders") or {}).get("status") or {}).get(
             spark_actions.STATUS_FIELD
         ),
+        timeout=60,
         what="the operator to render the Spark templates",
     )
-    kubeconfig = write_kubeconfig(tmp_path / "spark-kubeconfig", kubernetes_api.base_url)
-    flags = conf_flags_from_cluster(kubeconfig, tmp_path / "templates")
+    kubeconfig = kube_api.cluster.plane.admin_kubeconfig(tmp_path / "spark-kubeconfig")
+    flags = conf_flags_from_cluster(kubeconfig, kube_api.namespace, tmp_path / "templates",
+                                    trust=kube_api.client.ca_file)  # NEW-3
 
-    (pod,) = spark_executor_pods(kubernetes_api, flags, tmp_path)
+    (pod,) = spark_executor_pods(kube_api, flags, tmp_path)
 
     # What the rendered template (and the conf the helper derived from it) put in the pod.
     labels = pod["metadata"]["labels"]
@@ -173,25 +155,31 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
     env = env_of(spark_container)
     assert env["KAFKA_BOOTSTRAP_SERVERS"] == env["DURABLE_PRODUCER_BOOTSTRAP"] == "127.0.0.1:9092"
     assert env["SPARK_EXECUTOR_ID"] == "1"
-    assert not pod_mutation.is_injected(pod)
 
-    # The API server would now call the webhook; play its part.
-    pod["metadata"].setdefault("namespace", NAMESPACE)
-    response = webhook.review(pod)
-    admitted = patched(pod, response)
-
-    assert response["allowed"] is True
-    assert pod_mutation.is_injected(admitted)
-    agent = admitted["spec"]["initContainers"][0]
+    # The API server called the webhook for the pod Spark created.
+    assert pod_mutation.is_injected(pod)
+    agent = pod["spec"]["initContainers"][0]
     assert (agent["name"], agent["restartPolicy"], agent["image"]) == (
         contract.AGENT_CONTAINER_NAME,
         "Always",
         AGENT_IMAGE,
     )
-    claim = pod_mutation.claimed_volume(admitted)
-    pool = items(kubernetes_api, PVCS_PATH)
+    claim = pod_mutation.claimed_volume(pod)
+    pool = kube_api.items(kube_api.pvcs_path)
     assert claim in pool
     assert pool[claim]["metadata"]["labels"][volume_pool.POOL_LABEL] == "orders"
-    (executor,) = admitted["spec"]["containers"]
-    assert env_of(executor) == env  # Spark's env kept, the bootstrap not duplicated
-    assert admitted["spec"]["terminationGracePeriodSeconds"] == (pod_mutation.MINIMUM_GRACE_SECONDS)
+
+
+@pytest.mark.xfail(strict=True, reason=NEW_3)
+def test_the_conf_helper_trusts_the_clusters_ca_from_the_kubeconfig(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator], tmp_path: Path
+) -> None:
+    kube_api.create(durable_producer("orders"))
+    start_chart_operator()
+    wait_for(lambda: ((kube_api.get("orders") or {}).get("status") or {}).get(
+        spark_actions.STATUS_FIELD), timeout=60, what="the rendered Spark templates")
+    kubeconfig = kube_api.cluster.plane.admin_kubeconfig(tmp_path / "kubeconfig")
+
+    flags = conf_flags_from_cluster(kubeconfig, kube_api.namespace, tmp_path / "templates")
+
+    assert any("executor" in flag for flag in flags), flags

@@ -1,8 +1,9 @@
-"""The real Spark driver (spark-submit, client mode) against a Kubernetes API emulator.
+"""The real Spark driver (spark-submit, client mode) against the real API server.
 
 spark-submit gets exactly the flags printed by ``python -m durable_producer.spark_integration
-conf``; the executor pods it POSTs must carry what the template says (opt-in label, agent
-sidecar, env, grace period). Nothing runs the pods: the emulator only records them.
+conf``; the executor pods it creates must pass the API server's validation and carry what the
+template says (opt-in label, agent sidecar, env, grace period). No operator runs here: the
+template's own agent is checked as stored.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from durable_producer.contract import EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.conf import write_rendered_templates
-from integration.spark_integration.spark_harness import Emulator
+from integration.operator.kube_harness import KubeApi, kube_api
 from support.spark_templates import executor_template
+
+__all__ = ["kube_api"]
 
 pytestmark = pytest.mark.integration
 
@@ -53,7 +57,12 @@ def conf_flags(templates_dir: Path) -> list[str]:
     return printed.split()
 
 
-def test_executor_pods_from_spark_carry_the_template(emulator: Emulator, tmp_path: Path) -> None:
+def executor_pods(kube_api: KubeApi) -> list[dict[str, Any]]:
+    return [pod for pod in kube_api.items(kube_api.pods_path).values()
+            if (pod["metadata"].get("labels") or {}).get("spark-role") == "executor"]
+
+
+def test_executor_pods_from_spark_carry_the_template(kube_api: KubeApi, tmp_path: Path) -> None:
     templates = write_rendered_templates(
         {EXECUTOR_TEMPLATE_KEY: EXECUTOR_TEMPLATE}, tmp_path / "templates"
     )
@@ -62,11 +71,15 @@ def test_executor_pods_from_spark_carry_the_template(emulator: Emulator, tmp_pat
     command = [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master",
-        f"k8s://{emulator.url}",
+        f"k8s://{kube_api.client.server}",
         "--deploy-mode",
         "client",
         "--conf",
-        "spark.kubernetes.namespace=default",
+        f"spark.kubernetes.namespace={kube_api.namespace}",
+        "--conf",
+        f"spark.kubernetes.authenticate.caCertFile={kube_api.client.ca_file}",
+        "--conf",
+        f"spark.kubernetes.authenticate.oauthToken={kube_api.client.token}",
         "--conf",
         "spark.kubernetes.container.image=spark:test",
         "--conf",
@@ -90,10 +103,10 @@ def test_executor_pods_from_spark_carry_the_template(emulator: Emulator, tmp_pat
         )
     try:
         deadline = time.monotonic() + 120
-        pods = emulator.posted("/pods")
+        pods = executor_pods(kube_api)
         while not pods and time.monotonic() < deadline and driver.poll() is None:
             time.sleep(0.5)
-            pods = emulator.posted("/pods")
+            pods = executor_pods(kube_api)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(driver.pid, signal.SIGKILL)

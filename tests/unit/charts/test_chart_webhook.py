@@ -312,3 +312,30 @@ def test_contradictory_certificate_values_are_refused(
 
     assert result.returncode != 0
     assert message in result.stderr
+
+
+def test_a_webhook_url_replaces_the_service_reference() -> None:
+    """webhook.url: the API server calls the operator at that address (an operator outside
+    the service network, as in the tests against the local API server); no Service."""
+    values = {"webhook": {**TLS_VALUES["webhook"], "url": "https://127.0.0.1:9443/"}}
+    objects = render_chart(values)
+    client = webhook_of(objects)["clientConfig"]
+
+    assert client == {"url": f"https://127.0.0.1:9443/{admission.MUTATION_WEBHOOK_ID}",
+                      "caBundle": TLS_VALUES["webhook"]["tls"]["caBundle"]}
+    assert not objects_of_kind(objects, "Service")
+    assert env_of(objects)[settings.WEBHOOK_CERT_FILE_ENV]  # still served with the Secret's
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"webhook": {"url": "https://127.0.0.1:9443"}}, "at '/webhook/tls/existingSecret'"),
+    ({"webhook": {**TLS_VALUES["webhook"], "url": "http://127.0.0.1:9443"}},
+     "at '/webhook/url'"),
+    ({"webhook": {**TLS_VALUES["webhook"], "url": "https://127.0.0.1:9443/attach"}},
+     "at '/webhook/url'"),
+])  # fmt: skip
+def test_bad_webhook_urls_are_refused(values: dict[str, Any], message: str) -> None:
+    result = run_helm(["template", "dp", str(CHART_DIR)], values=values)
+
+    assert result.returncode != 0
+    assert message in result.stderr
