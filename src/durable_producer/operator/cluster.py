@@ -135,6 +135,23 @@ class Cluster:
             raise
         return found
 
+    def patch_producer_status_if_unchanged(
+        self, namespace: str, name: str, resource_version: str, status: JsonObject
+    ) -> bool:
+        """Merge-patch the status only if the object is still at ``resource_version`` (the
+        API server answers 409 otherwise); False when it changed meanwhile or is gone."""
+        patch = {"metadata": {"resourceVersion": resource_version}, "status": status}
+        try:
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, namespace, PLURAL, name, patch,
+                _content_type=MERGE_PATCH, **_call_options(),
+            )  # fmt: skip
+        except ApiException as error:
+            if error.status in (404, 409):
+                return False
+            raise
+        return True
+
     # ------------------------------------------------------------------ a producer's objects
 
     def pool_volumes(self, namespace: str, producer: str) -> list[JsonObject]:

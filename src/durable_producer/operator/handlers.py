@@ -15,11 +15,15 @@ running the handlers at a time; see startup.py).
 - ``reconcile_durable_producer`` (DurableProducer resume/create/update): reconcile (pure).
 - ``resync_durable_producer`` (timer, per DurableProducer; feature volume pool): reconcile
   again when ``metadata.generation`` is ahead of ``status.observedGeneration`` and the object
-  is not paused. kopf's change detection is edge-triggered: when it believes a change handled
-  (a stale event accepted after its consistency timeout re-writes an older "succeeded"
-  record), no event brings it back; this timer is the level-triggered safety net, so a
-  resumed or missed edit takes effect within one pool interval. kopf gives every object with
-  a timer a finalizer, so it runs only with the volume pool, whose finalizer is there anyway.
+  is not paused, or when the ReconciliationPaused condition disagrees with the annotation.
+  kopf's change detection is edge-triggered: when it believes a change handled, no event
+  brings it back. It can be wrong: a stale event accepted after its consistency timeout
+  re-writes an older "succeeded" record, and a change that arrives while a handling cycle is
+  under way (an annotation set just after creation) is folded into that cycle's record
+  without the handlers that already ran seeing it. This timer is the level-triggered safety
+  net: an edit, a pause or a resume takes effect within one pool interval. kopf gives every
+  object with a timer a finalizer, so it runs only with the volume pool, whose finalizer is
+  there anyway.
 - ``render_spark_templates`` (same events; feature sparkPodTemplates):
   spark_actions.handle_spark_templates.
 - ``maintain_volume_pool`` (timer, per DurableProducer; feature volume pool):
@@ -210,18 +214,24 @@ def resync_durable_producer(
     no event brought to reconcile (see the module doc), with its Spark templates when that
     feature is on.
 
-    Nothing to do (the usual case) costs a comparison; a paused or deleted object waits."""
-    if (body.get("metadata") or {}).get("deletionTimestamp") or pause.is_paused(body):
+    Also the pause condition, both ways, when it disagrees with the annotation. Nothing to do
+    (the usual case) costs a comparison; a deleted object is the delete handler's."""
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
         return
     status = body.get("status") or {}
-    if not reconcile.is_behind(meta.get("generation"), status):
+    paused = pause.is_paused(body)
+    if pause.condition_is_stale(body):
+        logger.info("the pause annotation is %s but the condition says otherwise: reconciling",
+                    "set" if paused else "gone")  # fmt: skip
+    elif paused or not reconcile.is_behind(meta.get("generation"), status):
         return
-    logger.info(
-        "generation %s is not reconciled yet (status.observedGeneration %s): reconciling",
-        meta.get("generation"), status.get("observedGeneration"),
-    )
-    reconcile_status(body, meta, patch, logger)
-    if config_of(memo).features.spark_pod_templates:
+    else:
+        logger.info(
+            "generation %s is not reconciled yet (status.observedGeneration %s): reconciling",
+            meta.get("generation"), status.get("observedGeneration"),
+        )
+    reconcile_status(body, meta, patch, logger)  # paused: the condition alone
+    if not paused and config_of(memo).features.spark_pod_templates:
         render_spark_templates(body=body, patch=patch, logger=logger)
 
 
@@ -247,7 +257,8 @@ def maintain_volume_pool(
         if pause.is_paused(body):  # the condition is reconcile's to write
             return
         update = pool_actions.handle_pool_timer(body, config_of(memo), logger)
-        patch.status.update(update.changes)
+        if not pool_actions.publish_pool_status(body, update.changes, logger):
+            return  # the object changed meanwhile: the next run publishes from a fresh view
         metrics.POOL_FIGURES.observe(
             str(metadata.get("namespace")),
             str(metadata.get("name")),

@@ -38,6 +38,16 @@ def is_paused(body: Mapping[str, Any]) -> bool:
     return str(annotations.get(PAUSE_ANNOTATION, "")).lower() == "true"
 
 
+def condition_is_stale(body: Mapping[str, Any]) -> bool:
+    """Whether ReconciliationPaused disagrees with the annotation: paused without the
+    condition True, or resumed with it still True (an annotation change kopf folded into a
+    handling cycle that was already under way, so no handler saw it)."""
+    conditions = (body.get("status") or {}).get("conditions") or []
+    current = next((c for c in conditions if c.get("type") == PAUSED_CONDITION), None)
+    shown = current is not None and current.get("status") == "True"
+    return shown != is_paused(body)
+
+
 def paused_conditions(
     conditions: Sequence[Mapping[str, Any]], paused: bool, generation: int | None, now: datetime
 ) -> list[dict[str, Any]] | None:

@@ -200,6 +200,32 @@ def handle_pool_timer(
     return update
 
 
+def publish_pool_status(
+    producer: Mapping[str, Any], changes: Mapping[str, Any], logger: kopf.Logger
+) -> bool:
+    """Write the pool timer's status changes only onto the object they were computed from.
+
+    The timer's run takes seconds (listing, scraping agents); reconcile may write the status
+    meanwhile (a new generation, the pause condition). A merge patch of ``conditions``
+    replaces the whole list, so an unconditional write from this run's older view would undo
+    reconcile's: the patch carries the resourceVersion the run read, the API server refuses
+    it if the object changed since, and the next run publishes from a fresh view. False then.
+    """
+    if not changes:
+        return True
+    metadata = producer.get("metadata") or {}
+    resource_version = metadata.get("resourceVersion")
+    if not resource_version:
+        return False
+    written = cluster(POOL_USER_AGENT).patch_producer_status_if_unchanged(
+        str(metadata.get("namespace")), str(metadata.get("name")), str(resource_version),
+        dict(changes),
+    )  # fmt: skip
+    if not written:
+        logger.debug("the DurableProducer changed during this pool run; publishing at the next")
+    return written
+
+
 def handle_deletion(
     producer: Mapping[str, Any],
     config: OperatorConfig,

@@ -51,3 +51,22 @@ def test_resuming_turns_it_false_and_never_paused_objects_get_none() -> None:
     assert condition["observedGeneration"] == 2
     assert resumed["bufferSize"] == "2Gi"
     assert untouched == {"bufferSize": "2Gi", "conditions": []}
+
+
+@pytest.mark.parametrize(("annotation", "condition", "stale"), [
+    (None, None, False),  # never paused
+    ("true", None, True),  # paused, not shown yet
+    ("true", "True", False),
+    (None, "True", True),  # resumed, still shown
+    (None, "False", False),
+    ("true", "False", True),
+])  # fmt: skip
+def test_the_pause_condition_is_stale_when_it_disagrees_with_the_annotation(
+    annotation: str | None, condition: str | None, stale: bool
+) -> None:
+    body: dict[str, object] = {"metadata": {"annotations": {}}, "status": {"conditions": []}}
+    if annotation is not None:
+        body["metadata"] = {"annotations": {PAUSE_ANNOTATION: annotation}}
+    if condition is not None:
+        body["status"] = {"conditions": [{"type": pause.PAUSED_CONDITION, "status": condition}]}
+    assert pause.condition_is_stale(body) is stale
