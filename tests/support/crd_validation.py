@@ -4,7 +4,7 @@ The Kubernetes emulator has no admission at all, so tests validate objects here:
 defaulting, the OpenAPI schema (jsonschema, strict about unknown fields as kubectl is), and
 every CEL rule (``x-kubernetes-validations``) evaluated with cel-python, with the part of
 Kubernetes' CEL quantity library our rules use (``quantity``, ``isQuantity``, ``compareTo``,
-``isLessThan``, ``isGreaterThan``). The quantity parser here is written from Kubernetes'
+``add``, ``isLessThan``, ``isGreaterThan``). The quantity parser here is written from Kubernetes'
 documented quantity format, independently of the operator's quantities.py.
 """
 
@@ -67,6 +67,12 @@ def _is_quantity(text: Any) -> celtypes.BoolType:
     return celtypes.BoolType(_QUANTITY.match(str(text)) is not None)
 
 
+def _add(left: Quantity, right: Any) -> Quantity:
+    """Quantity.add: another quantity, or an integer in base units (bytes)."""
+    addend = right.value if isinstance(right, Quantity) else Fraction(int(right))
+    return Quantity(left.value + addend)
+
+
 def _compare_to(left: Quantity, right: Quantity) -> celtypes.IntType:
     return celtypes.IntType((left.value > right.value) - (left.value < right.value))
 
@@ -75,6 +81,7 @@ KUBERNETES_FUNCTIONS: dict[str, Any] = {
     "quantity": _quantity,
     "isQuantity": _is_quantity,
     "compareTo": _compare_to,
+    "add": _add,
     "isLessThan": lambda left, right: celtypes.BoolType(left.value < right.value),
     "isGreaterThan": lambda left, right: celtypes.BoolType(left.value > right.value),
 }

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import re
 import subprocess
 import threading
 import uuid
@@ -25,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from durable_producer.local.kube import KubeControlPlane
 from durable_producer.local.kube_binaries import KubeBinariesMissing
@@ -87,39 +85,9 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
         plane.close()
 
 
-# NEW-1 (a product defect, see test_crds_on_api_server.py): Kubernetes 1.35 refuses the
-# DurableProducer CRD because its CEL rule's estimated cost is over the budget.
-CEL_COST_REFUSAL = "estimated rule cost exceeds budget"
-NEW_1 = ("NEW-1: kube-apiserver 1.35 refuses crds/durableproducers.durable.dev.yaml: the CEL rule"
-         " on spec (the storage size lower bound, crd.py storage_size_rule) 'estimated rule cost"
-         " exceeds budget by factor of more than 100x'; kubectl apply -f crds/ and helm install"
-         " of the chart both fail")
-
-
 def apply_crds(cluster: Cluster) -> None:
-    """``kubectl apply -f crds/``. Should the API server refuse a CRD for its CEL rules' cost
-    (NEW-1), that CRD is applied without them, so the rest of the bed still runs; the test of
-    the shipped CRDs keeps failing until the CRD is fixed."""
-    result = cluster.kubectl("apply", "--server-side", "-f", str(CRDS_DIR), check=False)
-    if result.returncode == 0:
-        return
-    if CEL_COST_REFUSAL not in result.stderr:
-        raise AssertionError(f"kubectl apply -f crds/ failed:\n{result.stderr}")
-    refused = {(tuple(re.findall(r"\[(\w+)\]", where)), int(index)) for where, index in
-               re.findall(r"openAPIV3Schema((?:\.properties\[\w+\])*)"
-                          r"\.x-kubernetes-validations\[(\d+)\]", result.stderr)}
-    for path in sorted(CRDS_DIR.glob("*.yaml")):
-        definition = yaml.safe_load(path.read_text())
-        if definition["metadata"]["name"] not in result.stderr:
-            continue
-        for version in definition["spec"]["versions"]:
-            root = version["schema"]["openAPIV3Schema"]
-            for properties, index in sorted(refused, reverse=True):
-                node = root
-                for name in properties:
-                    node = node["properties"][name]
-                del node["x-kubernetes-validations"][index]
-        cluster.kubectl("apply", "--server-side", "-f", "-", input_text=json.dumps(definition))
+    """``kubectl apply -f crds/``, as users install the CRDs (server-side apply)."""
+    cluster.kubectl("apply", "--server-side", "-f", str(CRDS_DIR))
 
 
 def _strip_finalizers(admin: KubeClient, namespace: str) -> None:

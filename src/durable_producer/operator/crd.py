@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel
 
 from durable_producer.operator import model, sizing
+from durable_producer.operator.quantities import MIB
 
 CRD_NAME = f"{model.PLURAL}.{model.GROUP}"
 CRD_FILE_NAME = f"{CRD_NAME}.yaml"
@@ -105,6 +106,12 @@ def storage_size_rule(spec: JsonSchema) -> JsonSchema:
     with the numbers). This rule is a lower bound of it, ``2 * segment + C`` MiB, with C the
     smallest margin over every segment size the schema allows, so it never refuses a size the
     budget accepts. Quantities in CEL need Kubernetes 1.29+.
+
+    The API server estimates each rule's cost before it accepts the CRD, and a string built at
+    run time (``string(int) + 'Mi'``) counts as unbounded: ``quantity()`` of one, or a message
+    concatenating one, put the CRD over its budget by more than 100x and the API server refused
+    it (NEW-1). So the bound is built as a number (``quantity('0').add(bytes)``) and the message
+    names the formula, with the figure for the default segment size written out.
     """
     segment_schema = spec["properties"]["agent"]["properties"]["segmentSizeMib"]
     sizes = range(segment_schema["minimum"], segment_schema["maximum"] + 1)
@@ -113,14 +120,16 @@ def storage_size_rule(spec: JsonSchema) -> JsonSchema:
         "(has(self.agent) && has(self.agent.segmentSizeMib) ? self.agent.segmentSizeMib"
         f" : {segment_schema['default']})"
     )
-    minimum = f"string({sizing.SEGMENTS_ON_DISK} * {segment} + {margin}) + 'Mi'"
+    minimum_bytes = f"({sizing.SEGMENTS_ON_DISK} * {segment} + {margin}) * {MIB}"
+    default_minimum = sizing.SEGMENTS_ON_DISK * segment_schema["default"] + margin
     return {
         "rule": "!has(self.storage) || !has(self.storage.size)"
-        f" || quantity(self.storage.size).compareTo(quantity({minimum})) >= 0",
+        f" || quantity(self.storage.size).compareTo(quantity('0').add({minimum_bytes})) >= 0",
         "message": STORAGE_SIZE_MESSAGE,
-        "messageExpression": "'spec.storage.size ' + self.storage.size + ' is too small: two"
-        f" WAL segments of ' + string({segment}) + ' MiB, the agent reserve and the"
-        f" filesystem overhead need at least ' + {minimum}",
+        "messageExpression": "'spec.storage.size ' + self.storage.size + ' is too small: it"
+        f" must be at least {sizing.SEGMENTS_ON_DISK} x spec.agent.segmentSizeMib + {margin} MiB"
+        f" ({default_minimum}Mi with the default {segment_schema['default']} MiB segments) for"
+        " two WAL segments, the agent reserve and the filesystem overhead'",
         "fieldPath": ".storage.size",
     }
 

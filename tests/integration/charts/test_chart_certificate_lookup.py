@@ -6,8 +6,8 @@ and the Secret stay the same on every upgrade, and so does the operator pods' ch
 restart, no window in which the API server trusts a CA the replicas do not serve).
 
 The real helm binary installs and upgrades the chart on the real API server (release records
-included; --skip-crds: the session's CRDs serve, see NEW-1); each test has its own namespace,
-and its release is uninstalled after it.
+included; --skip-crds: the session's cluster-wide CRDs serve); each test has its own
+namespace, and its release is uninstalled after it.
 """
 
 from __future__ import annotations

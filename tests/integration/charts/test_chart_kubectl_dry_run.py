@@ -2,9 +2,8 @@
 
 The objects go through the API server's whole write path (schemas, defaulting, validation,
 admission) without being stored: what `helm template ... | kubectl apply -f -` meets. The
-chart's CRDs are left out here: the API server refuses the DurableProducer CRD (NEW-1,
-tests/integration/operator/test_crds_on_api_server.py); the session's (kubectl apply -f crds/)
-serve the custom resources.
+chart's CRDs are tried by tests/integration/operator/test_crds_on_api_server.py; the
+session's (kubectl apply -f crds/) serve the custom resources here.
 """
 
 from __future__ import annotations

@@ -8,13 +8,12 @@ from pathlib import Path
 import pytest
 
 from durable_producer.local.kube import KubeControlPlane
-from support.kube_cluster import CRDS_DIR, NEW_1, Cluster
+from support.kube_cluster import CRDS_DIR, Cluster
 from support.tools import CHART_DIR, helm_binary
 
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.xfail(strict=True, reason=NEW_1)
 def test_the_shipped_crds_are_accepted_by_kubectl_apply(control_plane: Cluster) -> None:
     result = control_plane.kubectl("apply", "--server-side", "--dry-run=server",
                                    "--force-conflicts", "-f", str(CRDS_DIR), check=False)
@@ -22,7 +21,6 @@ def test_the_shipped_crds_are_accepted_by_kubectl_apply(control_plane: Cluster) 
     assert result.returncode == 0, result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason=NEW_1)
 def test_helm_install_on_a_fresh_cluster_installs_the_crds(
     control_plane: Cluster, tmp_path: Path
 ) -> None:

@@ -16,7 +16,6 @@ from durable_producer.operator.model import API_VERSION, KIND, DurableProducerSp
 from durable_producer.operator.sizing import SizingInputs, size_buffer
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from support.crd_validation import ApiServerValidation
-from support.kube_cluster import NEW_1
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -74,9 +73,9 @@ def wait_for_writes_to_settle(kube_api: KubeApi, name: str) -> int:
 REFUSED_SPECS = [
     pytest.param({"agent": {"ports": {"kafka": 9092, "metrics": 9092}}},
                  "kafka and metrics ports must differ", id="equal-ports"),
-    # The bed's CRD lacks this rule: the API server refuses the CRD that has it (NEW-1).
+    # NEW-1: the API server refused the CRD with this rule (its estimated cost).
     pytest.param({"storage": {"size": "5Mi"}}, "spec.storage.size 5Mi is too small",
-                 id="tiny-volume", marks=pytest.mark.xfail(strict=True, reason=NEW_1)),
+                 id="tiny-volume"),
     pytest.param({"kafka": {"bootstrapServers": []}}, "spec.kafka.bootstrapServers",
                  id="no-brokers"),
     # fieldValidation=Strict (kubectl's default): 400 BadRequest, not 422.

@@ -189,8 +189,8 @@ BAD_SPECS: dict[str, BadSpec] = {
     "zero-size": BadSpec(
         with_changes({"storage.size": "0"}),
         "spec.storage.size 0 cannot hold the agent's WAL",
-        ".spec.storage.size: Invalid value: spec.storage.size 0 is too small: two WAL segments"
-        " of 64 MiB",
+        ".spec.storage.size: Invalid value: spec.storage.size 0 is too small: it must be at least"
+        " 2 x spec.agent.segmentSizeMib + 77 MiB (205Mi with the default 64 MiB segments)",
         only_cel_rejects=True,
     ),
     "tiny-size": BadSpec(
@@ -202,7 +202,7 @@ BAD_SPECS: dict[str, BadSpec] = {
     "size-below-two-big-segments": BadSpec(
         with_changes({"storage.size": "1Gi", "agent.segmentSizeMib": 1024}),
         "spec.storage.size 1Gi cannot hold the agent's WAL",
-        "two WAL segments of 1024 MiB",
+        "spec.storage.size 1Gi is too small: it must be at least 2 x spec.agent.segmentSizeMib",
         only_cel_rejects=True,
     ),
     # Defect: the CRD accepted port 0 / 99999, a limit below its request, an image with spaces.

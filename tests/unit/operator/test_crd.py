@@ -197,4 +197,5 @@ def test_storage_size_rule_never_refuses_a_size_the_agent_budget_accepts() -> No
         **copy.deepcopy(base), "storage": {"size": f"{smallest - 1}Mi"},
         "agent": {"segmentSizeMib": 1}})
     (error,) = rules.errors(too_small, spec_schema)
-    assert f"need at least {smallest}Mi" in error
+    margin = smallest - 2 * 1
+    assert f"at least 2 x spec.agent.segmentSizeMib + {margin} MiB" in error
