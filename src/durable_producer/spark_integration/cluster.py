@@ -29,27 +29,44 @@ def fetch_rendered_templates(
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
+    from urllib3.exceptions import HTTPError
 
-    api_client = client.ApiClient(configuration=client.Configuration())
+    # The configuration is filled before the ApiClient exists: the client builds its
+    # connection pool (CA, client certificate) from the configuration it is given, so one
+    # loaded afterwards is ignored and TLS trusts only the system CAs (NEW-3).
+    configuration = client.Configuration()
     try:
         try:
             config.load_kube_config(
                 config_file=str(kubeconfig) if kubeconfig else None,
-                client_configuration=api_client.configuration,
+                client_configuration=configuration,
             )
         except (ConfigException, FileNotFoundError, TypeError):
             if kubeconfig is not None:
                 raise
-            config.load_incluster_config(client_configuration=api_client.configuration)
-        found = client.CoreV1Api(api_client).read_namespaced_config_map(configmap, namespace)
+            config.load_incluster_config(client_configuration=configuration)
+    except (ConfigException, FileNotFoundError, TypeError) as error:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig else "no kubeconfig, not in a pod"
+        raise TemplateError(
+            f"no usable Kubernetes configuration ({where}): {error}; "
+            "pass --kubeconfig or set KUBECONFIG"
+        ) from error
+    api_client = client.ApiClient(configuration=configuration)
+    try:
+        found = client.CoreV1Api(api_client).read_namespaced_config_map(
+            configmap, namespace, _request_timeout=30
+        )
     except ApiException as error:
         raise TemplateError(
             f"cannot read ConfigMap {namespace}/{configmap} with the Spark pod templates "
             f"({error.status} {error.reason}); is the DurableProducer's Spark template "
             f"rendering enabled and its name right?"
         ) from error
-    except ConfigException as error:
-        raise TemplateError(f"no Kubernetes configuration found: {error}") from error
+    except HTTPError as error:
+        raise TemplateError(
+            f"cannot reach the Kubernetes API at {configuration.host}: {error}; "
+            "check the kubeconfig's server and certificate authority"
+        ) from error
     finally:
         api_client.close()
     return dict(found.data or {})

@@ -1,10 +1,12 @@
 """``conf --producer NAME``: templates fetched from the DurableProducer's ConfigMap through the
-real API server (its CA passed in SSL_CERT_FILE as well: NEW-3, see
-test_rendered_templates_on_kubernetes.py)."""
+real API server, trusted through the kubeconfig's certificate authority alone."""
 
 from __future__ import annotations
 
+import base64
+import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -23,10 +25,19 @@ pytestmark = pytest.mark.integration
 EXECUTOR_TEMPLATE = executor_template(grace_seconds=90)
 
 
+def foreign_ca() -> str:
+    """A self-signed CA certificate that signed nothing of the test cluster's, base64."""
+    pem = subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+         "-nodes", "-keyout", "/dev/null", "-subj", "/CN=foreign-ca", "-days", "1"],
+        capture_output=True, check=True, timeout=30).stdout
+    return base64.b64encode(pem).decode()
+
+
+
 @pytest.fixture()
-def kubeconfig(kube_api: KubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The admin's kubeconfig, in the test's namespace; the CA trusted by OpenSSL too."""
-    monkeypatch.setenv("SSL_CERT_FILE", str(kube_api.client.ca_file))  # NEW-3
+def kubeconfig(kube_api: KubeApi, tmp_path: Path) -> Path:
+    """The admin's kubeconfig, in the test's namespace."""
     return kube_api.cluster.plane.admin_kubeconfig(tmp_path / "kubeconfig", kube_api.namespace)
 
 
@@ -82,3 +93,44 @@ def test_missing_configmap_is_a_clear_error(
     assert code == 2
     expected = f"cannot read ConfigMap {kube_api.namespace}/absent with the Spark pod templates"
     assert f"{expected} (404" in capsys.readouterr().err
+
+
+def conf_with(kubeconfig: Path, namespace: str, output: Path) -> int:
+    return main(["conf", "--producer", "orders", "--namespace", namespace,
+                 "--kubeconfig", str(kubeconfig), "--output-dir", str(output)])
+
+
+@pytest.mark.parametrize(("broken", "expected"), [
+    # Nothing listens on port 1: refused at once.
+    ("server", "cannot reach the Kubernetes API at https://127.0.0.1:1"),
+    # The right server with a CA that did not sign its certificate.
+    ("certificate-authority", "check the kubeconfig's server and certificate authority"),
+])  # fmt: skip
+def test_an_unreachable_or_untrusted_api_server_is_one_clear_line(
+    kube_api: KubeApi, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    broken: str, expected: str,
+) -> None:
+    text = kubeconfig.read_text()
+    if broken == "server":
+        text = re.sub(r"server: \S+", "server: https://127.0.0.1:1", text)
+    else:
+        text = re.sub(r"certificate-authority(-data)?: \S+",
+                      f"certificate-authority-data: {foreign_ca()}", text)
+    kubeconfig.write_text(text)
+
+    code = conf_with(kubeconfig, kube_api.namespace, tmp_path / "templates")
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert expected in err, err
+    assert "Traceback" not in err
+
+
+def test_a_missing_kubeconfig_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = conf_with(tmp_path / "absent", "default", tmp_path / "templates")
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "no usable Kubernetes configuration (kubeconfig " in err, err

@@ -48,25 +48,15 @@ time.sleep(300)
 """
 
 
-NEW_3 = ("NEW-3: `python -m durable_producer.spark_integration conf --producer` ignores the"
-         " kubeconfig's certificate-authority(-data): spark_integration/cluster.py builds the"
-         " ApiClient (and its urllib3 pool) before load_kube_config fills the Configuration, so"
-         " TLS verification uses only the system CAs (CERTIFICATE_VERIFY_FAILED against a"
-         " cluster with its own CA) and the error ends in a traceback")
-
-
-def conf_flags_from_cluster(kubeconfig: Path, namespace: str, output_dir: Path,
-                            trust: Path | None = None) -> list[str]:
-    """The flags `python -m durable_producer.spark_integration conf --producer` prints;
-    ``trust``: a CA file also given through SSL_CERT_FILE (the NEW-3 workaround)."""
-    environment = dict(os.environ, **({"SSL_CERT_FILE": str(trust)} if trust else {}))
+def conf_flags_from_cluster(kubeconfig: Path, namespace: str, output_dir: Path) -> list[str]:
+    """The flags `python -m durable_producer.spark_integration conf --producer` prints."""
     printed = subprocess.run(
         [
             sys.executable, "-m", "durable_producer.spark_integration", "conf",
             "--producer", "orders", "--namespace", namespace,
             "--kubeconfig", str(kubeconfig), "--output-dir", str(output_dir),
         ],
-        capture_output=True, text=True, check=False, timeout=60, env=environment,
+        capture_output=True, text=True, check=False, timeout=60,
     )  # fmt: skip
     assert printed.returncode == 0, printed.stderr[-3000:]
     return printed.stdout.split()
@@ -140,8 +130,7 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
         what="the operator to render the Spark templates",
     )
     kubeconfig = kube_api.cluster.plane.admin_kubeconfig(tmp_path / "spark-kubeconfig")
-    flags = conf_flags_from_cluster(kubeconfig, kube_api.namespace, tmp_path / "templates",
-                                    trust=kube_api.client.ca_file)  # NEW-3
+    flags = conf_flags_from_cluster(kubeconfig, kube_api.namespace, tmp_path / "templates")
 
     (pod,) = spark_executor_pods(kube_api, flags, tmp_path)
 
@@ -170,10 +159,11 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
     assert pool[claim]["metadata"]["labels"][volume_pool.POOL_LABEL] == "orders"
 
 
-@pytest.mark.xfail(strict=True, reason=NEW_3)
 def test_the_conf_helper_trusts_the_clusters_ca_from_the_kubeconfig(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator], tmp_path: Path
 ) -> None:
+    """NEW-3: the helper built its API client before loading the kubeconfig, so TLS trusted
+    only the system CAs (CERTIFICATE_VERIFY_FAILED, then a traceback)."""
     kube_api.create(durable_producer("orders"))
     start_chart_operator()
     wait_for(lambda: ((kube_api.get("orders") or {}).get("status") or {}).get(
