@@ -13,11 +13,19 @@ Cluster-scoped reads, in the ClusterRole whatever namespaces the operator watche
 cannot grant them): kopf discovers resources and follows CRD changes by listing and watching
 CustomResourceDefinitions; the volume pool reads StorageClasses to learn whether a volume too
 small for its spec can be grown (CLUSTER_FEATURE_API_ACCESS: STORAGE_CLASSES_API_ACCESS).
+With watchNamespaces, kopf lists and watches Namespaces (their names) to learn which of the
+given ones exist; refused, it backs off for about a minute at every start before it handles
+anything (NAMESPACE_SCAN_API_ACCESS).
 */}}
 {{- define "durable-producer.clusterRules" -}}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["list", "watch"]
+{{- if .Values.operator.watchNamespaces }}
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- if .Values.rbac.features.volumePool }}
 - apiGroups: ["storage.k8s.io"]
   resources: ["storageclasses"]

@@ -52,6 +52,12 @@ NAMESPACED_PEERING_API_ACCESS: ApiAccess = (
     (PEERING_GROUP, "kopfpeerings", ("list", "watch", "patch")),
 )
 
+# kopf run --namespace=...: kopf lists and watches Namespaces to learn which of the given ones
+# exist. Refused (403), it retries with backoff for about a minute before it falls back to the
+# names as given, and handles nothing meanwhile, at every start and fail-over (NEW-2). Names
+# only, cluster-wide (a Role cannot grant it); the chart grants it with watchNamespaces.
+NAMESPACE_SCAN_API_ACCESS: ApiAccess = (("", "namespaces", ("list", "watch")),)
+
 # Creating an object whose owner reference to its DurableProducer sets blockOwnerDeletion (PVCs,
 # drain Jobs, the Spark templates ConfigMap: manifests.owner_reference) needs `update` on the
 # owner's finalizers subresource where the OwnerReferencesPermissionEnforcement admission

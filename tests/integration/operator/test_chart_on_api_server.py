@@ -31,14 +31,13 @@ def test_a_cluster_wide_operator_handles_producers_at_once(
     assert time_to_ready(kube_api, start_chart_operator) < START_LIMIT_SECONDS
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "NEW-2: with operator.watchNamespaces the chart grants no cluster-wide list/watch on"
-    " namespaces; kopf retries GET /api/v1/namespaces 9 times (403, about 54 s of backoff)"
-    " before it falls back to the given namespaces, so every start, restart and fail-over of"
-    " the operator handles nothing for about a minute"))
 def test_an_operator_limited_to_its_namespaces_handles_producers_at_once(
     kube_api: KubeApi, chart_operators: ChartOperators
 ) -> None:
+    """NEW-2: with operator.watchNamespaces the chart granted no cluster-wide list/watch on
+    namespaces; kopf retried GET /api/v1/namespaces 9 times (403, about 54 s of backoff)
+    before it fell back to the given namespaces, so every start and fail-over of the operator
+    handled nothing for about a minute."""
     chart_operators.install({"operator": {"watchNamespaces": [kube_api.namespace]}})
 
     assert time_to_ready(kube_api, chart_operators.start) < START_LIMIT_SECONDS

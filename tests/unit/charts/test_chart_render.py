@@ -80,7 +80,8 @@ def declared_operator_access(*, namespaced: bool = False) -> set[Grant]:
         for group, resource, verbs in (
             *api_access.KUBERNETES_API_ACCESS, *api_access.POOL_API_ACCESS,
             *api_access.STORAGE_CLASSES_API_ACCESS,
-            *api_access.SPARK_TEMPLATES_API_ACCESS, *peering_access(namespaced=namespaced))
+            *api_access.SPARK_TEMPLATES_API_ACCESS, *peering_access(namespaced=namespaced),
+            *(api_access.NAMESPACE_SCAN_API_ACCESS if namespaced else ()))
         for verb in verbs
     }
 
@@ -310,8 +311,9 @@ def test_rbac_grants_exactly_the_access_of_the_features_the_operator_runs(
 def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_cluster_objects(
     custom_objects: list[dict[str, Any]],
 ) -> None:
-    """The ClusterRole keeps only cluster-scoped reads: CRDs (kopf) and StorageClasses (the
-    pool: a Role cannot grant a cluster-scoped resource); the rest is in each namespace."""
+    """The ClusterRole keeps only cluster-scoped reads: CRDs and Namespaces (kopf) and
+    StorageClasses (the pool: a Role cannot grant a cluster-scoped resource); the rest is in
+    each namespace."""
     cluster_role = single_object(custom_objects, "ClusterRole")
     roles = objects_of_kind(custom_objects, "Role")
     bindings = objects_of_kind(custom_objects, "RoleBinding")
@@ -319,6 +321,8 @@ def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_cluster_ob
     assert rbac_grants(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        *((group, resource, verb) for group, resource, verbs in
+          api_access.NAMESPACE_SCAN_API_ACCESS for verb in verbs),
     } | storage_class_access()
     for role in roles:
         assert not rbac_grants(role["rules"]) & storage_class_access()
