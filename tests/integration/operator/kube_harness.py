@@ -39,6 +39,10 @@ from support.tools import CHART_DIR, helm_binary
 from support.waiting import wait_for
 
 # What tests outside kopf's own settings change: the pool timer runs every half second.
+# The volume pool's claim grace in tests: a claim the webhook made lives this long without its
+# pod before the pool takes the volume back. With 1 s, a pod the API server was still creating
+# on a loaded machine lost its volume (deleted as never used; the pod then stayed Pending).
+CLAIM_GRACE = "10"
 TEST_OPERATOR_ENV = {"DURABLE_PRODUCER_POOL_INTERVAL_SECONDS": "0.5", "PYTHONUNBUFFERED": "1"}
 HELM_TIMEOUT_SECONDS = 180
 WEBHOOK_SECRET = "operator-webhook-tls"

@@ -16,7 +16,7 @@ import pytest
 
 from durable_producer.operator import api_access, startup, volume_fit
 from durable_producer.operator import volume_pool as vp
-from integration.operator.kube_harness import ChartOperator, KubeApi
+from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_volume_pool_process import (
     FAST_POOL,
     annotations_of,
@@ -89,7 +89,7 @@ def spec_change_with_an_expandable_class(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator], expandable: str
 ) -> None:
     kube_api.create(producer_with(storage={"storageClassName": expandable}))
-    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="1",
+    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS=CLAIM_GRACE,
                          DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
     still_running = run(kube_api, "old-a")
     released = run(kube_api, "old-b")
@@ -138,7 +138,7 @@ def test_after_a_spec_change_a_small_volume_that_cannot_grow_is_drained_and_reti
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
     kube_api.create(durable_producer())  # the cluster default class: nothing to grow
-    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="1",
+    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS=CLAIM_GRACE,
                          DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600",
                          DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS="600")
     small = run(kube_api, "old")
@@ -166,7 +166,7 @@ def test_retries_of_a_refused_pod_reuse_its_claim_and_the_unused_volume_is_not_d
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
     kube_api.create(durable_producer())
-    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="3",
+    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS=CLAIM_GRACE,
                          DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="1")
     # A full ResourceQuota: the API server refuses the pod after the webhook claimed a volume.
     quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "full"},

@@ -20,14 +20,14 @@ from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.local.ports import free_port
 from durable_producer.operator import api_access, pod_mutation
 from durable_producer.operator import volume_pool as vp
-from integration.operator.kube_harness import ChartOperator, KubeApi
+from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 FAST_POOL = {
-    "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS": "1",
+    "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS": CLAIM_GRACE,
     "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": "1",
     "DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS": "2",
 }
@@ -68,7 +68,7 @@ def test_pods_created_at_once_get_different_volumes(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
     kube_api.create(durable_producer())
-    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS="1",
+    start_chart_operator(DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS=CLAIM_GRACE,
                          DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600")
     free = run(kube_api, "before")  # a volume that a pod used and left
     kube_api.delete_pod("before")

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from durable_producer import contract
 from durable_producer.operator import pod_mutation
 from durable_producer.operator import volume_pool as vp
-from integration.operator.kube_harness import ChartOperator, KubeApi
+from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_operator_on_api_server import durable_producer
 from integration.operator.test_webhook_harness import admission_review, opted_in_pod
 from support.waiting import wait_for
@@ -26,7 +26,7 @@ from support.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 FAST_POOL = {
-    "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS": "1",
+    "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS": CLAIM_GRACE,
     "DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": "1",
     "DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS": "2",
 }
