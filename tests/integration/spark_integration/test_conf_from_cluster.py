@@ -4,12 +4,12 @@ real API server, trusted through the kubeconfig's certificate authority alone.""
 from __future__ import annotations
 
 import base64
-import re
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from durable_producer.contract import DRIVER_TEMPLATE_KEY, EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.cli import main
@@ -110,13 +110,14 @@ def test_an_unreachable_or_untrusted_api_server_is_one_clear_line(
     kube_api: KubeApi, kubeconfig: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
     broken: str, expected: str,
 ) -> None:
-    text = kubeconfig.read_text()
+    config = yaml.safe_load(kubeconfig.read_text())  # JSON is YAML
+    (cluster,) = config["clusters"]
     if broken == "server":
-        text = re.sub(r"server: \S+", "server: https://127.0.0.1:1", text)
+        cluster["cluster"]["server"] = "https://127.0.0.1:1"
     else:
-        text = re.sub(r"certificate-authority(-data)?: \S+",
-                      f"certificate-authority-data: {foreign_ca()}", text)
-    kubeconfig.write_text(text)
+        cluster["cluster"].pop("certificate-authority", None)
+        cluster["cluster"]["certificate-authority-data"] = foreign_ca()
+    kubeconfig.write_text(yaml.safe_dump(config))
 
     code = conf_with(kubeconfig, kube_api.namespace, tmp_path / "templates")
 
