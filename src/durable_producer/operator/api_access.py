@@ -71,6 +71,8 @@ POD_AUDIT_API_ACCESS: ApiAccess = (("", "pods", ("list",)),)
 VOLUME_POOL_API_ACCESS: ApiAccess = (
     # The webhook reads the DurableProducer a pod names.
     (GROUP, PLURAL, ("get",)),
+    # The pool timer publishes its figures onto the version it read (a conditional patch).
+    (GROUP, f"{PLURAL}/status", ("patch",)),
     ("", "persistentvolumeclaims", ("list", "create", "patch", "delete")),
     OWNER_FINALIZERS_ACCESS,
 )

@@ -208,7 +208,8 @@ def assert_pool_requests_within_declared_access(kube_api: KubeApi) -> None:
                 for verb in verbs}
     requests = [r for r in kube_api.requests()
                 if r.user_agent == api_access.POOL_USER_AGENT]
-    used = {(r.group, r.resource, r.verb) for r in requests}
+    used = {(r.group, f"{r.resource}/{r.subresource}" if r.subresource else r.resource, r.verb)
+            for r in requests}
 
     assert {("", "persistentvolumeclaims", "create"), ("", "persistentvolumeclaims", "delete"),
             ("batch", "jobs", "create"), ("batch", "jobs", "delete"),
