@@ -11,6 +11,11 @@ DELETING = "Deleting"
 RECONCILIATION_PAUSED = "ReconciliationPaused"
 BACKLOG_CANNOT_DRAIN = "BacklogCannotDrain"
 
+# The CRD's limit on a condition's message (status.conditions[].message maxLength, as
+# metav1.Condition). A longer one makes the API server refuse the whole status write (422) and
+# the status would stay as it was for good; messages are cut to it (capped_message).
+MAX_CONDITION_MESSAGE = 32768
+
 REASON_RECONCILED = "Reconciled"
 REASON_INVALID_SPEC = "InvalidSpec"
 REASON_AS_EXPECTED = "AsExpected"
@@ -60,3 +65,11 @@ REASONS: dict[tuple[str, str, str], str] = {
     ),
     (BACKLOG_CANNOT_DRAIN, "Unknown", REASON_NO_AGENT_FIGURES): "no agent answered",
 }
+
+
+def capped_message(message: str) -> str:
+    """``message`` within MAX_CONDITION_MESSAGE characters, saying how much was cut."""
+    if len(message) <= MAX_CONDITION_MESSAGE:
+        return message
+    tail = f" ... ({len(message)} characters in all; the rest is in the operator's log)"
+    return message[: MAX_CONDITION_MESSAGE - len(tail)] + tail

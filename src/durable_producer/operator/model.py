@@ -29,6 +29,7 @@ from durable_producer.contract import PLURAL as PLURAL
 from durable_producer.contract import SHORT_NAMES as SHORT_NAMES
 from durable_producer.contract import SINGULAR as SINGULAR
 from durable_producer.contract import VERSION as VERSION
+from durable_producer.operator.conditions import MAX_CONDITION_MESSAGE
 from durable_producer.operator.quantities import QUANTITY_PATTERN, parse_quantity
 
 # A DNS-1123 subdomain: the names of Secrets, StorageClasses and containers.
@@ -338,7 +339,9 @@ class Condition(CamelModel):
         max_length=1024,
         description="CamelCase machine-readable reason.",
     )
-    message: str = Field(default="", max_length=32768, description="Human-readable detail.")
+    message: str = Field(
+        default="", max_length=MAX_CONDITION_MESSAGE, description="Human-readable detail."
+    )
     last_transition_time: str = Field(description="When status last changed (RFC 3339).")
     observed_generation: int | None = Field(
         default=None, ge=0, description="metadata.generation this condition was computed from."

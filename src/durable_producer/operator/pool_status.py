@@ -27,6 +27,7 @@ from durable_producer.operator.conditions import (
     REASON_NO_AGENT_FIGURES,
     REASON_POOL_PROBLEM,
     REASON_VOLUMES_BELOW_SPEC,
+    capped_message,
 )
 from durable_producer.operator.kube_objects import Object, name_of
 from durable_producer.operator.quantities import format_bytes
@@ -151,7 +152,7 @@ def degraded_conditions(
         messages = list(problems)
         if base is not None and base.get("status") == "True" and base.get("message"):
             messages.append(str(base["message"]))
-        message = "; ".join(messages)
+        message = capped_message("; ".join(messages))
         if degraded is not None and (degraded.get("reason"), degraded.get("message")) == (
             reason,
             message,
@@ -194,7 +195,7 @@ def drain_condition(
         status, reason, message = "Unknown", REASON_NO_AGENT_FIGURES, "no agent answered"
     elif figures.cannot_drain:
         status, reason = "True", REASON_INGEST_ABOVE_FORWARD_RATE
-        message = (
+        message = capped_message(
             "; ".join(agent.describe() for agent in figures.cannot_drain)
             + ": the backlog grows until the buffer is full; lower the load on these pods,"
             " spread it over more pods, or make Kafka faster for this producer"

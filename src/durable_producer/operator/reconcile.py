@@ -23,6 +23,7 @@ from durable_producer.operator.conditions import (
     REASON_RUNWAY_BELOW_TARGET,
     REASON_VOLUMES_BELOW_SPEC,
     REASONS,
+    capped_message,
 )
 from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.model import PATTERN_DESCRIPTIONS, PLURAL, DurableProducerSpec
@@ -116,7 +117,9 @@ def set_condition(
     generation: int | None,
     now: datetime,
 ) -> list[dict[str, Any]]:
-    """Conditions with one type replaced; lastTransitionTime kept while its status is unchanged."""
+    """Conditions with one type replaced; lastTransitionTime kept while its status is unchanged.
+
+    The message is capped to what the CRD accepts (conditions.capped_message)."""
     previous = next((c for c in conditions if c.get("type") == condition_type), None)
     transition_time = format_time(now)
     if previous is not None and previous.get("status") == status:
@@ -125,7 +128,7 @@ def set_condition(
         "type": condition_type,
         "status": status,
         "reason": reason,
-        "message": message,
+        "message": capped_message(message),
         "lastTransitionTime": transition_time,
     }
     if generation is not None:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import time
 import urllib.request
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from durable_producer.contract import GROUP
 from durable_producer.operator import crd, reconcile, startup
+from durable_producer.operator.conditions import MAX_CONDITION_MESSAGE
 from durable_producer.operator.model import API_VERSION, KIND, DurableProducerSpec
 from durable_producer.operator.sizing import SizingInputs, size_buffer
 from integration.operator.kube_harness import ChartOperator, KubeApi
@@ -99,6 +101,28 @@ def test_invalid_specs_are_refused_by_the_api_server_with_the_message_users_see(
     assert predicted, f"crd_validation.py predicts no refusal; the API server said:" \
                       f" {answer['message']}"
     assert kube_api.get("refused") is None
+
+
+def test_a_capped_condition_message_is_what_the_api_server_takes(kube_api: KubeApi) -> None:
+    """D7: a message over the CRD's limit made the API server refuse the whole status write.
+    The operator caps messages at MAX_CONDITION_MESSAGE: the API server takes that many
+    characters (multi-byte ones too: it counts characters) and refuses one more."""
+    kube_api.create(durable_producer("orders"))
+    status_path = f"{kube_api.collection_path}/orders/status"
+    long = "é" * 40_000
+
+    def write(message: str) -> tuple[int, Any]:
+        condition = reconcile.set_condition([], "Degraded", "True", "VolumePoolProblem",
+                                            message, 1, datetime.now(UTC))
+        return kube_api.call("PATCH", status_path, {"status": {"conditions": condition}})
+
+    written, answer = write(long)
+    assert written == 200, answer
+    (stored,) = answer["status"]["conditions"]
+    assert len(stored["message"]) == MAX_CONDITION_MESSAGE
+    refused, answer = kube_api.call("PATCH", status_path, {"status": {"conditions": [
+        {**stored, "message": stored["message"] + "x"}]}})
+    assert refused == 422, answer
 
 
 def test_create_converges_to_ready_with_computed_size_and_real_generation(

@@ -12,6 +12,7 @@ from typing import Any
 
 from durable_producer.operator import pool_status
 from durable_producer.operator import volume_pool as vp
+from durable_producer.operator.conditions import MAX_CONDITION_MESSAGE, capped_message
 from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.quantities import GIB
 from durable_producer.operator.settings import PoolPolicy
@@ -186,3 +187,24 @@ def test_status_shows_sizes_by_state_and_the_runway_of_the_smallest_volume_in_us
     assert cleared.changes["runwaySeconds"] == 3640
     degraded = next(c for c in cleared.changes["conditions"] if c["type"] == "Degraded")
     assert (degraded["status"], degraded["reason"]) == ("False", "AsExpected")
+
+
+def test_a_degraded_message_longer_than_the_crd_allows_is_capped_and_then_left_alone() -> None:
+    """D7: pool problems of hundreds of volumes made a message over the CRD's 32,768
+    characters; the API server refused the whole status write (422) and status froze."""
+    problems = [f"volume orders-buffer-{index:08x} cannot be drained: its drain Job failed"
+                for index in range(1000)]
+
+    first = pool_status.degraded_conditions([], [], problems, "VolumePoolProblem", NOW)
+
+    assert first is not None
+    (degraded,) = first
+    assert len(degraded["message"]) == MAX_CONDITION_MESSAGE
+    assert degraded["message"].startswith(problems[0])
+    assert degraded["message"].endswith("the rest is in the operator's log)")
+    # The next run sees the same problems: nothing to write.
+    assert pool_status.degraded_conditions(first, [], problems, "VolumePoolProblem", NOW) is None
+
+
+def test_short_messages_are_kept_whole() -> None:
+    assert capped_message("x" * MAX_CONDITION_MESSAGE) == "x" * MAX_CONDITION_MESSAGE
