@@ -22,6 +22,7 @@ from durable_producer.operator.volume_pool import (
     CLAIM_KEY_ANNOTATION,
     CLAIM_TOKEN_ANNOTATION,
     CLAIMED_AT_ANNOTATION,
+    DRAIN_REQUEST_LABEL,
     DRAIN_VOLUME_LABEL,
     POOL_LABEL,
     VOLUME_FINALIZER,
@@ -105,10 +106,17 @@ def drain_job_manifest(
     pvc_name: str,
     policy: PoolPolicy,
     agent_image: AgentImage,
+    *,
+    request: str | None = None,
 ) -> dict[str, Any]:
-    """A Job running the agent in drain mode on one volume: exit 0 once all reached Kafka."""
+    """A Job running the agent in drain mode on one volume: exit 0 once all reached Kafka.
+
+    ``request``: the volume's drain request token (volume_pool.drain_request_token), as a
+    label: only a Job carrying the volume's current token counts (review D1)."""
     metadata = producer.get("metadata") or {}
     labels = {POOL_LABEL: metadata.get("name"), DRAIN_VOLUME_LABEL: pvc_name}
+    if request:
+        labels[DRAIN_REQUEST_LABEL] = request
     container = pod_mutation.agent_base_container(
         spec, pod_mutation.agent_drain_args(spec, policy.drain_timeout_seconds), agent_image
     )

@@ -154,23 +154,28 @@ def run_pool(
             abandon=volume_pool.backlog_abandoned(producer),
         )
         by_name = {volume["metadata"]["name"]: volume for volume in volumes}
+        not_patched = set()
         for volume_patch in [*plan.patches, *plan.releases]:
-            ignore_statuses(
-                partial(api.patch_volume, namespace, volume_patch.name, volume_patch.patch),
-                404,
-                409,
-            )
+            try:
+                api.patch_volume(namespace, volume_patch.name, volume_patch.patch)
+            except ApiException as error:
+                if error.status not in (404, 409):
+                    raise
+                not_patched.add(volume_patch.name)  # changed meanwhile: the next run sees it
         for volume in plan.volumes_to_expand:
             if fit is not None:
                 logger.info("growing volume %s to %s", volume, fit.size_quantity)
                 _expand(api, namespace, volume, fit, plan)
         for volume in plan.jobs_to_create:
+            if volume in not_patched:
+                continue  # its drain request was not recorded: no Job may answer it (D1)
             if isinstance(spec, str):
                 plan.problems.append(f"cannot drain volume {volume}: {spec}")
                 continue
             manifest = manifests.drain_job_manifest(
-                producer, spec, volume, config.pool, config.agent_image
-            )
+                producer, spec, volume, config.pool, config.agent_image,
+                request=plan.drain_requests.get(volume),
+            )  # fmt: skip
             logger.info("starting drain Job %s for volume %s", manifest["metadata"]["name"], volume)
             _create_drain_job(api, namespace, volume, manifest, plan)
         for job in plan.jobs_to_delete:

@@ -13,7 +13,12 @@ where it left off (docs/volume-lifecycle.md has the state diagram):
   claim on, and a free volume with unknown backlog gets a drain Job after a grace period
   (unless a new pod claims it first and replays it). A drain of an empty volume costs one
   short Job; skipping a needed one would lose data.
-- ``drain-job``: the drain Job currently working on the volume.
+- ``drain-job``: the drain Job currently working on the volume, and ``drain-request``: the
+  one drain request that Job must answer (the PVC's resourceVersion when the drain was asked
+  for; the Job carries it as a label). A Job is known by that token, not by its name, as the
+  Job controller knows its pods by ``controller-uid``: a Job of the same name left from an
+  earlier drain (its delete failed, or another replica created it after a claim) is stale, is
+  deleted and never taken as proof that the volume is empty (review D1, data loss).
 - the finalizer ``buffer-protection``: a pool volume goes only when the operator lets it, once
   it is known empty or its backlog was abandoned on purpose (``ABANDON_ANNOTATION``); deleting
   it otherwise (a namespace deletion, ``kubectl delete pvc``) leaves it held, and says so.
@@ -45,6 +50,8 @@ CLAIM_KEY_ANNOTATION = f"{GROUP}/claim-key"
 RELEASED_AT_ANNOTATION = f"{GROUP}/released-at"
 BACKLOG_ANNOTATION = f"{GROUP}/backlog"
 DRAIN_JOB_ANNOTATION = f"{GROUP}/drain-job"
+DRAIN_REQUEST_ANNOTATION = f"{GROUP}/drain-request"
+DRAIN_REQUEST_LABEL = DRAIN_REQUEST_ANNOTATION  # the same token on the Job
 DRAIN_FAILURES_ANNOTATION = f"{GROUP}/drain-failures"
 VOLUME_FINALIZER = f"{GROUP}/buffer-protection"
 ABANDON_ANNOTATION = f"{GROUP}/abandon-backlog"
@@ -124,6 +131,20 @@ def drain_job_name(pvc_name: str) -> str:
     return f"{pvc_name}-drain"
 
 
+def drain_request_token(pvc: Object, stamp: str) -> str:
+    """A new drain request's token: the PVC's resourceVersion (unique per state of the volume;
+    the patch that records it is guarded by it), else the time's digits. A label value."""
+    version = str((pvc.get("metadata") or {}).get("resourceVersion") or "")
+    return version if version.isalnum() else "".join(c for c in stamp if c.isdigit())
+
+
+def answers_drain_request(job: Object, pvc: Object) -> bool:
+    """Whether ``job`` was created for the volume's current drain request (a volume drained
+    before tokens existed has neither: accepted)."""
+    labels = (job.get("metadata") or {}).get("labels") or {}
+    return labels.get(DRAIN_REQUEST_LABEL) == annotations_of(pvc).get(DRAIN_REQUEST_ANNOTATION)
+
+
 def job_outcome(job: Object) -> str:
     """'succeeded', 'failed' or 'running', from a Job's status."""
     status = job.get("status") or {}
@@ -172,6 +193,7 @@ class PoolPlan:
 
     patches: list[VolumePatch] = field(default_factory=list)
     jobs_to_create: list[str] = field(default_factory=list)  # PVC names
+    drain_requests: dict[str, str] = field(default_factory=dict)  # PVC name -> its Job's token
     jobs_to_delete: list[str] = field(default_factory=list)  # Job names
     volumes_to_delete: list[str] = field(default_factory=list)
     volumes_to_expand: list[str] = field(default_factory=list)
@@ -330,8 +352,11 @@ def _plan_free(
         return updates
     drain_grace = 0.0 if (context.deleting or not fits) else context.policy.drain_grace_seconds
     if released_for >= drain_grace:
-        plan.jobs_to_create.append(name)
+        token = drain_request_token(pvc, context.stamp)
+        plan.jobs_to_create.append(name)  # only once this patch is in (pool_actions)
+        plan.drain_requests[name] = token
         updates[DRAIN_JOB_ANNOTATION] = drain_job_name(name)
+        updates[DRAIN_REQUEST_ANNOTATION] = token
     return updates
 
 
@@ -365,6 +390,14 @@ def _plan_draining(plan: PoolPlan, pvc: Object, context: _Context) -> dict[str, 
     if job is None:
         # Not created yet (the create follows the annotation) or removed by someone: retry.
         plan.jobs_to_create.append(name)
+        token = annotations.get(DRAIN_REQUEST_ANNOTATION)
+        if token:
+            plan.drain_requests[name] = str(token)
+        return {}
+    if not answers_drain_request(job, pvc):
+        # A Job of this name from an earlier request: it proves nothing about the volume now.
+        # Deleted; the next run creates the one for this request.
+        plan.jobs_to_delete.append(job_name)
         return {}
     outcome = job_outcome(job)
     if outcome == "running":
@@ -373,6 +406,7 @@ def _plan_draining(plan: PoolPlan, pvc: Object, context: _Context) -> dict[str, 
     if outcome == "succeeded":
         return {
             DRAIN_JOB_ANNOTATION: None,
+            DRAIN_REQUEST_ANNOTATION: None,
             BACKLOG_ANNOTATION: BACKLOG_EMPTY,
             RELEASED_AT_ANNOTATION: context.stamp,
             DRAIN_FAILURES_ANNOTATION: None,
@@ -384,6 +418,7 @@ def _plan_draining(plan: PoolPlan, pvc: Object, context: _Context) -> dict[str, 
     )
     return {
         DRAIN_JOB_ANNOTATION: None,
+        DRAIN_REQUEST_ANNOTATION: None,
         RELEASED_AT_ANNOTATION: context.stamp,
         DRAIN_FAILURES_ANNOTATION: str(failures),
     }

@@ -200,6 +200,52 @@ def test_deleting_the_producer_waits_for_pods_and_drains(
     assert_pool_requests_within_declared_access(kube_api)
 
 
+def test_a_complete_drain_job_left_from_an_earlier_drain_does_not_empty_the_volume(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """D1 (data loss): a drain Job was known by its name only. A Complete Job of that name left
+    from an earlier drain (its delete failed, or another replica made it) answered the next
+    drain: the volume was marked empty and deleted with the backlog its last pod left."""
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    volume = run(kube_api, "writer")
+    job_name = vp.drain_job_name(volume)
+    labels = {vp.POOL_LABEL: "orders", vp.DRAIN_VOLUME_LABEL: volume}
+    stale = {"apiVersion": "batch/v1", "kind": "Job",
+             "metadata": {"name": job_name, "labels": labels},
+             "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": {
+                 "restartPolicy": "Never", "containers": [{"name": "drain", "image": "agent"}]}}}}
+    status, created = kube_api.call("POST", kube_api.jobs_path, stale)
+    assert status == 201, created
+    wait_for(lambda: job_name in kube_api.finish_drains(), timeout=60, what="the old Job's pod")
+    wait_for(lambda: job_outcome(kube_api.items(kube_api.jobs_path).get(job_name)) == "succeeded",
+             timeout=60, what="the old Job Complete")
+
+    kube_api.delete_pod("writer")  # the volume may hold its backlog: a drain is due
+
+    def drain_of_this_request() -> dict[str, Any] | None:
+        found = kube_api.items(kube_api.jobs_path).get(job_name)
+        labels = (found or {}).get("metadata", {}).get("labels") or {}
+        return found if labels.get(vp.DRAIN_REQUEST_LABEL) else None
+
+    deadline = time.monotonic() + 60
+    while not drain_of_this_request():
+        backlog = annotations_of(kube_api, volume).get(vp.BACKLOG_ANNOTATION)
+        assert backlog != vp.BACKLOG_EMPTY, "the old Job's success marked the volume empty"
+        assert time.monotonic() < deadline, "no drain Job for the new request"
+        time.sleep(0.2)
+    token = annotations_of(kube_api, volume)[vp.DRAIN_REQUEST_ANNOTATION]
+    assert drain_of_this_request()["metadata"]["labels"][vp.DRAIN_REQUEST_LABEL] == token
+
+    wait_for(lambda: job_name in kube_api.finish_drains(), timeout=60, what="the new drain pod")
+    wait_for(lambda: volume not in kube_api.items(kube_api.pvcs_path), timeout=60,
+             what="the volume deleted once its own drain succeeded")
+
+
+def job_outcome(job: dict[str, Any] | None) -> str | None:
+    return vp.job_outcome(job) if job else None
+
+
 def assert_pool_requests_within_declared_access(kube_api: KubeApi) -> None:
     """The pool's own API calls (audit log, by User-Agent) are all in POOL_API_ACCESS, which
     the chart's RBAC grants; none was refused."""

@@ -40,7 +40,8 @@ def make_spec(**overrides: Any) -> DurableProducerSpec:
 def pvc(name: str, *, version: str = "1", **annotations: str | None) -> dict[str, Any]:
     keys = {"claim": vp.CLAIM_TOKEN_ANNOTATION, "claimed_at": vp.CLAIMED_AT_ANNOTATION,
             "released_at": vp.RELEASED_AT_ANNOTATION, "backlog": vp.BACKLOG_ANNOTATION,
-            "drain_job": vp.DRAIN_JOB_ANNOTATION, "failures": vp.DRAIN_FAILURES_ANNOTATION}
+            "drain_job": vp.DRAIN_JOB_ANNOTATION, "failures": vp.DRAIN_FAILURES_ANNOTATION,
+            "request": vp.DRAIN_REQUEST_ANNOTATION}
     return {"metadata": {
         "name": name, "resourceVersion": version, "labels": {vp.POOL_LABEL: "orders"},
         "annotations": {keys[k]: v for k, v in annotations.items() if v is not None},
@@ -59,8 +60,10 @@ def pod(name: str, claim: str | None, phase: str = "Running") -> dict[str, Any]:
             "spec": spec, "status": {"phase": phase}}
 
 
-def job(name: str, **status: Any) -> dict[str, Any]:
-    return {"metadata": {"name": name}, "spec": {"backoffLimit": 2}, "status": status}
+def job(name: str, request: str | None = None, **status: Any) -> dict[str, Any]:
+    labels = {vp.DRAIN_REQUEST_LABEL: request} if request else {}
+    return {"metadata": {"name": name, "labels": labels}, "spec": {"backoffLimit": 2},
+            "status": status}
 
 
 def annotation_patch(plan: vp.PoolPlan, name: str) -> dict[str, Any]:
@@ -210,10 +213,12 @@ def test_volume_whose_pod_is_gone_is_released_then_drained_after_the_grace() -> 
                                 POLICY)
     assert within_grace.idle
 
-    past_grace = vp.plan_pool([pvc("v", released_at=ago(30), backlog="unknown")], [], [], NOW,
-                              POLICY)
+    past_grace = vp.plan_pool([pvc("v", released_at=ago(30), backlog="unknown", version="17")],
+                              [], [], NOW, POLICY)
     assert past_grace.jobs_to_create == ["v"]
-    assert annotation_patch(past_grace, "v") == {vp.DRAIN_JOB_ANNOTATION: "v-drain"}
+    assert past_grace.drain_requests == {"v": "17"}  # the version the request was made from
+    assert annotation_patch(past_grace, "v") == {vp.DRAIN_JOB_ANNOTATION: "v-drain",
+                                                 vp.DRAIN_REQUEST_ANNOTATION: "17"}
 
 
 def test_running_drain_is_waited_for_and_a_successful_one_empties_the_volume() -> None:
@@ -225,8 +230,39 @@ def test_running_drain_is_waited_for_and_a_successful_one_empties_the_volume() -
     assert running.idle and running.counts["Draining"] == 1
     assert done.jobs_to_delete == ["v-drain"]
     assert annotation_patch(done, "v") == {
-        vp.DRAIN_JOB_ANNOTATION: None, vp.BACKLOG_ANNOTATION: "empty",
-        vp.RELEASED_AT_ANNOTATION: format_time(NOW), vp.DRAIN_FAILURES_ANNOTATION: None}
+        vp.DRAIN_JOB_ANNOTATION: None, vp.DRAIN_REQUEST_ANNOTATION: None,
+        vp.BACKLOG_ANNOTATION: "empty", vp.RELEASED_AT_ANNOTATION: format_time(NOW),
+        vp.DRAIN_FAILURES_ANNOTATION: None}
+
+
+# D1 (data loss): a drain Job was known by its name only, so a Complete Job left from an
+# earlier drain of the same volume marked it empty, and the volume was deleted with backlog.
+
+
+def test_a_complete_job_from_an_earlier_drain_request_proves_nothing_and_is_deleted() -> None:
+    volume = pvc("v", released_at=ago(100), backlog="unknown", drain_job="v-drain",
+                 request="42")
+    stale = job("v-drain", request="17", succeeded=1,
+                conditions=[{"type": "Complete", "status": "True"}])
+
+    plan = vp.plan_pool([volume], [], [stale], NOW, POLICY)
+
+    assert plan.jobs_to_delete == ["v-drain"]
+    assert not plan.patches  # not marked empty
+    assert plan.volumes_to_delete == []
+    again = vp.plan_pool([volume], [], [], NOW, POLICY)  # once it is gone
+    assert again.jobs_to_create == ["v"] and again.drain_requests == {"v": "42"}
+
+
+def test_the_job_of_the_current_request_counts() -> None:
+    volume = pvc("v", released_at=ago(100), backlog="unknown", drain_job="v-drain",
+                 request="42")
+    done = job("v-drain", request="42", succeeded=1,
+               conditions=[{"type": "Complete", "status": "True"}])
+
+    plan = vp.plan_pool([volume], [], [done], NOW, POLICY)
+
+    assert annotation_patch(plan, "v")[vp.BACKLOG_ANNOTATION] == "empty"
 
 
 def test_failed_drain_is_a_named_problem_and_retried() -> None:
