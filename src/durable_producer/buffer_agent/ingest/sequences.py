@@ -6,6 +6,12 @@ producer's current epoch. A client retry of a batch already stored is answered a
 without a second WAL append; a gap in sequences is OUT_OF_ORDER_SEQUENCE_NUMBER; a batch from an
 older epoch is INVALID_PRODUCER_EPOCH. All of it is per batch, from the batch header only.
 
+As on a broker, a producer's new epoch counts from its first batch that is *stored*: when that
+batch's append fails (the WAL is full), ``forget`` puts the producer back as it was before the
+batch arrived (its older epoch, or unknown). The Java client bumps its epoch when a batch
+expires while the agent refuses; keeping the refused epoch made the agent answer the client's
+retries of older batches INVALID_PRODUCER_EPOCH where a broker keeps answering the refusal.
+
 This module is pure bookkeeping (no I/O). How the state survives restarts is
 ``producer_state``'s job (snapshot + WAL replay, "lenient" partitions after lost history);
 producer ids come from ``producer_ids``.
@@ -73,6 +79,9 @@ class _ProducerState:
     partitions: dict[tuple[str, int], _PartitionState] = field(default_factory=dict)
     rendered: str | None = None
     """This producer's part of the snapshot text, kept while nothing changes (None: render)."""
+    replaced: tuple[_ProducerState | None] | None = None
+    """While no batch of this epoch is stored: what it replaced (``(None,)``: nothing, the
+    producer was unknown), for ``forget`` to put back. None once a batch is stored."""
 
 
 class SequenceTracker:
@@ -134,10 +143,20 @@ class SequenceTracker:
             return None
         producer = self._producers.get(header.producer_id)
         if producer is None or header.producer_epoch > producer.epoch:
-            if producer is not None:
-                self._partitions -= len(producer.partitions)
+            replaced = producer
+            if replaced is not None:
+                self._partitions -= len(replaced.partitions)
+                if replaced.replaced is not None and not any(
+                    state.batches for state in replaced.partitions.values()
+                ):
+                    replaced = replaced.replaced[0]  # that epoch has no batch, stored or not
             producer = _ProducerState(header.producer_epoch)
+            producer.replaced = (replaced,)
             self._producers[header.producer_id] = producer
+        elif producer.replaced is not None and _has_stored(producer):
+            producer.replaced = None
+        if wal_offset is not None:
+            producer.replaced = None
         producer.last_seen = time.time()
         producer.rendered = None
         state = producer.partitions.get((topic, partition))
@@ -168,7 +187,9 @@ class SequenceTracker:
             self.forgotten += 1
 
     def forget(self, topic: str, partition: int, producer_id: int, stored: StoredBatch) -> None:
-        """Undo :meth:`record` for a batch whose WAL append failed."""
+        """Undo :meth:`record` for a batch whose WAL append failed: the producer is put back as
+        it was before, when the batch was the first of a new epoch and no other batch of that
+        epoch is stored or being appended."""
         producer = self._producers.get(producer_id)
         if producer is None:
             return
@@ -176,6 +197,16 @@ class SequenceTracker:
         if state is not None and stored in state.batches:
             state.batches.remove(stored)
             producer.rendered = None
+        if producer.replaced is None or any(s.batches for s in producer.partitions.values()):
+            return
+        previous = producer.replaced[0]
+        self._partitions -= len(producer.partitions)
+        if previous is None:
+            del self._producers[producer_id]
+            return
+        previous.rendered = None
+        self._producers[producer_id] = previous
+        self._partitions += len(previous.partitions)
 
     def replay(self, topic: str, partition: int, header: BatchHeader, wal_offset: int) -> None:
         """Apply a batch found in the WAL on start; batches already known are skipped."""
@@ -253,6 +284,15 @@ class SequenceTracker:
         """``(producer_id, epoch)`` pairs, for tests and diagnostics."""
         for producer_id, producer in self._producers.items():
             yield producer_id, producer.epoch
+
+
+def _has_stored(producer: _ProducerState) -> bool:
+    """Whether a batch of the producer's current epoch is in the WAL (not only being appended)."""
+    return any(
+        stored.wal_offset is not None
+        for state in producer.partitions.values()
+        for stored in state.batches
+    )
 
 
 def _render(producer_id: int, producer: _ProducerState) -> tuple[str, bool]:

@@ -86,6 +86,51 @@ def test_forget_undoes_a_failed_append() -> None:
     assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
 
 
+def test_a_refused_batch_of_a_new_epoch_leaves_the_epoch_as_it_was() -> None:
+    """A broker takes a producer's new epoch only with a batch it writes. The Java client bumps
+    its epoch after a batch expires while the buffer is full: the refused first batch of the new
+    epoch must not make the agent answer the retries of the older ones INVALID_PRODUCER_EPOCH
+    (kafka-clients 4.1.2: most records that expired during the refusals failed with
+    InvalidProducerEpochException instead of TimeoutException, a real broker's answer)."""
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 0, 0, records=2), 1)
+    bumped = tracker.record("t", 1, header(7, 1, 0))
+    assert bumped is not None
+    tracker.forget("t", 1, 7, bumped)  # its append was refused: the WAL is full
+    assert dict(tracker.producers()) == {7: 0}
+    assert tracker.check("t", 0, header(7, 0, 2)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 0, records=2)).verdict is Verdict.DUPLICATE
+    assert tracker.check("t", 1, header(7, 1, 0)).verdict is Verdict.ACCEPT
+
+
+def test_a_new_epoch_stays_while_one_of_its_batches_is_stored_or_pending() -> None:
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 0, 0), 1)
+    first = tracker.record("t", 0, header(7, 1, 0))
+    second = tracker.record("t", 1, header(7, 1, 0))
+    assert first is not None and second is not None
+    tracker.forget("t", 1, 7, second)
+    assert dict(tracker.producers()) == {7: 1}
+    first.wal_offset = 2  # stored
+    accept(tracker, header(7, 1, 1), 3)
+    refused = tracker.record("t", 1, header(7, 1, 0))
+    assert refused is not None
+    tracker.forget("t", 1, 7, refused)
+    assert dict(tracker.producers()) == {7: 1}
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.INVALID_EPOCH
+
+
+def test_a_producer_whose_first_batch_is_refused_stays_unknown() -> None:
+    """Unknown, its older epoch's batches are accepted at any sequence, as by a broker."""
+    tracker = SequenceTracker()
+    refused = tracker.record("t", 0, header(7, 3, 0))
+    assert refused is not None
+    tracker.forget("t", 0, 7, refused)
+    assert dict(tracker.producers()) == {}
+    assert tracker.check("t", 0, header(7, 2, 9)).verdict is Verdict.ACCEPT
+    assert tracker.to_json_text() == '{"producers":{}}'
+
+
 def test_replay_is_idempotent_and_respects_epochs() -> None:
     tracker = SequenceTracker()
     accept(tracker, header(7, 1, 0), 5)
@@ -161,5 +206,7 @@ def test_the_snapshot_text_renders_only_producers_changed_since_the_last(
     document = json.loads(tracker.to_json_text())
     assert rendered == [8]  # rendered again until confirmed
     assert document["producers"]["8"]["partitions"] == [
-        ["t", 0, [[0, 0, 8]]], ["t", 1, [[0, 0, 101]]]]
+        ["t", 0, [[0, 0, 8]]],
+        ["t", 1, [[0, 0, 101]]],
+    ]
     assert SequenceTracker.from_json(document).to_json() == document
