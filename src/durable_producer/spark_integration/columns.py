@@ -1,13 +1,17 @@
 """The columns of Spark's own Kafka sink, checked against a DataFrame's schema on the driver.
 
-Same rules as Spark's Kafka sink: ``value`` is required; ``key``, ``partition`` and
-``headers`` are optional; ``topic`` is required unless the ``topic`` option is set (the
-option then wins over the column). Other columns are ignored. Names match
-case-insensitively, as Spark's analyzer does by default.
+Same rules as Spark's Kafka sink (``KafkaWriter``): ``value`` is required; ``key``,
+``partition`` and ``headers`` are optional; ``topic`` is required unless the ``topic`` option
+is set (the option then wins over the column). Other columns are ignored. Names match exactly,
+case included, as the sink looks them up (``schema.find(_.name == ...)``, not through the
+analyzer): Spark writes null keys for a DataFrame whose key column is ``Key``, and so does
+durable-kafka, with a warning on the driver, rather than writing other records. The headers
+type is compared as Spark does (field names in any case, in the order key, value).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from pyspark.sql.types import (
@@ -27,7 +31,10 @@ TOPIC = "topic"
 PARTITION = "partition"
 HEADERS = "headers"
 
+SINK_COLUMNS = (KEY, VALUE, TOPIC, PARTITION, HEADERS)
 HEADERS_TYPE_TEXT = "array<struct<key:string,value:binary>>"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,12 +50,30 @@ class SinkColumns:
 
 def resolve_columns(schema: StructType, topic_option: str | None) -> SinkColumns:
     """Check ``schema`` against the sink's columns; raise ``SinkSchemaError`` naming the culprit."""
-    by_name = {field.name.lower(): field for field in schema.fields}
+    by_name = {field.name: field for field in schema.fields}
+    spelt_otherwise = {
+        field.name: field.name.lower()
+        for field in schema.fields
+        if field.name.lower() in SINK_COLUMNS and field.name not in SINK_COLUMNS
+    }
     value = by_name.get(VALUE)
     if value is None:
+        hint = (
+            f" (column names are case-sensitive, as in Spark's Kafka sink: rename"
+            f" {sorted(spelt_otherwise)} to their lower-case names)"
+            if spelt_otherwise
+            else ""
+        )
         raise SinkSchemaError(
             "durable-kafka: required column 'value' (binary or string) is missing; "
-            f"the DataFrame has columns {[field.name for field in schema.fields]}"
+            f"the DataFrame has columns {[field.name for field in schema.fields]}{hint}"
+        )
+    for name, meant in sorted(spelt_otherwise.items()):
+        log.warning(
+            "durable-kafka: column %r is ignored: the sink's column is %r (names are"
+            " case-sensitive, as in Spark's Kafka sink, which ignores it too); rename it",
+            name,
+            meant,
         )
     _require_binary_or_string(VALUE, value.dataType)
     key = by_name.get(KEY)
@@ -94,10 +119,17 @@ def _require_binary_or_string(column: str, data_type: DataType) -> None:
 
 
 def _is_headers_type(data_type: DataType) -> bool:
+    """``array<struct<key:string,value:binary>>``, ignoring case and nullability (Spark's
+    ``DataTypeUtils.sameType`` by default); the struct's fields are read by position."""
     if not isinstance(data_type, ArrayType):
         return False
     element = data_type.elementType
     if not isinstance(element, StructType) or len(element.fields) != 2:
         return False
-    fields = {field.name: field.dataType for field in element.fields}
-    return isinstance(fields.get(KEY), StringType) and isinstance(fields.get(VALUE), BinaryType)
+    key, value = element.fields
+    return (
+        key.name.lower() == KEY
+        and isinstance(key.dataType, StringType)
+        and value.name.lower() == VALUE
+        and isinstance(value.dataType, BinaryType)
+    )

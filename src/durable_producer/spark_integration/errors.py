@@ -19,6 +19,10 @@ class NullValueError(DurableKafkaError, ValueError):
     """A column holds a null where the sink cannot accept one."""
 
 
+class InvalidPartitionError(DurableKafkaError, ValueError):
+    """The ``partition`` column holds a negative number."""
+
+
 class AgentUnreachableError(DurableKafkaError, ConnectionError):
     """Nothing accepts connections at the buffer agent's address."""
 

@@ -26,6 +26,7 @@ from durable_producer.spark_integration.columns import SinkColumns
 from durable_producer.spark_integration.errors import (
     AgentUnreachableError,
     DeliveryError,
+    InvalidPartitionError,
     MissingTopicError,
     NullValueError,
 )
@@ -254,11 +255,7 @@ class BatchProducer:
     def _partitions(self, batch: pa.RecordBatch, rows: int) -> Iterable[int]:
         if self.columns.partition is None:
             return repeat(ANY_PARTITION, rows)
-        column = batch.column(self.columns.partition)
-        if column.null_count:
-            column = pc.fill_null(column, ANY_PARTITION)
-        partitions: list[int] = column.to_pylist()
-        return partitions
+        return partition_numbers(batch.column(self.columns.partition))
 
     @staticmethod
     def _optional_column(batch: pa.RecordBatch, name: str | None, rows: int) -> Iterable[Any]:
@@ -268,6 +265,26 @@ class BatchProducer:
         return values
 
 
+def partition_numbers(column: pa.Array) -> list[int]:
+    """The ``partition`` column as librdkafka wants it: null is ``ANY_PARTITION``.
+
+    A negative number fails the task, as in Spark's sink (the Java producer's "Invalid
+    partition"): -1 is librdkafka's "any partition", which would put the row anywhere."""
+    negative = pc.less(column, 0)
+    count = pc.sum(negative).as_py() or 0
+    if count:
+        row = int(pc.index(negative, True).as_py())
+        raise InvalidPartitionError(
+            f"durable-kafka: column 'partition' has {count} negative value(s) (first"
+            f" {column[row].as_py()} at row {row} of this batch); a partition is a number from"
+            f" 0, or null to let the partitioner choose"
+        )
+    if column.null_count:
+        column = pc.fill_null(column, ANY_PARTITION)
+    partitions: list[int] = column.to_pylist()
+    return partitions
+
+
 def header_lists(column: pa.Array) -> list[list[tuple[str, str | bytes | None]] | None]:
     """Per row, the headers as confluent-kafka wants them: a list of (key, value) pairs.
 
@@ -275,13 +292,14 @@ def header_lists(column: pa.Array) -> list[list[tuple[str, str | bytes | None]] 
     building a dict per header.
     """
     entries = pc.list_flatten(column)
-    keys = pc.struct_field(entries, "key")
+    keys = pc.struct_field(entries, [0])  # by position, as Spark's sink reads them
     if entries.null_count or keys.null_count:
         raise NullValueError(
             "durable-kafka: column 'headers' contains a null header or a header with a null "
             "key; header keys must be strings (header values may be null)"
         )
-    pairs = list(zip(keys.to_pylist(), pc.struct_field(entries, "value").to_pylist(), strict=True))
+    values = pc.struct_field(entries, [1])
+    pairs = list(zip(keys.to_pylist(), values.to_pylist(), strict=True))
     rows: list[list[tuple[str, str | bytes | None]] | None] = []
     start = 0
     for length in pc.list_value_length(column).to_pylist():

@@ -5,8 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from durable_producer.spark_integration.errors import NullValueError
-from durable_producer.spark_integration.producer import first_null_row, header_lists
+from durable_producer.spark_integration.errors import InvalidPartitionError, NullValueError
+from durable_producer.spark_integration.producer import (
+    ANY_PARTITION,
+    first_null_row,
+    header_lists,
+    partition_numbers,
+)
 
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
@@ -42,3 +47,24 @@ def test_null_header_keys_are_refused(rows: list) -> None:
 
 def test_first_null_is_the_row_index_within_the_batch() -> None:
     assert first_null_row(pa.array([b"a", b"b", None, None], pa.binary())) == 2
+
+
+def test_header_fields_are_read_by_position() -> None:
+    spelt = pa.list_(pa.struct([("Key", pa.string()), ("VALUE", pa.binary())]))
+    column = pa.array([[{"Key": "a", "VALUE": b"1"}]], spelt)
+    assert list(header_lists(column)) == [[("a", b"1")]]
+
+
+def test_null_partitions_are_left_to_the_partitioner() -> None:
+    assert partition_numbers(pa.array([0, None, 3], pa.int32())) == [0, ANY_PARTITION, 3]
+
+
+@pytest.mark.parametrize("negative", [-1, -2])
+def test_a_negative_partition_fails_the_task(negative: int) -> None:
+    """Spark's sink fails the task (IllegalArgumentException: Invalid partition); -1 is
+    librdkafka's "any partition", which would have put the row anywhere without a word."""
+    with pytest.raises(InvalidPartitionError) as raised:
+        partition_numbers(pa.array([0, None, negative, negative], pa.int32()))
+    assert str(raised.value).startswith(
+        f"durable-kafka: column 'partition' has 2 negative value(s) (first {negative} at row 2"
+    )

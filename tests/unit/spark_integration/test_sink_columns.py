@@ -51,9 +51,30 @@ def test_topic_option_overrides_the_topic_column() -> None:
     assert resolved.topic is None
 
 
-def test_column_names_match_case_insensitively_and_keep_their_spelling() -> None:
-    resolved = resolve_columns(schema(Value=BinaryType(), KEY=StringType()), "events")
-    assert resolved == SinkColumns(value="Value", key="KEY")
+def test_column_names_are_case_sensitive_as_in_sparks_kafka_sink(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Spark's sink looks its columns up by exact name: with 'Key' it writes null keys, so
+    durable-kafka ignores 'Key' too (with a warning) rather than writing other records."""
+    resolved = resolve_columns(schema(value=BinaryType(), Key=StringType()), "events")
+    assert resolved == SinkColumns(value="value")
+    assert "column 'Key' is ignored" in caplog.text and "'key'" in caplog.text
+
+
+def test_a_value_column_spelt_otherwise_is_missing_with_a_hint() -> None:
+    with pytest.raises(SinkSchemaError, match=r"'value'.*missing.*\['VALUE'\].*case-sensitive"):
+        resolve_columns(schema(VALUE=BinaryType()), "events")
+
+
+def test_headers_are_read_by_position_with_field_names_in_any_case() -> None:
+    """Spark's sink compares the headers type with array<struct<key:string,value:binary>>
+    ignoring case and nullability, and reads the struct's fields by position."""
+    spelt = ArrayType(
+        StructType([StructField("Key", StringType()), StructField("VALUE", BinaryType())])
+    )
+    assert resolve_columns(schema(value=BinaryType(), headers=spelt), "events").headers == (
+        "headers"
+    )
 
 
 def test_missing_value_column_lists_the_columns_present() -> None:
@@ -97,6 +118,17 @@ def test_missing_topic_says_how_to_provide_one() -> None:
                 ),
             },
             "column 'headers' must be of type",
+        ),
+        (
+            {
+                "value": BinaryType(),
+                "headers": ArrayType(
+                    StructType(
+                        [StructField("value", BinaryType()), StructField("key", StringType())]
+                    )
+                ),
+            },
+            r"got array<struct<value:binary,key:string>>",
         ),
     ],
 )
