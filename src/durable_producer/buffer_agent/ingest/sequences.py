@@ -1,16 +1,18 @@
 """Broker-style idempotence for producers writing through the agent: sequence checks.
 
-Like a Kafka broker, the agent remembers, per producer id and partition, the last
-:data:`TRACKED_BATCHES` batches (their first and last sequence numbers and WAL offsets) and the
-producer's current epoch. A client retry of a batch already stored is answered as success
-without a second WAL append; a gap in sequences is OUT_OF_ORDER_SEQUENCE_NUMBER; a batch from an
-older epoch is INVALID_PRODUCER_EPOCH. All of it is per batch, from the batch header only.
+Like a Kafka broker (whose producer state lives in each partition's log), the agent remembers,
+per producer id and partition, the producer's epoch there and the last :data:`TRACKED_BATCHES`
+batches (their first and last sequence numbers and WAL offsets). A client retry of a batch
+already stored is answered as success without a second WAL append; a gap in sequences is
+OUT_OF_ORDER_SEQUENCE_NUMBER; a batch from an older epoch than the partition's is
+INVALID_PRODUCER_EPOCH. All of it is per batch, from the batch header only.
 
-As on a broker, a producer's new epoch counts from its first batch that is *stored*: when that
-batch's append fails (the WAL is full), ``forget`` puts the producer back as it was before the
+As on a broker, a new epoch counts on a partition from its first batch *stored* there: when that
+batch's append fails (the WAL is full), ``forget`` puts the partition back as it was before the
 batch arrived (its older epoch, or unknown). The Java client bumps its epoch when a batch
-expires while the agent refuses; keeping the refused epoch made the agent answer the client's
-retries of older batches INVALID_PRODUCER_EPOCH where a broker keeps answering the refusal.
+expires while the agent refuses, and retries the other partitions' older batches: with one
+epoch per producer, or the refused epoch kept, the agent answered those INVALID_PRODUCER_EPOCH
+where a broker keeps answering the refusal.
 
 This module is pure bookkeeping (no I/O). How the state survives restarts is
 ``producer_state``'s job (snapshot + WAL replay, "lenient" partitions after lost history);
@@ -66,22 +68,31 @@ class SequenceCheck:
 
 @dataclass(slots=True)
 class _PartitionState:
+    epoch: int
     batches: list[StoredBatch] = field(default_factory=list)
     """The last :data:`TRACKED_BATCHES` batches, oldest first (a list: a deque's block costs
     ~600 B, and there is one of these per producer and partition)."""
     lenient: bool = False
+    replaced: _PartitionState | None = None
+    """While no batch of this epoch is stored here: the state it replaced (:data:`_UNKNOWN`
+    when the producer was unknown on the partition), for ``forget`` to put back."""
+
+
+_UNKNOWN = _PartitionState(-1)
+"""``replaced`` of a partition's first state: undoing it forgets the partition."""
 
 
 @dataclass(slots=True)
 class _ProducerState:
-    epoch: int
     last_seen: float = 0.0
     partitions: dict[tuple[str, int], _PartitionState] = field(default_factory=dict)
     rendered: str | None = None
     """This producer's part of the snapshot text, kept while nothing changes (None: render)."""
-    replaced: tuple[_ProducerState | None] | None = None
-    """While no batch of this epoch is stored: what it replaced (``(None,)``: nothing, the
-    producer was unknown), for ``forget`` to put back. None once a batch is stored."""
+
+    @property
+    def epoch(self) -> int:
+        """The newest epoch of the producer on any partition (-1: none)."""
+        return max((state.epoch for state in self.partitions.values()), default=-1)
 
 
 class SequenceTracker:
@@ -103,15 +114,16 @@ class SequenceTracker:
         if not header.is_idempotent:
             return SequenceCheck(Verdict.ACCEPT)
         producer = self._producers.get(header.producer_id)
-        if producer is None:
+        state = None if producer is None else producer.partitions.get((topic, partition))
+        if state is None:
             return SequenceCheck(Verdict.ACCEPT)
-        if header.producer_epoch < producer.epoch:
+        if header.producer_epoch < state.epoch:
             return SequenceCheck(
                 Verdict.INVALID_EPOCH,
                 reason=f"producer {header.producer_id} epoch {header.producer_epoch} is older"
-                f" than the current epoch {producer.epoch}",
+                f" than the current epoch {state.epoch} on {topic}-{partition}",
             )
-        if header.producer_epoch > producer.epoch:
+        if header.producer_epoch > state.epoch:
             if header.base_sequence == 0:
                 return SequenceCheck(Verdict.ACCEPT)
             return SequenceCheck(
@@ -119,8 +131,7 @@ class SequenceTracker:
                 reason=f"producer {header.producer_id} new epoch {header.producer_epoch} must"
                 f" start at sequence 0, got {header.base_sequence}",
             )
-        state = producer.partitions.get((topic, partition))
-        if state is None or not state.batches:
+        if not state.batches:
             return SequenceCheck(Verdict.ACCEPT)
         base_sequence, last_sequence = header.base_sequence, header.last_sequence
         for stored in state.batches:
@@ -142,29 +153,28 @@ class SequenceTracker:
         if not header.is_idempotent:
             return None
         producer = self._producers.get(header.producer_id)
-        if producer is None or header.producer_epoch > producer.epoch:
-            replaced = producer
-            if replaced is not None:
-                self._partitions -= len(replaced.partitions)
-                if replaced.replaced is not None and not any(
-                    state.batches for state in replaced.partitions.values()
-                ):
-                    replaced = replaced.replaced[0]  # that epoch has no batch, stored or not
-            producer = _ProducerState(header.producer_epoch)
-            producer.replaced = (replaced,)
-            self._producers[header.producer_id] = producer
-        elif producer.replaced is not None and _has_stored(producer):
-            producer.replaced = None
-        if wal_offset is not None:
-            producer.replaced = None
+        if producer is None:
+            producer = self._producers[header.producer_id] = _ProducerState()
         producer.last_seen = time.time()
         producer.rendered = None
-        state = producer.partitions.get((topic, partition))
+        key = (topic, partition)
+        state = producer.partitions.get(key)
         if state is None:
-            state = producer.partitions[(topic, partition)] = _PartitionState()
+            state = producer.partitions[key] = _PartitionState(header.producer_epoch)
+            state.replaced = _UNKNOWN
             self._partitions += 1
             if self._partitions > self._max_partitions:
                 self._forget_least_recent(keep=header.producer_id)
+        elif header.producer_epoch > state.epoch:
+            previous = state
+            if previous.replaced is not None and not previous.batches:
+                previous = previous.replaced  # that epoch holds no batch here, stored or not
+            state = producer.partitions[key] = _PartitionState(header.producer_epoch)
+            state.replaced = previous
+        elif state.replaced is not None and any(b.wal_offset is not None for b in state.batches):
+            state.replaced = None
+        if wal_offset is not None:
+            state.replaced = None
         stored = StoredBatch(header.base_sequence, header.last_sequence, wal_offset)
         batches = state.batches
         batches.append(stored)
@@ -187,40 +197,39 @@ class SequenceTracker:
             self.forgotten += 1
 
     def forget(self, topic: str, partition: int, producer_id: int, stored: StoredBatch) -> None:
-        """Undo :meth:`record` for a batch whose WAL append failed: the producer is put back as
-        it was before, when the batch was the first of a new epoch and no other batch of that
-        epoch is stored or being appended."""
+        """Undo :meth:`record` for a batch whose WAL append failed: the partition is put back
+        as it was before, when the batch was the first of a new epoch there (or the producer's
+        first there) and no other batch of that epoch is stored or being appended there."""
         producer = self._producers.get(producer_id)
-        if producer is None:
+        key = (topic, partition)
+        state = None if producer is None else producer.partitions.get(key)
+        if producer is None or state is None:
             return
-        state = producer.partitions.get((topic, partition))
-        if state is not None and stored in state.batches:
+        if stored in state.batches:
             state.batches.remove(stored)
             producer.rendered = None
-        if producer.replaced is None or any(s.batches for s in producer.partitions.values()):
+        if state.batches or state.replaced is None:
             return
-        previous = producer.replaced[0]
-        self._partitions -= len(producer.partitions)
-        if previous is None:
-            del self._producers[producer_id]
-            return
-        previous.rendered = None
-        self._producers[producer_id] = previous
-        self._partitions += len(previous.partitions)
+        producer.rendered = None
+        if state.replaced is _UNKNOWN:
+            del producer.partitions[key]
+            self._partitions -= 1
+            if not producer.partitions:
+                del self._producers[producer_id]
+        else:
+            producer.partitions[key] = state.replaced
 
     def replay(self, topic: str, partition: int, header: BatchHeader, wal_offset: int) -> None:
         """Apply a batch found in the WAL on start; batches already known are skipped."""
         if not header.is_idempotent:
             return
         producer = self._producers.get(header.producer_id)
-        if producer is not None:
-            if header.producer_epoch < producer.epoch:
+        state = None if producer is None else producer.partitions.get((topic, partition))
+        if state is not None:
+            if header.producer_epoch < state.epoch:
                 return
-            state = producer.partitions.get((topic, partition))
-            if (
-                header.producer_epoch == producer.epoch
-                and state is not None
-                and any(stored.base_sequence == header.base_sequence for stored in state.batches)
+            if header.producer_epoch == state.epoch and any(
+                stored.base_sequence == header.base_sequence for stored in state.batches
             ):
                 return
         self.record(topic, partition, header, wal_offset)
@@ -270,9 +279,10 @@ class SequenceTracker:
         producers = document["producers"]
         assert isinstance(producers, dict)
         for producer_id, entry in producers.items():
-            producer = _ProducerState(int(entry["epoch"]), float(entry.get("last_seen", 0.0)))
-            for topic, partition, batches in entry["partitions"]:
-                state = _PartitionState()
+            producer = _ProducerState(float(entry.get("last_seen", 0.0)))
+            for topic, partition, batches, *epoch in entry["partitions"]:
+                # snapshots before per-partition epochs had only the producer's
+                state = _PartitionState(int(epoch[0]) if epoch else int(entry["epoch"]))
                 for base_sequence, last_sequence, wal_offset in batches[-TRACKED_BATCHES:]:
                     state.batches.append(StoredBatch(base_sequence, last_sequence, wal_offset))
                 producer.partitions[(str(topic), int(partition))] = state
@@ -284,15 +294,6 @@ class SequenceTracker:
         """``(producer_id, epoch)`` pairs, for tests and diagnostics."""
         for producer_id, producer in self._producers.items():
             yield producer_id, producer.epoch
-
-
-def _has_stored(producer: _ProducerState) -> bool:
-    """Whether a batch of the producer's current epoch is in the WAL (not only being appended)."""
-    return any(
-        stored.wal_offset is not None
-        for state in producer.partitions.values()
-        for stored in state.batches
-    )
 
 
 def _render(producer_id: int, producer: _ProducerState) -> tuple[str, bool]:
@@ -307,6 +308,6 @@ def _render(producer_id: int, producer: _ProducerState) -> tuple[str, bool]:
             else:
                 batches.append([stored.base_sequence, stored.last_sequence, stored.wal_offset])
         if batches:
-            partitions.append([topic, partition, batches])
+            partitions.append([topic, partition, batches, state.epoch])
     entry = {"epoch": producer.epoch, "last_seen": producer.last_seen, "partitions": partitions}
     return f'"{producer_id}":' + json.dumps(entry, separators=(",", ":")), confirmed

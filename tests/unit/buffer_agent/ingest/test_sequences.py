@@ -86,38 +86,66 @@ def test_forget_undoes_a_failed_append() -> None:
     assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
 
 
+def test_epochs_are_per_partition_as_on_a_broker() -> None:
+    """A broker keeps producer state in each partition's log: a new epoch stored on one
+    partition does not refuse the older epoch's batches on another (the Java client retries
+    those after bumping its epoch when a batch expired)."""
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 0, 0), 1, partition=0)
+    accept(tracker, header(7, 0, 0), 2, partition=1)
+    accept(tracker, header(7, 1, 0), 3, partition=1)
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
+    older = tracker.check("t", 1, header(7, 0, 1))
+    assert older.verdict is Verdict.INVALID_EPOCH
+    assert older.reason == "producer 7 epoch 0 is older than the current epoch 1 on t-1"
+    assert dict(tracker.producers()) == {7: 1}
+
+
 def test_a_refused_batch_of_a_new_epoch_leaves_the_epoch_as_it_was() -> None:
-    """A broker takes a producer's new epoch only with a batch it writes. The Java client bumps
-    its epoch after a batch expires while the buffer is full: the refused first batch of the new
-    epoch must not make the agent answer the retries of the older ones INVALID_PRODUCER_EPOCH
-    (kafka-clients 4.1.2: most records that expired during the refusals failed with
-    InvalidProducerEpochException instead of TimeoutException, a real broker's answer)."""
+    """A broker takes a producer's new epoch only with a batch it writes: the refused first
+    batch of a new epoch (the WAL is full) must not make the agent answer the client's retries
+    of the older ones INVALID_PRODUCER_EPOCH."""
     tracker = SequenceTracker()
     accept(tracker, header(7, 0, 0, records=2), 1)
-    bumped = tracker.record("t", 1, header(7, 1, 0))
+    bumped = tracker.record("t", 0, header(7, 1, 0))
     assert bumped is not None
-    tracker.forget("t", 1, 7, bumped)  # its append was refused: the WAL is full
+    tracker.forget("t", 0, 7, bumped)  # its append was refused: the WAL is full
     assert dict(tracker.producers()) == {7: 0}
     assert tracker.check("t", 0, header(7, 0, 2)).verdict is Verdict.ACCEPT
     assert tracker.check("t", 0, header(7, 0, 0, records=2)).verdict is Verdict.DUPLICATE
-    assert tracker.check("t", 1, header(7, 1, 0)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 1, 0)).verdict is Verdict.ACCEPT
 
 
 def test_a_new_epoch_stays_while_one_of_its_batches_is_stored_or_pending() -> None:
     tracker = SequenceTracker()
     accept(tracker, header(7, 0, 0), 1)
     first = tracker.record("t", 0, header(7, 1, 0))
-    second = tracker.record("t", 1, header(7, 1, 0))
+    second = tracker.record("t", 0, header(7, 1, 1))
     assert first is not None and second is not None
-    tracker.forget("t", 1, 7, second)
+    tracker.forget("t", 0, 7, second)
     assert dict(tracker.producers()) == {7: 1}
     first.wal_offset = 2  # stored
-    accept(tracker, header(7, 1, 1), 3)
-    refused = tracker.record("t", 1, header(7, 1, 0))
+    refused = tracker.record("t", 0, header(7, 1, 1))
     assert refused is not None
-    tracker.forget("t", 1, 7, refused)
+    tracker.forget("t", 0, 7, refused)
     assert dict(tracker.producers()) == {7: 1}
     assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.INVALID_EPOCH
+    assert tracker.check("t", 0, header(7, 1, 1)).verdict is Verdict.ACCEPT
+
+
+def test_snapshots_keep_each_partitions_epoch_and_read_the_older_format() -> None:
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 0, 0), 1, partition=0)
+    accept(tracker, header(7, 2, 0), 2, partition=1)
+    restored = SequenceTracker.from_json(json.loads(tracker.to_json_text()))
+    assert restored.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
+    assert restored.check("t", 1, header(7, 1, 1)).verdict is Verdict.INVALID_EPOCH
+    older = {
+        "producers": {"7": {"epoch": 2, "last_seen": 0, "partitions": [["t", 0, [[0, 0, 1]]]]}}
+    }
+    assert SequenceTracker.from_json(older).check("t", 0, header(7, 1, 1)).verdict is (
+        Verdict.INVALID_EPOCH
+    )
 
 
 def test_a_producer_whose_first_batch_is_refused_stays_unknown() -> None:
@@ -199,14 +227,14 @@ def test_the_snapshot_text_renders_only_producers_changed_since_the_last(
     document = json.loads(tracker.to_json_text())
     assert sorted(rendered) == [7, 8]
     # partition 1's batch is not confirmed (its append runs): not stored yet
-    assert document["producers"]["8"]["partitions"] == [["t", 0, [[0, 0, 8]]]]
+    assert document["producers"]["8"]["partitions"] == [["t", 0, [[0, 0, 8]], 0]]
     assert pending is not None
     pending.wal_offset = 101
     rendered.clear()
     document = json.loads(tracker.to_json_text())
     assert rendered == [8]  # rendered again until confirmed
     assert document["producers"]["8"]["partitions"] == [
-        ["t", 0, [[0, 0, 8]]],
-        ["t", 1, [[0, 0, 101]]],
+        ["t", 0, [[0, 0, 8]], 0],
+        ["t", 1, [[0, 0, 101]], 0],
     ]
     assert SequenceTracker.from_json(document).to_json() == document
