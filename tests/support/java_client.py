@@ -82,7 +82,7 @@ def compiled_classes() -> Path:
         return target
     javac = javac_binary()
     JAVA_CLIENT_DIR.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix="classes-", dir=JAVA_CLIENT_DIR))
+    staging = Path(tempfile.mkdtemp(prefix="compiling-", dir=JAVA_CLIENT_DIR))
     try:
         done = subprocess.run(
             [javac, "-nowarn", "-d", str(staging), "-cp", str(libs / "*"), str(JAVA_SOURCE)],
@@ -97,6 +97,9 @@ def compiled_classes() -> Path:
             staging.rename(target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    for stale in JAVA_CLIENT_DIR.glob("classes-*"):  # compiled from an older source
+        if stale != target:
+            shutil.rmtree(stale, ignore_errors=True)
     return target
 
 

@@ -8,6 +8,7 @@ the broker directly. ``DURABLE_KAFKA_TESTS_ENDPOINT=broker`` writes straight to 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from integration.spark_integration.spark_harness import (
 )
 from support.broker import ProxiedBroker
 from support.kafka_fixtures import started
+from support.spark_kafka import SPARK_JARS_CONF, SparkKafkaNotInstalled, spark_jars_conf
 
 SPARK_TEST_CONF = {
     "spark.ui.enabled": "false",
@@ -60,7 +62,8 @@ def kafka_endpoint() -> Iterator[KafkaEndpoint]:
 
 @pytest.fixture(scope="session")
 def spark(kafka_endpoint: KafkaEndpoint) -> Iterator[SparkSession]:
-    """A local[2] SparkSession with durable-kafka registered; its JVM is killed afterwards.
+    """A local[2] SparkSession with durable-kafka registered and Spark's own Kafka sink on its
+    classpath (``spark.jars``, when ``make tools`` installed it); its JVM is killed afterwards.
 
     The agent address reaches the Python workers through the environment the JVM is
     started with, as it reaches executors through the pod's env on Kubernetes.
@@ -76,6 +79,9 @@ def spark(kafka_endpoint: KafkaEndpoint) -> Iterator[SparkSession]:
         builder = SparkSession.builder.master("local[2]").appName("durable-kafka-tests")
         for key, value in SPARK_TEST_CONF.items():
             builder = builder.config(key, value)
+        # Spark's own Kafka sink, for the tests beside it (they fail in one line without it)
+        with contextlib.suppress(SparkKafkaNotInstalled):
+            builder = builder.config(SPARK_JARS_CONF, spark_jars_conf())
         session = builder.getOrCreate()
     finally:
         for name, value in saved.items():
