@@ -24,10 +24,15 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from durable_producer.local.broker import ProxiedBroker
+from durable_producer.local.kafka_node import JVM_OPTIONS, KAFKA_START_SCRIPT_JVM_OPTIONS
 from durable_producer.local.mock_cluster import MockCluster
 from durable_producer.local.topics import create_topic
 
 BROKERS = ("mock", "kafka")
+BROKER_JVMS = {"kafka": KAFKA_START_SCRIPT_JVM_OPTIONS, "test-bed": JVM_OPTIONS}
+"""``--broker-jvm`` of the benchmarks that compare with a Kafka broker: the JVM options of
+Kafka's own start script (C2, G1, 1 GB heap; their default, a fair opponent), or the small
+C1-only JVM the tests start (fast to start, slower under load)."""
 MOCK_BROKERS = 3
 _TICKS = os.sysconf("SC_CLK_TCK")
 

@@ -1,13 +1,14 @@
 """Ingest through the buffer agent vs producing straight to the local broker (Apache Kafka, one
-KRaft node).
+KRaft node, or with ``--cluster`` three brokers: RF 3, ``min.insync.replicas=2``).
 
 Not a test: prints figures side by side, as ratios, from one run on one machine.
 
-    .venv/bin/python benchmarks/ingress_bench.py [--records 2000000] [--rounds 3]
+    .venv/bin/python benchmarks/ingress_bench.py [--records 2000000] [--rounds 3] [--cluster]
         [--baseline-src CHECKOUT_OF_AN_OLDER_COMMIT]
 
-Each figure comes from a fresh endpoint (a new Kafka node, or a new agent process with an empty
-WAL, fsync ``interval``), and broker and agent alternate within every round, so the noise of
+Each figure comes from a fresh endpoint (a new Kafka node or 3-node cluster, or a new agent
+process with an empty WAL, fsync ``interval``), and broker and agent alternate within every
+round, so the noise of
 this shared machine hits both (with ``--baseline-src``, a third endpoint runs the agent of an
 older checkout, for before/after figures from one run). Three measurements, each for 200 B
 and 2 KiB records:
@@ -32,7 +33,8 @@ and 2 KiB records:
    scheduler instead: the producers' polling loops starve whichever endpoint has one thread.)
 
 Next to each rate, the endpoint's own CPU (user + system seconds of its process) per million
-records: what the agent costs the pod, whatever the load generator does.
+records: what the agent costs the pod, whatever the load generator does (with ``--cluster``,
+the three brokers' CPU together).
 """
 
 from __future__ import annotations
@@ -83,10 +85,13 @@ def producer_config(bootstrap: str) -> dict[str, object]:
     }
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def cpu_seconds(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of processes so far."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------- endpoints
@@ -94,17 +99,45 @@ def cpu_seconds(pid: int) -> float:
 class Endpoint:
     name: str
     bootstrap: str
-    pid: int
+    pids: tuple[int, ...]
+
+
+CLUSTER = False
+"""``--cluster``: the broker side is three Kafka nodes (RF 3, min.insync.replicas 2)."""
+BROKER_JVM = "kafka"
+"""``--broker-jvm`` (``bench_brokers.BROKER_JVMS``)."""
+
+
+def broker_jvm_options() -> tuple[str, ...]:
+    from bench_brokers import BROKER_JVMS  # not at the top: --serve-agent may run older code
+
+    return BROKER_JVMS[BROKER_JVM]
 
 
 @contextmanager
 def fresh_broker() -> Iterator[Endpoint]:
-    from support.broker import KafkaBroker, create_topic
+    """A new Kafka node, or with ``--cluster`` a new 3-node cluster, with the topic, warmed up
+    by one idempotent record (so the clock does not time the creation of its internal topics)."""
+    from confluent_kafka import Producer
 
-    with KafkaBroker() as broker:
-        create_topic(broker.bootstrap, TOPIC, PARTITIONS)
-        assert broker.process is not None
-        yield Endpoint("broker", broker.bootstrap, broker.process.pid)
+    from support.broker import KafkaBroker, KafkaCluster, create_topic
+
+    jvm = broker_jvm_options()
+    kafka = KafkaCluster(jvm_options=jvm) if CLUSTER else KafkaBroker(jvm_options=jvm)
+    with kafka:
+        create_topic(kafka.bootstrap, TOPIC, PARTITIONS)
+        warm = Producer(producer_config(kafka.bootstrap))
+        warm.produce(TOPIC, b"warm-up", partition=0)
+        if warm.flush(60):
+            raise RuntimeError("the broker did not take the warm-up record")
+        nodes = kafka.nodes if isinstance(kafka, KafkaCluster) else [kafka]
+        pids = tuple(node.process.pid for node in nodes if node.process is not None)
+        yield Endpoint("broker", kafka.bootstrap, pids)
+
+
+def broker_description() -> str:
+    kind = "3 brokers (KRaft), RF 3, min.insync.replicas 2" if CLUSTER else "one KRaft node"
+    return f"Apache Kafka, {kind}, fresh per measurement, JVM: {' '.join(broker_jvm_options())}"
 
 
 AGENT_FSYNC = "interval"
@@ -146,7 +179,7 @@ def serve_agent_process(name: str, source: Path | None) -> Iterator[Endpoint]:
                 if time.monotonic() > deadline or process.poll() is not None:
                     raise RuntimeError("the agent did not start")
                 time.sleep(0.05)
-            yield Endpoint(name, f"127.0.0.1:{port_file.read_text()}", process.pid)
+            yield Endpoint(name, f"127.0.0.1:{port_file.read_text()}", (process.pid,))
         finally:
             process.send_signal(signal.SIGTERM)
             try:
@@ -211,11 +244,11 @@ class Rate:
 
 
 def measure(endpoint: Endpoint, size: int, run: Callable[[], int]) -> Rate:
-    before = cpu_seconds(endpoint.pid)
+    before = cpu_seconds(endpoint.pids)
     started = time.perf_counter()
     records = run()
     seconds = time.perf_counter() - started
-    return Rate(records, seconds, cpu_seconds(endpoint.pid) - before, size)
+    return Rate(records, seconds, cpu_seconds(endpoint.pids) - before, size)
 
 
 def wheel_librdkafka() -> Path | None:
@@ -421,42 +454,68 @@ def replay_requests(size: int) -> tuple[list[bytes], int]:
     return requests, count
 
 
+def replay_targets(bootstrap: str) -> list[tuple[str, list[int]]]:
+    """Each partition leader's address and the partitions it leads (from metadata, as a
+    client finds them: the agent leads every partition, a cluster's brokers share them)."""
+    from confluent_kafka.admin import AdminClient
+
+    metadata = AdminClient({"bootstrap.servers": bootstrap}).list_topics(TOPIC, timeout=10)
+    led: dict[int, list[int]] = {}
+    for number, partition in sorted(metadata.topics[TOPIC].partitions.items()):
+        led.setdefault(partition.leader, []).append(number)
+    return [
+        (f"{metadata.brokers[leader].host}:{metadata.brokers[leader].port}", partitions)
+        for leader, partitions in sorted(led.items())
+    ]
+
+
 def run_replay(
-    bootstrap: str, requests: list[bytes], per_request: int, total: int, connections: int
+    targets: list[tuple[str, list[int]]],
+    requests: list[bytes],
+    per_request: int,
+    total: int,
+    connections: int,
 ) -> Callable[[], int]:
-    def connection(count: int, failures: list[str]) -> None:
+    """``connections`` connections spread over the leaders, each pipelining the requests of
+    the partitions its leader leads."""
+
+    def connection(address: str, mine: list[bytes], count: int, failures: list[str]) -> None:
         from support.kafka_wire import recv_exactly
 
-        host, port = bootstrap.rsplit(":", 1)
-        with socket.create_connection((host, int(port))) as sock:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sent = answered = 0
-            while answered < count:
-                while sent < count and sent - answered < 4:
-                    sock.sendall(requests[sent % len(requests)])
-                    sent += 1
-                (length,) = struct.unpack(">i", recv_exactly(sock, 4))
-                response = recv_exactly(sock, length)
-                # v9 response: correlation id, tagged fields, topics (compact array), name,
-                # partitions (compact array), index, then the int16 error code
-                error = produce_error_code(response)
-                if error:
-                    failures.append(f"error code {error}")
-                answered += 1
+        try:
+            host, port = address.rsplit(":", 1)
+            with socket.create_connection((host, int(port))) as sock:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sent = answered = 0
+                while answered < count:
+                    while sent < count and sent - answered < 4:
+                        sock.sendall(mine[sent % len(mine)])
+                        sent += 1
+                    (length,) = struct.unpack(">i", recv_exactly(sock, 4))
+                    response = recv_exactly(sock, length)
+                    error = produce_error_code(response)
+                    if error:
+                        failures.append(f"error code {error} from {address}")
+                    answered += 1
+        except Exception as error:  # reported by run()
+            failures.append(f"{address}: {error!r}")
 
     def run() -> int:
         requests_each = max(1, total // per_request // connections)
         failures: list[str] = []
-        threads = [
-            threading.Thread(target=connection, args=(requests_each, failures))
-            for _ in range(connections)
-        ]
+        threads = []
+        for index in range(connections):
+            address, partitions = targets[index % len(targets)]
+            mine = [requests[partition] for partition in partitions]
+            threads.append(
+                threading.Thread(target=connection, args=(address, mine, requests_each, failures))
+            )
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         if failures:
-            raise RuntimeError(f"replayed produce failed against {bootstrap}: {failures[:3]}")
+            raise RuntimeError(f"replayed produce failed: {failures[:3]}")
         return requests_each * connections * per_request
 
     return run
@@ -505,13 +564,32 @@ def main() -> None:
         help="also serve the agent from this source tree's src/ (e.g. a `git worktree` of an"
         " older commit), alternating with the others in every round",
     )
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="produce straight to a 3-broker cluster (RF 3, min.insync.replicas 2) instead of"
+        " one node",
+    )
+    parser.add_argument(
+        "--broker-jvm",
+        default=BROKER_JVM,
+        help="kafka: the JVM options of Kafka's own start script (C2, G1, 1 GB heap; default);"
+        " test-bed: the small C1-only JVM the tests use",
+    )
     parser.add_argument("--serve-agent", nargs=3, metavar=("DATA_DIR", "PORT_FILE", "FSYNC"))
     args = parser.parse_args()
     if args.serve_agent:
         serve_agent(Path(args.serve_agent[0]), Path(args.serve_agent[1]), args.serve_agent[2])
         return
-    global AGENT_FSYNC, BASELINE_SRC
+    from bench_brokers import BROKER_JVMS  # not at the top: --serve-agent may run older code
+
+    if args.broker_jvm not in BROKER_JVMS:
+        parser.error(f"--broker-jvm: choose one of {', '.join(BROKER_JVMS)}")
+    global AGENT_FSYNC, BASELINE_SRC, CLUSTER, BROKER_JVM
     AGENT_FSYNC = args.fsync
+    CLUSTER = args.cluster
+    BROKER_JVM = args.broker_jvm
+    print(f"broker: {broker_description()}; agent: ingest only, fsync {args.fsync}", flush=True)
 
     endpoints: tuple[Callable[[], Any], ...] = (fresh_broker, fresh_agent)
     if args.baseline_src is not None:
@@ -570,7 +648,11 @@ def main() -> None:
                         with fresh() as endpoint:
                             warm_up(endpoint.bootstrap)
                             run = run_replay(
-                                endpoint.bootstrap, requests, per_request, records, args.connections
+                                replay_targets(endpoint.bootstrap),
+                                requests,
+                                per_request,
+                                records,
+                                args.connections,
                             )
                             rate = measure(endpoint, size, run)
                             rates.setdefault(("replay", size, endpoint.name), []).append(rate)

@@ -1,25 +1,28 @@
-"""Spark job: ``format("durable-kafka")`` via the agent vs a direct writer, to "every row in Kafka".
+"""Spark job: ``format("durable-kafka")`` via the agent vs Spark's own Kafka sink and a direct
+writer, to "every row in Kafka".
 
 The same PySpark job (local mode) writes N generated rows, side by side on this machine, to a
-Kafka broker (one KRaft node) behind a fault proxy:
+Kafka broker (one KRaft node, Kafka's own start-script JVM options) behind a fault proxy:
 
 - ``noop``: Spark's no-op sink, the cost of the job itself (generation, Arrow transfer);
-- ``direct``: what a PySpark user writes without us: ``foreachPartition`` with a
+- ``spark-kafka``: Spark's own Kafka sink, ``format("kafka")`` (spark-sql-kafka-0-10 from
+  Maven Central, ``make tools``; its Java producer with its defaults) straight to the broker;
+- ``foreach``: what a PySpark user writes by hand: ``foreachPartition`` with a
   confluent-kafka producer (``acks=all``, idempotent) to the broker;
-- ``durable-kafka``: this project's data source to a real buffer agent process
-  (``durable-agent run``) forwarding to the broker (``--no-agent``: straight to the broker);
-- ``durable-kafka, no agent``: the same data source with ``bootstrap`` set to the broker,
-  i.e. the same task code without the agent: the agent's own cost in isolation.
+- ``agent``: this project's data source to a real buffer agent process (``durable-agent
+  run``) forwarding to the broker;
+- ``no-agent``: the same data source with ``bootstrap`` set to the broker, i.e. the same task
+  code without the agent: the agent's own cost in isolation.
 
-Each of ``--repeat`` rounds runs the three writers and times two things: the
-job (until Spark returns: for durable-kafka, every row is in an agent's WAL) and the time to
-**every row in Kafka** (for the direct writer the same moment, ``acks=all``; for durable-kafka,
-until the agent's forwarder has had every row acknowledged by the broker, read from its
+Each of ``--repeat`` rounds runs the ``--writers`` in turn and times two things: the job
+(until Spark returns: through the agent, every row is in its WAL) and the time to **every row
+in Kafka** (for the writers to the broker the same moment, ``acks=all``; through the agent,
+until its forwarder has had every row acknowledged by the broker, read from its
 ``durable_agent_forwarded_records`` metric). Medians and their ratios are printed.
 
-Then, with ``--stall-seconds`` > 0, both writers again while the broker path hangs for
-that long early in the job (a slow/hung broker). Counts every topic in the broker
-afterwards. Not a pass/fail test. Example::
+Then, with ``--stall-seconds`` > 0, Spark's sink and durable-kafka via the agent again while
+the broker path hangs for that long early in the job (a slow/hung broker). Counts every topic
+in the broker afterwards. Not a pass/fail test. Example::
 
     .venv/bin/python benchmarks/spark_bench.py --rows 1000000
 """
@@ -45,16 +48,32 @@ from pyspark.sql import functions as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from bench_brokers import BROKER_JVMS
+
 from durable_producer.contract import BOOTSTRAP_TWIN_ENV
 from durable_producer.spark_integration import register
 from durable_producer.spark_integration.data_source import SHORT_NAME
 from integration.spark_integration.spark_harness import AgentProcess
 from support.broker import ProxiedBroker, create_topic
 from support.fault_proxy import FaultProxy
+from support.spark_kafka import (
+    SINK_FORMAT,
+    SPARK_JARS_CONF,
+    SparkKafkaNotInstalled,
+    sink_version,
+    spark_jars_conf,
+)
 
 VALUE_BYTES = 100
 STALL_AFTER_SECONDS = 0.5
 FORWARDED_METRIC = "durable_agent_forwarded_records_total"
+WRITERS = {
+    "spark-kafka": "Spark's Kafka sink, direct",
+    "foreach": "foreachPartition, direct",
+    "no-agent": "durable-kafka, no agent",
+    "agent": "durable-kafka via agent",
+}
+"""``--writers``: label of each, in the order they run within a round."""
 
 
 def generated_rows(spark: SparkSession, rows: int, partitions: int) -> DataFrame:
@@ -204,7 +223,9 @@ def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
         SparkSession.builder.master(f"local[{args.cores}]")
         .appName("durable-kafka-bench")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", str(args.arrow_batch))
+        .config(SPARK_JARS_CONF, spark_jars_conf())
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
@@ -217,9 +238,19 @@ def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
             create_topic(endpoints.broker_direct, topics[name], args.partitions)
             return topics[name]
 
-        def direct(name: str) -> Callable[[], None]:
+        def foreach(name: str) -> Callable[[], None]:
             writer = direct_partition_writer(endpoints.broker, topic(name))
             return lambda: frame.foreachPartition(writer)
+
+        def spark_kafka(name: str) -> Callable[[], None]:
+            target = topic(name)
+
+            def write() -> None:
+                frame.write.format(SINK_FORMAT).option(
+                    "kafka.bootstrap.servers", endpoints.broker
+                ).option("topic", target).mode("append").save()
+
+            return write
 
         def durable(name: str, bootstrap: str | None = None) -> Callable[[], None]:
             target = topic(name)
@@ -232,16 +263,24 @@ def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
 
             return write
 
+        jobs: dict[str, Callable[[str], Callable[[], None]]] = {
+            "spark-kafka": spark_kafka,
+            "foreach": foreach,
+            "no-agent": lambda name: durable(name, endpoints.broker),
+            "agent": durable,
+        }
+        writers = [name for name in WRITERS if name in args.writers]
+        if "agent" in writers and not endpoints.via_agent:
+            writers.remove("agent")
         frame = generated_rows(spark, 20_000, args.partitions)
-        direct("warmup-direct")()
-        durable("warmup-durable")()
-        durable("warmup-no-agent", endpoints.broker)()
+        for name in writers:
+            jobs[name](f"warmup-{name}")()
 
         frame = generated_rows(spark, args.rows, args.partitions)
-        target = "buffer agent" if endpoints.via_agent else "broker, no agent"
         print(
             f"{args.rows:,} rows of {VALUE_BYTES} B, {args.partitions} partitions, "
-            f"local[{args.cores}]; durable-kafka -> {endpoints.durable} ({target})",
+            f"local[{args.cores}], pyspark {spark.version}, Spark's Kafka sink {sink_version()};"
+            f" durable-kafka via the agent at {endpoints.durable}",
             flush=True,
         )
         timed(
@@ -249,51 +288,51 @@ def run(args: argparse.Namespace, endpoints: Endpoints) -> None:
             args.rows,
             lambda: frame.write.format("noop").mode("overwrite").save(),
         )
-        forwarding = endpoints if endpoints.via_agent else None
-        direct_runs: list[Timing] = []
-        bare_runs: list[Timing] = []
-        durable_runs: list[Timing] = []
+        runs: dict[str, list[Timing]] = {name: [] for name in writers}
         for n in range(1, args.repeat + 1):
-            direct_runs.append(time_to_kafka(direct(f"direct-{n}"), args.rows, None))
-            bare_runs.append(
-                time_to_kafka(durable(f"no-agent-{n}", endpoints.broker), args.rows, None)
-            )
-            durable_runs.append(time_to_kafka(durable(f"durable-{n}"), args.rows, forwarding))
+            for name in writers:
+                forwarding = endpoints if name == "agent" else None
+                runs[name].append(time_to_kafka(jobs[name](f"{name}-{n}"), args.rows, forwarding))
             print(
-                f"{'round ' + str(n):>24}: direct {direct_runs[-1].in_kafka_s:6.2f}s;"
-                f" durable-kafka no agent {bare_runs[-1].in_kafka_s:6.2f}s;"
-                f" via agent: job {durable_runs[-1].job_s:6.2f}s,"
-                f" every row in Kafka {durable_runs[-1].in_kafka_s:6.2f}s",
+                f"{'round ' + str(n):>24}: "
+                + "; ".join(
+                    f"{WRITERS[name]} {runs[name][-1].in_kafka_s:6.2f}s"
+                    + (f" (job {runs[name][-1].job_s:.2f}s)" if name == "agent" else "")
+                    for name in writers
+                ),
                 flush=True,
             )
-        medians = {
-            "direct foreachPartition": statistics.median(r.in_kafka_s for r in direct_runs),
-            "durable-kafka, no agent": statistics.median(r.in_kafka_s for r in bare_runs),
-            "via agent, job": statistics.median(r.job_s for r in durable_runs),
-            "via agent, all in Kafka": statistics.median(r.in_kafka_s for r in durable_runs),
-        }
-        for label, seconds in medians.items():
-            print(f"{'median ' + label:>32}: {seconds:6.2f}s {args.rows / seconds:10,.0f} rows/s")
-        in_kafka = medians["via agent, all in Kafka"]
-        print(
-            f"{'time to every row in Kafka':>32}: via agent / direct foreachPartition = "
-            f"{in_kafka / medians['direct foreachPartition']:.2f}x; via agent / durable-kafka "
-            f"without agent = {in_kafka / medians['durable-kafka, no agent']:.2f}x",
-            flush=True,
-        )
+        in_kafka = {name: statistics.median(r.in_kafka_s for r in runs[name]) for name in writers}
+        for name in writers:
+            print(
+                f"{'median ' + WRITERS[name]:>40}: every row in Kafka {in_kafka[name]:6.2f}s"
+                f" {args.rows / in_kafka[name]:10,.0f} rows/s"
+            )
+        if "agent" in writers:
+            job = statistics.median(r.job_s for r in runs["agent"])
+            print(f"{'median durable-kafka via agent, job':>40}: {job:6.2f}s")
+            for name in writers:
+                if name != "agent":
+                    print(
+                        f"{'time to every row in Kafka':>40}: via agent / {WRITERS[name]} ="
+                        f" {in_kafka['agent'] / in_kafka[name]:.2f}x"
+                        f" (job: {job / in_kafka[name]:.2f}x)"
+                    )
         if args.stall_seconds > 0 and endpoints.proxy is not None:
             proxy, seconds = endpoints.proxy, args.stall_seconds
             label = f"broker hung {seconds:g}s"
-            stalled_direct = timed(
-                f"direct, {label}", args.rows, direct("direct-stall"), proxy, seconds
-            )
-            stalled_durable = timed(
-                f"durable-kafka, {label}", args.rows, durable("durable-stall"), proxy, seconds
-            )
-            print(
-                f"{'ratio':>24}: durable-kafka / direct = "
-                f"{stalled_durable / stalled_direct:.2f}x (broker hung)"
-            )
+            stalled = {
+                name: timed(
+                    f"{name}, {label}", args.rows, jobs[name](f"{name}-stall"), proxy, seconds
+                )
+                for name in ("spark-kafka", "agent")
+                if name in writers
+            }
+            if len(stalled) == 2:
+                print(
+                    f"{'ratio':>24}: durable-kafka via agent / Spark's Kafka sink = "
+                    f"{stalled['agent'] / stalled['spark-kafka']:.2f}x rows/s (broker hung)"
+                )
         counts = {
             name: records_in_topic(endpoints.broker_direct, name_topic, args.rows)
             for name, name_topic in topics.items()
@@ -311,19 +350,39 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2, help="local[N]")
     parser.add_argument("--arrow-batch", type=int, default=10_000, help="rows per Arrow batch")
     parser.add_argument(
-        "--no-agent", action="store_true", help="durable-kafka straight to the broker"
+        "--writers",
+        type=lambda text: text.split(","),
+        default=list(WRITERS),
+        help=f"comma-separated, of {','.join(WRITERS)} (default: all)",
     )
-    parser.add_argument("--repeat", type=int, default=3, help="rounds of direct + durable-kafka")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of every writer")
     parser.add_argument(
         "--stall-seconds",
         type=float,
         default=5.0,
-        help="also run both writers with the broker hung this long early in the job (0: skip)",
+        help="also run Spark's sink and durable-kafka via the agent with the broker hung this"
+        " long early in the job (0: skip)",
+    )
+    parser.add_argument(
+        "--broker-jvm",
+        choices=list(BROKER_JVMS),
+        default="kafka",
+        help="kafka: the JVM options of Kafka's own start script (default); test-bed: the"
+        " tests' small C1-only JVM",
     )
     args = parser.parse_args()
+    unknown = set(args.writers) - set(WRITERS)
+    if unknown:
+        parser.error(f"--writers: unknown {sorted(unknown)}; choose from {list(WRITERS)}")
+    try:
+        sink_version()
+    except SparkKafkaNotInstalled as error:
+        raise SystemExit(f"spark_bench: {error}") from None
     with contextlib.ExitStack() as stack:
-        kafka = stack.enter_context(ProxiedBroker())
-        agent = None if args.no_agent else stack.enter_context(AgentProcess(kafka.bootstrap))
+        kafka = stack.enter_context(ProxiedBroker(jvm_options=BROKER_JVMS[args.broker_jvm]))
+        agent = None
+        if "agent" in args.writers:
+            agent = stack.enter_context(AgentProcess(kafka.bootstrap))
         run(
             args,
             Endpoints(

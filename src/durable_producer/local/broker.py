@@ -14,12 +14,12 @@ again is a broker crash and restart with nothing lost that it had acknowledged t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Self
 
 from .fault_proxy import FaultProxy
-from .kafka_node import KafkaNode
+from .kafka_node import JVM_OPTIONS, KafkaNode
 from .ports import LOOPBACK, free_port
 from .process import Managed
 
@@ -57,7 +57,7 @@ class KafkaBroker(KafkaNode):
 
     ``advertise`` ("host:port") is the address put in metadata responses, so that clients
     keep going through a fault proxy after bootstrap. ``properties`` override server settings
-    (e.g. ``{"message.max.bytes": "1000"}``).
+    (e.g. ``{"message.max.bytes": "1000"}``); ``jvm_options`` the JVM's (``KafkaNode``).
     """
 
     def __init__(
@@ -67,13 +67,16 @@ class KafkaBroker(KafkaNode):
         advertise: str | None = None,
         auto_create_topics: bool = False,
         properties: Mapping[str, str] | None = None,
+        jvm_options: Sequence[str] = JVM_OPTIONS,
     ) -> None:
         settings = {
             **SINGLE_NODE_PROPERTIES,
             "auto.create.topics.enable": "true" if auto_create_topics else "false",
             **(properties or {}),
         }
-        super().__init__(1, client_port=port, advertise=advertise, properties=settings)
+        super().__init__(
+            1, client_port=port, advertise=advertise, properties=settings, jvm_options=jvm_options
+        )
 
 
 class ProxiedBroker(Managed):
@@ -84,12 +87,17 @@ class ProxiedBroker(Managed):
     """
 
     def __init__(
-        self, *, auto_create_topics: bool = False, properties: Mapping[str, str] | None = None
+        self,
+        *,
+        auto_create_topics: bool = False,
+        properties: Mapping[str, str] | None = None,
+        jvm_options: Sequence[str] = JVM_OPTIONS,
     ) -> None:
         self.proxy = FaultProxy()
         self.broker: KafkaBroker | None = None
         self._auto_create_topics = auto_create_topics
         self._properties = properties
+        self._jvm_options = jvm_options
 
     @property
     def bootstrap(self) -> str:
@@ -107,6 +115,7 @@ class ProxiedBroker(Managed):
                 advertise=self.proxy.address,
                 auto_create_topics=self._auto_create_topics,
                 properties=self._properties,
+                jvm_options=self._jvm_options,
             )
             self.proxy.target = self.broker.direct_address
             self.broker.start()

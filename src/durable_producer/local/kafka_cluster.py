@@ -11,11 +11,11 @@ whole cluster back: every node running and every partition's ISR full.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Self
 
-from .kafka_node import KafkaNode, new_cluster_id, quiet_admin
+from .kafka_node import JVM_OPTIONS, KafkaNode, new_cluster_id, quiet_admin
 from .ports import LOOPBACK, free_port
 from .process import Managed, poll_until
 
@@ -55,7 +55,11 @@ class KafkaCluster(Managed):
     """Three combined-mode Kafka nodes; use as a context manager. See the module docstring."""
 
     def __init__(
-        self, size: int = CLUSTER_SIZE, *, properties: Mapping[str, str] | None = None
+        self,
+        size: int = CLUSTER_SIZE,
+        *,
+        properties: Mapping[str, str] | None = None,
+        jvm_options: Sequence[str] = JVM_OPTIONS,
     ) -> None:
         cluster_id = new_cluster_id()
         controller_ports = {node_id: free_port() for node_id in range(size)}
@@ -69,6 +73,7 @@ class KafkaCluster(Managed):
                 voters=voters,
                 cluster_id=cluster_id,
                 properties=settings,
+                jvm_options=jvm_options,
             )
             self.nodes.append(node)
 

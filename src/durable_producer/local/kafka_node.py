@@ -51,6 +51,19 @@ JVM_OPTIONS = (
     "-Djava.awt.headless=true",
 )
 """Small JVMs: three of them share two cores with the tests (C1 only, serial GC)."""
+KAFKA_START_SCRIPT_JVM_OPTIONS = (
+    "-Xmx1G",
+    "-Xms1G",
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:+ExitOnOutOfMemoryError",
+    "-Djava.awt.headless=true",
+)
+"""What Kafka's own ``kafka-server-start.sh`` gives a broker (its heap and performance
+options, C2 on): the benchmarks that compare with a broker run it this way by default."""
 FORMAT_TIMEOUT_SECONDS = 60.0
 STARTED_MARKER = b"Kafka Server started"
 """KafkaRaftServer logs it once the broker is unfenced (BrokerServer.startup waits for that)."""
@@ -161,7 +174,7 @@ class KafkaNode(ManagedProcess):
     ``voters`` lists every controller of the quorum as ``(node id, "host:port")``; without it
     the node is a quorum of its own (formatted ``--standalone``). ``advertise`` is the address
     clients are told to use for the ``CLIENT`` listener. ``properties`` override or add
-    server settings.
+    server settings; ``jvm_options`` replace the small test-bed JVM's.
     """
 
     name = "kafka"
@@ -180,6 +193,7 @@ class KafkaNode(ManagedProcess):
         voters: Sequence[tuple[int, str]] | None = None,
         cluster_id: str | None = None,
         properties: Mapping[str, str] | None = None,
+        jvm_options: Sequence[str] = JVM_OPTIONS,
     ) -> None:
         self._temporary_dir = work_dir is None
         if work_dir is None:
@@ -195,6 +209,7 @@ class KafkaNode(ManagedProcess):
         self.voters = list(voters) if voters is not None else None
         self.cluster_id = cluster_id or new_cluster_id()
         self.extra_properties = dict(properties or {})
+        self.jvm_options = tuple(jvm_options)
         self.suspended = False
         self._log_offset = 0
         self._started_seen = False
@@ -260,7 +275,7 @@ class KafkaNode(ManagedProcess):
     def _java(self, main_class: str, *arguments: str) -> list[str]:
         return [
             self.java,
-            *JVM_OPTIONS,
+            *self.jvm_options,
             f"-Dlog4j2.configurationFile={self.work_dir / 'log4j2.properties'}",
             "-cp",
             str(self.libs / "*"),
