@@ -56,10 +56,12 @@ bench-tools:
 bench: venv tools bench-tools
 	$(BIN)/python benchmarks/wal_bench.py
 	$(BIN)/python benchmarks/ingress_bench.py
+	$(BIN)/python benchmarks/ingress_bench.py --cluster
 	$(BIN)/python benchmarks/receive_bench.py
 	$(BIN)/python benchmarks/forward_bench.py --records 300000 --rounds 3
 	$(BIN)/python benchmarks/catch_up_bench.py --loads 25,50,75 --outage 30
 	$(BIN)/python benchmarks/kafka_bed_bench.py --rounds 3
+	$(BIN)/python benchmarks/spark_bench.py --rows 1000000 --repeat 3
 
 e2e: venv tools
 	$(BIN)/python -m pytest -m e2e tests/e2e

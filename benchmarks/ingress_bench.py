@@ -538,6 +538,7 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 
 
 def main() -> None:
+    global AGENT_FSYNC, BASELINE_SRC, CLUSTER, BROKER_JVM
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--records", type=int, default=2_000_000, help="200 B records a run (2 KiB: a fifth)"
@@ -585,7 +586,6 @@ def main() -> None:
 
     if args.broker_jvm not in BROKER_JVMS:
         parser.error(f"--broker-jvm: choose one of {', '.join(BROKER_JVMS)}")
-    global AGENT_FSYNC, BASELINE_SRC, CLUSTER, BROKER_JVM
     AGENT_FSYNC = args.fsync
     CLUSTER = args.cluster
     BROKER_JVM = args.broker_jvm
