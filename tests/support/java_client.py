@@ -4,7 +4,7 @@ with javac against the kafka-clients jars ``make tools`` installs (scripts/insta
 
 The classes are compiled once per content (source and jars) into ``.tools/java-client/<version>/
 classes-<hash>``, so a second run starts at once. ``JavaProducer(settings)`` takes producer
-settings as the Java client spells them; ``send(records)`` produces ``JavaRecord``s and returns
+settings as the Java client spells them; ``send(records)`` produces ``ClientRecord``s and returns
 what the client's callbacks said of each, and what it logged (slf4j-simple, on stderr).
 Without the jars, javac or java, the fixtures fail in one line naming what to do.
 """
@@ -27,6 +27,7 @@ from typing import IO, Any
 
 from durable_producer.local.kafka_node import KAFKA_VERSION, java_binary
 
+from .client_records import ClientRecord, Outcome
 from .tools import REPO_ROOT
 
 JAVA_CLIENT_DIR = REPO_ROOT / ".tools" / "java-client" / KAFKA_VERSION
@@ -103,44 +104,25 @@ def compiled_classes() -> Path:
     return target
 
 
-@dataclass(frozen=True, slots=True)
-class JavaRecord:
-    """One ``ProducerRecord``: ``partition``/``timestamp_ms`` None leave them to the client."""
+def record_line(record: ClientRecord) -> str:
+    """The record as a line of the program's records file (see JavaProducer.java)."""
 
-    topic: str
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    partition: int | None = None
-    timestamp_ms: int | None = None
+    def field_text(data: bytes | None) -> str:
+        return NULL_FIELD if data is None else base64.b64encode(data).decode()
 
-    def line(self) -> str:
-        def field_text(data: bytes | None) -> str:
-            return NULL_FIELD if data is None else base64.b64encode(data).decode()
-
-        headers = ",".join(
-            f"{field_text(name.encode())}:{field_text(value)}" for name, value in self.headers
-        )
-        return "\t".join(
-            [
-                self.topic,
-                NULL_FIELD if self.partition is None else str(self.partition),
-                NULL_FIELD if self.timestamp_ms is None else str(self.timestamp_ms),
-                field_text(self.key),
-                field_text(self.value),
-                headers,
-            ]
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What the client's callback (or ``send()``) reported for one record."""
-
-    partition: int | None
-    offset: int | None
-    timestamp_ms: int | None
-    error: str | None
+    headers = ",".join(
+        f"{field_text(name.encode())}:{field_text(value)}" for name, value in record.headers
+    )
+    return "\t".join(
+        [
+            record.topic,
+            NULL_FIELD if record.partition is None else str(record.partition),
+            NULL_FIELD if record.timestamp_ms is None else str(record.timestamp_ms),
+            field_text(record.key),
+            field_text(record.value),
+            headers,
+        ]
+    )
 
 
 @dataclass
@@ -257,11 +239,11 @@ class JavaProducer:
             *([str(records)] if records is not None else []),
         ]
 
-    def start_send(self, records: Iterable[JavaRecord], *, rate: float = 0.0) -> RunningSend:
+    def start_send(self, records: Iterable[ClientRecord], *, rate: float = 0.0) -> RunningSend:
         """Start sending ``records`` (``rate`` records a second; 0: as fast as it can)."""
         records_file = self.work_dir / "records.tsv"
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        records_file.write_text("".join(record.line() + "\n" for record in records))
+        records_file.write_text("".join(record_line(record) + "\n" for record in records))
         command = self._command("send", {"rate": str(rate)}, records_file)
         stderr = open(self.work_dir / "client.log", "w")  # noqa: SIM115 (closed by RunningSend)
         process = subprocess.Popen(
@@ -270,7 +252,7 @@ class JavaProducer:
         return RunningSend(process, stderr, self.work_dir)
 
     def send(
-        self, records: Sequence[JavaRecord], *, rate: float = 0.0, timeout: float = 180.0
+        self, records: Sequence[ClientRecord], *, rate: float = 0.0, timeout: float = 180.0
     ) -> JavaRun:
         """Send ``records``, flush and close; every record's outcome."""
         with contextlib.closing(self.start_send(records, rate=rate)) as running:

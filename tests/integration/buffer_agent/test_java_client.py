@@ -9,16 +9,14 @@ differs is the agent's doing. The client is ``tests/support/java/JavaProducer.ja
 
 from __future__ import annotations
 
-import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
-from kafka.partitioner.default import murmur2
 
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
@@ -28,23 +26,23 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_ZSTD,
 )
 from durable_producer.local.agent_process import AgentProcess
-from support.broker import ConsumedRecord, KafkaBroker, consume_all, create_topic
-from support.java_client import (
-    JavaClientNotInstalled,
-    JavaProducer,
-    JavaRecord,
-    JavaRun,
-    compiled_classes,
+from support.broker import KafkaBroker, consume_all, create_topic
+from support.client_records import (
+    KEEP_OLD_TIMESTAMPS,
+    SAMPLE_PARTITIONS,
+    SAMPLE_RECORDS,
+    ClientRecord,
+    assert_topic_holds_exactly,
+    content,
+    sample_records,
 )
+from support.java_client import JavaClientNotInstalled, JavaProducer, JavaRun, compiled_classes
 from support.kafka_fixtures import TopicFactory
 from support.raw_fetch import stored_batches
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-PARTITIONS = 4
-RECORDS = 400
-BASE_TIMESTAMP_MS = 1_700_000_000_000
 CODECS = {
     "none": COMPRESSION_NONE,
     "gzip": COMPRESSION_GZIP,
@@ -75,88 +73,6 @@ def agent(
         yield running
 
 
-def java_partition(key: bytes, partitions: int) -> int:
-    """The Java producer's partition of a keyed record (``BuiltInPartitioner``)."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
-
-
-def sample_records(topic: str, count: int = RECORDS) -> list[JavaRecord]:
-    """Keys null, empty and binary; values null, empty, binary and one of 300 KB; headers with
-    repeated names, null and empty values and a non-ASCII name; explicit partitions and
-    timestamps (odd milliseconds) on some records, the client's choice on the others."""
-    rng = random.Random(25)
-    records = []
-    for index in range(count):
-        key: bytes | None = rng.randbytes(rng.randrange(1, 30))
-        if index % 5 == 0:
-            key = None
-        elif index % 11 == 0:
-            key = b""
-        value: bytes | None = (b"value-%d-" % index) * rng.randrange(1, 20) + rng.randbytes(8)
-        if index % 17 == 3:
-            value = None
-        elif index % 19 == 5:
-            value = b""
-        elif index == 50:
-            value = rng.randbytes(300_000)
-        headers: tuple[tuple[str, bytes | None], ...] = ()
-        if index % 3 == 0:
-            headers = (
-                ("trace", b"t-%d" % index),
-                ("empty", None),
-                ("trace", b"dup"),
-                ("ключ", b""),
-            )
-        elif index % 3 == 2:
-            headers = (("only", rng.randbytes(5)),)
-        records.append(
-            JavaRecord(
-                topic,
-                key,
-                value,
-                headers,
-                partition=index % PARTITIONS if index % 7 == 0 else None,
-                timestamp_ms=None if index % 13 == 0 else BASE_TIMESTAMP_MS + index * 7 + 1,
-            )
-        )
-    return records
-
-
-def content(record: JavaRecord | ConsumedRecord) -> tuple[Any, ...]:
-    return (record.key, record.value, record.headers)
-
-
-def assert_topic_holds_exactly(
-    bootstrap: str, topic: str, sent: Sequence[JavaRecord], run: JavaRun
-) -> list[ConsumedRecord]:
-    """Kafka holds every sent record once, byte for byte, in send order within the partition
-    the client's callback reported, with the timestamp the client gave it."""
-    assert run.errors == []
-    stored = consume_all(bootstrap, topic, expected=len(sent), timeout=60)
-    assert len(stored) == len(sent)
-    for record, outcome in zip(sent, run.outcomes, strict=True):
-        assert outcome.partition is not None
-        if record.partition is not None:
-            assert outcome.partition == record.partition
-        elif record.key is not None:
-            assert outcome.partition == java_partition(record.key, PARTITIONS)
-        if record.timestamp_ms is not None:
-            assert outcome.timestamp_ms == record.timestamp_ms
-    for partition in range(PARTITIONS):
-        expected = [
-            (*content(record), outcome.timestamp_ms)
-            for record, outcome in zip(sent, run.outcomes, strict=True)
-            if outcome.partition == partition
-        ]
-        found = [
-            (*content(record), record.timestamp_ms)
-            for record in sorted(stored, key=lambda r: r.offset)
-            if record.partition == partition
-        ]
-        assert found == expected, f"partition {partition} differs from what the client sent"
-    return stored
-
-
 def produce_both_ways(
     topics: TopicFactory,
     agent: AgentProcess,
@@ -167,7 +83,7 @@ def produce_both_ways(
     """The same records through the agent and straight to the broker: (topic, run) of each."""
     runs = []
     for name, bootstrap in (("agent", agent.bootstrap), ("direct", kafka.bootstrap)):
-        topic = topics(PARTITIONS)
+        topic = topics(SAMPLE_PARTITIONS, config=KEEP_OLD_TIMESTAMPS)
         producer = JavaProducer({**settings, "bootstrap.servers": bootstrap}, work / name)
         runs.append((topic, producer.send(sample_records(topic))))
     return runs[0], runs[1]
@@ -192,9 +108,11 @@ def test_idempotent_java_producer_byte_exact_through_the_agent(
         new_topic, agent, kafka_broker, tmp_path, settings
     )
     sent = sample_records(via_agent)
-    through_agent = assert_topic_holds_exactly(kafka_broker.bootstrap, via_agent, sent, agent_run)
+    through_agent = assert_topic_holds_exactly(
+        kafka_broker.bootstrap, via_agent, sent, agent_run.outcomes
+    )
     control = assert_topic_holds_exactly(
-        kafka_broker.bootstrap, direct, sample_records(direct), direct_run
+        kafka_broker.bootstrap, direct, sample_records(direct), direct_run.outcomes
     )
     # the client chose the same partitions for keyed records either way (the agent reports the
     # cluster's partition counts), and the two topics hold the same records
@@ -202,7 +120,7 @@ def test_idempotent_java_producer_byte_exact_through_the_agent(
         if record.key is not None or record.partition is not None:
             assert via.partition == straight.partition
     assert Counter(map(content, through_agent)) == Counter(map(content, control))
-    assert len(agent_run.outcomes) == RECORDS
+    assert len(agent_run.outcomes) == SAMPLE_RECORDS
 
 
 @pytest.mark.xfail(
@@ -224,7 +142,7 @@ def test_kafka_keeps_the_java_clients_compressed_batches(
     batches of 190 records, 1,885 B from the client, were stored as 15,563 B)."""
     topic = new_topic(1)
     records = [
-        JavaRecord(topic, b"k%d" % i, b"value %d " % i * 20, partition=0) for i in range(300)
+        ClientRecord(topic, b"k%d" % i, b"value %d " % i * 20, partition=0) for i in range(300)
     ]
     settings = {"bootstrap.servers": agent.bootstrap, "compression.type": codec, "linger.ms": 50}
     assert JavaProducer(settings, tmp_path).send(records).errors == []
@@ -251,9 +169,11 @@ def test_plain_java_producer_through_the_agent(
         new_topic, agent, kafka_broker, tmp_path, settings
     )
     assert_topic_holds_exactly(
-        kafka_broker.bootstrap, via_agent, sample_records(via_agent), agent_run
+        kafka_broker.bootstrap, via_agent, sample_records(via_agent), agent_run.outcomes
     )
-    assert_topic_holds_exactly(kafka_broker.bootstrap, direct, sample_records(direct), direct_run)
+    assert_topic_holds_exactly(
+        kafka_broker.bootstrap, direct, sample_records(direct), direct_run.outcomes
+    )
 
 
 def test_transactional_java_producer_is_refused_at_once(
@@ -296,9 +216,9 @@ SHORT_DELIVERY_TIMEOUT = {"delivery.timeout.ms": 6000, "request.timeout.ms": 500
 """Shorter than the refusals: records expire while the buffer is full."""
 
 
-def paced_records(topic: str) -> list[JavaRecord]:
+def paced_records(topic: str) -> list[ClientRecord]:
     return [
-        JavaRecord(topic, b"%d" % index, bytes([index % 251]) * 200, partition=index % 2)
+        ClientRecord(topic, b"%d" % index, bytes([index % 251]) * 200, partition=index % 2)
         for index in range(PACED_RECORDS)
     ]
 

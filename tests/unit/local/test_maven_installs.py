@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from durable_producer.local.kafka_node import KAFKA_VERSION
-from support.java_client import JAVA_CLIENT_LIBS, JavaClientNotInstalled, JavaRecord
+from support.client_records import ClientRecord
+from support.java_client import JAVA_CLIENT_LIBS, JavaClientNotInstalled, record_line
 from support.spark_kafka import SINK_ARTIFACT
 
 REPO = Path(__file__).resolve().parents[3]
@@ -65,10 +66,10 @@ def test_spark_sink_install_without_pyspark_names_make_venv(tmp_path: Path) -> N
 
 def test_records_are_written_for_the_java_program_without_ambiguity() -> None:
     """Null and empty differ; header names and values survive any bytes (base64 has no ':')."""
-    record = JavaRecord(
+    record = ClientRecord(
         "t", None, b"", (("h", b"\x00=:,\t"), ("h", None), ("", b"")), partition=3, timestamp_ms=7
     )
-    fields = record.line().split("\t")
+    fields = record_line(record).split("\t")
     assert fields[:5] == ["t", "3", "7", "-", ""]
     assert fields[5].split(",") == ["aA==:AD06LAk=", "aA==:-", ":"]
 
