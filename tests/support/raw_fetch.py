@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from confluent_kafka.admin import AdminClient
+from kafka.record.default_records import DefaultRecordBatch
 from kio.serial import entity_reader
 
 from durable_producer.buffer_agent.kafka.protocol import (
@@ -157,3 +158,33 @@ def sequence_anomalies(batches: list[StoredBatch]) -> SequenceAnomalies:
                 contiguous += 1
         gaps += max(stored) + 1 - len(stored)
     return SequenceAnomalies(gaps, rewritten, reordered)
+
+
+StoredRecord = tuple[bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...], int, int]
+"""key, value, headers, timestamp, timestamp type (0 CreateTime, 1 LogAppendTime)."""
+
+
+def stored_records(bootstrap: str, topic: str, partition: int) -> list[StoredRecord]:
+    """Every record of the partition as the broker stores it, decoded by kafka-python's record
+    reader (not the agent's code, and not librdkafka, whose header names end at a NUL byte)."""
+    host, port = _leader_address(bootstrap, topic, partition)
+    found: list[StoredRecord] = []
+    offset = 0
+    with socket.create_connection((host, port), timeout=10) as sock:
+        while True:
+            records, high = _fetch_once(sock, topic, partition, offset)
+            if not records:
+                if offset >= high:
+                    return found
+                raise RuntimeError(f"no records at {offset} below the high watermark {high}")
+            for header, batch in iter_batches(records, check_crc=False):
+                if header.base_offset < offset:
+                    continue
+                reader = DefaultRecordBatch(bytes(batch))
+                found.extend(
+                    (r.key, r.value, tuple(r.headers), r.timestamp, reader.timestamp_type)
+                    for r in reader
+                )
+                offset = header.base_offset + header.last_offset_delta + 1
+            if offset >= high:
+                return found
