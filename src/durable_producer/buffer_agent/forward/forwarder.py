@@ -441,6 +441,7 @@ class Forwarder:
                 self._counts.possible["restart"] += records
             else:
                 queue.resolve = True  # ask its leader what it holds before sending
+                queue.resolve_code = 0
 
     def _new_queue(
         self, key: tuple[str, int], anchor: Anchor | None, offset: int

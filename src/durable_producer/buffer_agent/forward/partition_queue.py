@@ -107,6 +107,8 @@ class PartitionQueue:
         """A batch failed: send nothing until every batch in flight is answered."""
         self.resolve = False
         """Ask the leader what it holds of the producer before sending again."""
+        self.resolve_code = 0
+        """The answer that asked for it (0: the check of frames a previous run sent)."""
         self.ready_at = 0.0
         self.failing_since: float | None = None
         """When the current spell of refusals began (None: the last answer was a success)."""

@@ -225,6 +225,7 @@ class Sender:
         queue.retry_after(now, self._backoff(queue))
         if verdict is Verdict.RESOLVE:
             queue.resolve = True
+            queue.resolve_code = code
         elif verdict is Verdict.REFRESH:
             self._refresh_wanted = True
         elif verdict is Verdict.REFUSED and code in TOO_LARGE and len(batch.frames) > 1:
@@ -321,6 +322,10 @@ class Sender:
                 ).get(key[1])
             except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
                 if isinstance(error, ValueError):  # DescribeProducers not supported
+                    if queue.resolve_code == 0:  # the check after a restart: the broker's
+                        queue.resolve = False  # duplicate window recognises what it holds
+                        queue.unbatch()
+                        return
                     await self._new_epoch(queue, None, "the leader cannot describe producers")
                     return
                 self._refresh_wanted = True
@@ -348,7 +353,7 @@ class Sender:
             # The leader holds nothing of this producer: it takes any sequence from it.
             # A second resolution of the same frames finding nothing: a new epoch.
             out_of_order = int(ErrorCode.out_of_order_sequence_number)
-            queue.resolve = queue.last_error not in (0, out_of_order) or queue.failures > 3
+            queue.resolve = queue.resolve_code not in (0, out_of_order) or queue.failures > 3
             queue.unbatch()
             return
         if found.epoch != queue.epoch:
@@ -360,6 +365,7 @@ class Sender:
         head = queue.first_unacknowledged()
         if head is None:
             queue.resolve = False
+            queue.resolve_code = 0
             return
         expected = (found.last_sequence + 1) % 2**31
         queue.resolve = head.sequence != expected
@@ -392,6 +398,7 @@ class Sender:
         )
         unknown = queue.renumber(producer_id, epoch)
         queue.resolve = False
+        queue.resolve_code = 0
         self._on_new_identity(queue, unknown)
 
     def close(self) -> None:

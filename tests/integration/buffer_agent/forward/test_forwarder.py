@@ -13,8 +13,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
-from durable_producer.buffer_agent.forward.identity import read_identity
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.forward.identity import read_identity
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
