@@ -116,6 +116,12 @@ class PartitionQueue:
         self.failures = 0
         self.isolate = False
         """Send one frame per batch (a merged batch was refused for good)."""
+        self.rebatch = False
+        """Batch the unacknowledged frames again (a merged batch was too large)."""
+        self.confirmed = False
+        """The leader took a batch of this identity in this run. Until then one batch at a
+        time: a broker takes *any* sequence from a producer it does not know, so a second
+        batch could land although the first was refused, and overtake it."""
 
     # ----------------------------------------------------------------- numbering
     def add(self, offset: int, batch: memoryview, records: int, appended_ms: int) -> Pending:
@@ -153,14 +159,15 @@ class PartitionQueue:
             self.halted
             or self.resolve
             or now < self.ready_at
-            or self.in_flight >= MAX_IN_FLIGHT
+            or self.in_flight >= (MAX_IN_FLIGHT if self.confirmed else 1)
             or self.producer_id < 0  # no producer id yet (Kafka unreachable since the start)
         ):
             return None
-        if self.isolate and any(len(batch.frames) > 1 for batch in self.batches):
+        if self.rebatch or (self.isolate and any(len(b.frames) > 1 for b in self.batches)):
             if self.in_flight:
                 return None
-            self.unbatch()  # a merged batch was refused: its client batches go one by one
+            self.unbatch()  # a merged batch was refused: batched again (smaller, or one by one)
+            self.rebatch = False
         if self.in_flight < len(self.batches):  # sent again after a failure, in order
             batch = self.batches[self.in_flight]
         elif self.frames:
@@ -207,6 +214,7 @@ class PartitionQueue:
                 break
         if self.halted and not self.in_flight:
             self._rewind()
+        self.confirmed = True
         self.failing_since = None
         self.failures = 0
         self.last_error = 0
@@ -270,6 +278,7 @@ class PartitionQueue:
         assert not self.in_flight
         self.unbatch()
         self.producer_id, self.epoch = producer_id, epoch
+        self.confirmed = False
         unknown = []
         for frame in self.frames:
             if frame.unknown:

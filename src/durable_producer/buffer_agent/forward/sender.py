@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 
 MAX_REQUESTS_PER_BROKER = 5
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MIN_MERGE_BYTES = 16 * 1024
 _NETWORK = int(ErrorCode.network_exception)
 _TIMEOUT = int(ErrorCode.request_timed_out)
 PartitionKey = tuple[str, int]
@@ -228,9 +229,13 @@ class Sender:
             queue.resolve_code = code
         elif verdict is Verdict.REFRESH:
             self._refresh_wanted = True
-        elif verdict is Verdict.REFUSED and code in TOO_LARGE and len(batch.frames) > 1:
-            queue.isolate = True  # merged too large: the client batches one by one
-            self._merge_limit[topic] = max(16 * 1024, self._max_bytes(topic) // 2)
+        elif verdict is Verdict.REFUSED and len(batch.frames) > 1:
+            if code in TOO_LARGE:  # merged too large for the topic: merge less
+                limit = min(self._max_bytes(topic), batch.size) // 2
+                self._merge_limit[topic] = max(MIN_MERGE_BYTES, limit)
+                queue.rebatch = True
+            else:  # one of the client batches is at fault: each is judged alone
+                queue.isolate = True
             queue.ready_at = now
 
     def _backoff(self, queue: PartitionQueue) -> float:
