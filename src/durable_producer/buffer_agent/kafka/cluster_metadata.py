@@ -1,8 +1,14 @@
-"""Partition counts from the real cluster, for the agent's Metadata answers.
+"""Partition counts and size limits from the real cluster, for the agent's Metadata answers
+and its Produce checks.
 
-The result is a plain function ``topics -> {topic: partition count}``; it fits, by its shape
+The result is a plain function ``topics -> {topic: TopicFacts}``; it fits, by its shape
 alone, the ``MetadataSource`` the listener's metadata cache asks (so this layer needs nothing
-from the listener).
+from the listener). ``TopicFacts`` holds the partition count and the topic's
+``max.message.bytes`` (DescribeConfigs: the topic's own value or the broker default it falls
+back to), so that the agent refuses a batch the topic would refuse, as the broker would
+(MESSAGE_TOO_LARGE), instead of acknowledging it. A cluster that does not answer
+DescribeConfigs (no DESCRIBE_CONFIGS permission, a broker without it) leaves the limit
+unknown (None): such batches are acknowledged and, if Kafka refuses them, dead-lettered.
 
 A topic the cluster does not list is asked for by name, in a Metadata request that allows
 auto-creation exactly when a producer's would (librdkafka's ``allow.auto.create.topics``,
@@ -30,16 +36,32 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not re-exported
+    AdminClient,
+    ConfigResource,
+)
 
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
 
-PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
-"""Partition counts of those of the given topics that exist (all topics if none are given);
-0 for a topic the cluster is creating."""
+MAX_MESSAGE_BYTES = "max.message.bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFacts:
+    """What the agent needs to know of one topic of the cluster."""
+
+    partitions: int
+    """0 while the cluster is creating the topic."""
+    max_message_bytes: int | None = None
+    """The largest record batch the topic takes (``max.message.bytes``), None if unknown."""
+
+
+TopicSource = Callable[[Sequence[str]], Mapping[str, TopicFacts]]
+"""Facts of those of the given topics that exist (all topics if none are given)."""
 
 # Errors with which a cluster says a topic a Metadata request asked for is not there for this
 # client. UNKNOWN_TOPIC_OR_PART is also how Kafka 4.x answers the very request that makes it
@@ -53,7 +75,7 @@ _CREATION_POLL_S = 0.1
 
 def cluster_metadata_source(
     client_config: Mapping[str, Any], timeout_s: float = 5.0, creation_wait_s: float = 2.0
-) -> PartitionCounts:
+) -> TopicSource:
     """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable.
     Its log lines go through ``client_log`` (one line per spell of connection failures)."""
     client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
@@ -62,7 +84,7 @@ def cluster_metadata_source(
     if str(client_config.get("allow.auto.create.topics", "true")).lower() == "false":
         creation_wait_s = 0.0  # the request creates nothing: its first answer is final
 
-    def partition_counts(topics: Sequence[str]) -> Mapping[str, int]:
+    def topic_facts(topics: Sequence[str]) -> Mapping[str, TopicFacts]:
         metadata = _list_topics(admin, None, timeout_s)
         client_log.recovered()
         wanted = set(topics) if topics else None
@@ -76,9 +98,32 @@ def cluster_metadata_source(
                 count = _ask_for_topic(admin, topic, timeout_s, creation_wait_s)
                 if count is not None:
                     counts[topic] = count
-        return counts
+        limits = _max_message_bytes(admin, [t for t, n in counts.items() if n > 0], timeout_s)
+        return {topic: TopicFacts(count, limits.get(topic)) for topic, count in counts.items()}
 
-    return partition_counts
+    return topic_facts
+
+
+def _max_message_bytes(admin: AdminClient, topics: list[str], timeout_s: float) -> dict[str, int]:
+    """``max.message.bytes`` of ``topics``, of those the cluster describes (DescribeConfigs)."""
+    if not topics:
+        return {}
+    limits: dict[str, int] = {}
+    try:
+        futures = admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics],
+            request_timeout=timeout_s,
+        )
+        for resource, future in futures.items():
+            try:
+                entry = future.result(timeout=timeout_s).get(MAX_MESSAGE_BYTES)
+            except (KafkaException, TimeoutError):
+                continue  # not described (permission, a broker without it): unknown
+            if entry is not None and entry.value is not None:
+                limits[resource.name] = int(entry.value)
+    finally:
+        admin.poll(0)
+    return limits
 
 
 def _ask_for_topic(
