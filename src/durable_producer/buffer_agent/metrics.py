@@ -72,7 +72,8 @@ class AgentMetrics:
         )
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters",
-            "Records (or undecodable batches) moved to the dead-letter area",
+            "Records moved to the dead-letter area (in whole batches; an undecodable batch"
+            " counts as one)",
             ["reason"],
             registry=r,
         )

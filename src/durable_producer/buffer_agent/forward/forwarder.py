@@ -538,7 +538,7 @@ class Forwarder:
             self._letter_failed(error)
             return False
         queue.drop_head()
-        self._count_letter(error_name(code))
+        self._count_letter(error_name(code), frame.records)
         log.error(
             "batch of %d records of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
             frame.records,
@@ -565,13 +565,14 @@ class Forwarder:
         except OSError as error:
             self._letter_failed(error)
             raise WalClosedError(f"cannot dead-letter undecodable frame {frame.offset}") from error
-        self._count_letter("INVALID_RECORD_BATCH")
+        self._count_letter("INVALID_RECORD_BATCH", 1)
         self._tracker.ack(frame.offset, 1)
 
-    def _count_letter(self, reason: str) -> None:
-        self._counts.dead_letters += 1
+    def _count_letter(self, reason: str, records: int) -> None:
+        """Counted in records (an undecodable frame counts as one)."""
+        self._counts.dead_letters += records
         if self._metrics is not None:
-            self._metrics.dead_letters.labels(reason=reason).inc()
+            self._metrics.dead_letters.labels(reason=reason).inc(records)
 
     def _letter_failed(self, error: OSError) -> None:
         self._log.warning(

@@ -2,9 +2,10 @@
 
 ``ClusterClient`` keeps a connection to each broker it talks to (``connection.py``), learns the
 brokers and the leader of every partition it is asked about from Metadata requests, and makes
-the few other requests the forwarder needs: InitProducerId (a new producer id) and
-DescribeProducers (KIP-664: what a partition leader holds of a producer: its epoch and last
-sequence). Everything here is asyncio, on the forwarder's own event loop.
+the few other requests the agent needs: InitProducerId (a new producer id), DescribeProducers
+(KIP-664: what a partition leader holds of a producer: its epoch and last sequence) and
+DescribeConfigs (a topic's ``max.message.bytes``). Everything here is asyncio, on the caller's
+event loop.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import datetime
 import random
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
@@ -34,6 +35,8 @@ from durable_producer.buffer_agent.kafka.protocol import (
 API_METADATA = 3
 API_INIT_PRODUCER_ID = 22
 API_DESCRIBE_PRODUCERS = 61
+API_DESCRIBE_CONFIGS = 32
+_TOPIC_RESOURCE = 2
 NO_LEADER = -1
 
 
@@ -104,6 +107,16 @@ class ClusterClient:
         connection = self._connections.get(node_id)
         return connection if connection is not None and not connection.closed else None
 
+    @contextlib.asynccontextmanager
+    async def _any_broker(self) -> AsyncIterator[BrokerConnection]:
+        """A connection to some broker, closed after use unless it is a kept one."""
+        connection = await self._any_connection()
+        try:
+            yield connection
+        finally:
+            if connection not in self._connections.values():
+                connection.close()
+
     async def _any_connection(self) -> BrokerConnection:
         """A connection to a known broker, or else to a bootstrap address."""
         for connection in self._connections.values():
@@ -136,25 +149,22 @@ class ClusterClient:
     async def refresh(self, topics: Iterable[str]) -> None:
         """Brokers and the leaders of ``topics``' partitions, from one Metadata request."""
         names = sorted(set(topics))
-        connection = await self._any_connection()
-        try:
-            answer: object = await self._call(
-                connection,
-                API_METADATA,
-                12,
-                topics=tuple(_metadata_topic(connection, name) for name in names),
-                allow_auto_topic_creation=False,
-                include_cluster_authorized_operations=False,
-                include_topic_authorized_operations=False,
-            )
-        except TimeoutError:
-            connection.close()
-            raise BrokerUnreachable(
-                f"{connection.address}: no metadata within {self.timeout_s} s"
-            ) from None
-        finally:
-            if connection not in self._connections.values():
+        async with self._any_broker() as connection:
+            try:
+                answer: object = await self._call(
+                    connection,
+                    API_METADATA,
+                    12,
+                    topics=tuple(_metadata_topic(connection, name) for name in names),
+                    allow_auto_topic_creation=False,
+                    include_cluster_authorized_operations=False,
+                    include_topic_authorized_operations=False,
+                )
+            except TimeoutError:
                 connection.close()
+                raise BrokerUnreachable(
+                    f"{connection.address}: no metadata within {self.timeout_s} s"
+                ) from None
         self.brokers = {
             int(b.node_id): (str(b.host), int(b.port))
             for b in answer.brokers  # type: ignore[attr-defined]
@@ -182,16 +192,16 @@ class ClusterClient:
         """A new idempotent producer id and its epoch; retried while the cluster loads."""
         deadline = asyncio.get_running_loop().time() + attempts_s
         while True:
-            connection = await self._any_connection()
-            answer: object = await self._call(
-                connection,
-                API_INIT_PRODUCER_ID,
-                4,
-                transactional_id=None,
-                transaction_timeout=datetime.timedelta(milliseconds=2**31 - 1),
-                producer_id=-1,
-                producer_epoch=-1,
-            )
+            async with self._any_broker() as connection:
+                answer: object = await self._call(
+                    connection,
+                    API_INIT_PRODUCER_ID,
+                    4,
+                    transactional_id=None,
+                    transaction_timeout=datetime.timedelta(milliseconds=2**31 - 1),
+                    producer_id=-1,
+                    producer_epoch=-1,
+                )
             code = int(answer.error_code)  # type: ignore[attr-defined]
             if not code:
                 return int(answer.producer_id), int(answer.producer_epoch)  # type: ignore[attr-defined]
@@ -225,6 +235,41 @@ class ClusterClient:
                             int(producer.producer_epoch), int(producer.last_sequence)
                         )
         return found
+
+    async def topic_configs(self, topics: Iterable[str], name: str) -> dict[str, str]:
+        """The value of config ``name`` of each of ``topics`` that the cluster describes
+        (DescribeConfigs to any broker); {} at once if the broker does not speak it."""
+        async with self._any_broker() as connection:
+            if API_DESCRIBE_CONFIGS not in connection.versions:
+                return {}
+            version = connection.version(API_DESCRIBE_CONFIGS, 4)
+            resource = nested_schema(
+                request_schema(API_DESCRIBE_CONFIGS, version), "DescribeConfigsResource"
+            )
+            answer: object = await self._call(
+                connection,
+                API_DESCRIBE_CONFIGS,
+                4,
+                resources=tuple(
+                    build(
+                        resource,
+                        resource_type=_TOPIC_RESOURCE,
+                        resource_name=topic,
+                        configuration_keys=(name,),
+                    )
+                    for topic in sorted(set(topics))
+                ),
+                include_synonyms=False,
+                include_documentation=False,
+            )
+        values = {}
+        for result in answer.results:  # type: ignore[attr-defined]
+            if int(result.error_code):
+                continue  # not described (no permission): unknown
+            for config in result.configs:
+                if str(config.name) == name and config.value is not None:
+                    values[str(result.resource_name)] = str(config.value)
+        return values
 
     def close(self) -> None:
         for task in self._opening.values():

@@ -9,6 +9,8 @@ back to), so that the agent refuses a batch the topic would refuse, as the broke
 (MESSAGE_TOO_LARGE), instead of acknowledging it. A cluster that does not answer
 DescribeConfigs (no DESCRIBE_CONFIGS permission, a broker without it) leaves the limit
 unknown (None): such batches are acknowledged and, if Kafka refuses them, dead-lettered.
+DescribeConfigs goes through the agent's own client (``cluster_client``), which sees from
+ApiVersions whether a broker speaks it (librdkafka's admin client waits for its timeout).
 
 A topic the cluster does not list is asked for by name, in a Metadata request that allows
 auto-creation exactly when a producer's would (librdkafka's ``allow.auto.create.topics``,
@@ -33,6 +35,7 @@ entries); asking is also what decides for a direct producer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,12 +43,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not re-exported
-    AdminClient,
-    ConfigResource,
-)
+from confluent_kafka.admin import AdminClient
 
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
 
 MAX_MESSAGE_BYTES = "max.message.bytes"
 
@@ -98,32 +100,36 @@ def cluster_metadata_source(
                 count = _ask_for_topic(admin, topic, timeout_s, creation_wait_s)
                 if count is not None:
                     counts[topic] = count
-        limits = _max_message_bytes(admin, [t for t, n in counts.items() if n > 0], timeout_s)
+        described = [topic for topic, count in counts.items() if count > 0]
+        limits = _max_message_bytes(client_config, described, timeout_s)
         return {topic: TopicFacts(count, limits.get(topic)) for topic, count in counts.items()}
 
     return topic_facts
 
 
-def _max_message_bytes(admin: AdminClient, topics: list[str], timeout_s: float) -> dict[str, int]:
-    """``max.message.bytes`` of ``topics``, of those the cluster describes (DescribeConfigs)."""
+def _max_message_bytes(
+    client_config: Mapping[str, Any], topics: list[str], timeout_s: float
+) -> dict[str, int]:
+    """``max.message.bytes`` of ``topics``, of those the cluster describes (DescribeConfigs,
+    through the agent's own client: it knows at once when a broker does not speak it)."""
     if not topics:
         return {}
-    limits: dict[str, int] = {}
-    try:
-        futures = admin.describe_configs(
-            [ConfigResource(ConfigResource.Type.TOPIC, topic) for topic in topics],
-            request_timeout=timeout_s,
+
+    async def describe() -> dict[str, str]:
+        client = ClusterClient(
+            str(client_config.get("bootstrap.servers", "")),
+            Security.from_client_config(client_config),
+            timeout_s=timeout_s,
         )
-        for resource, future in futures.items():
-            try:
-                entry = future.result(timeout=timeout_s).get(MAX_MESSAGE_BYTES)
-            except (KafkaException, TimeoutError):
-                continue  # not described (permission, a broker without it): unknown
-            if entry is not None and entry.value is not None:
-                limits[resource.name] = int(entry.value)
-    finally:
-        admin.poll(0)
-    return limits
+        try:
+            return await client.topic_configs(topics, MAX_MESSAGE_BYTES)
+        finally:
+            client.close()
+
+    try:
+        return {topic: int(value) for topic, value in asyncio.run(describe()).items()}
+    except (BrokerUnreachable, OSError, TimeoutError, ValueError):
+        return {}  # unknown this time; the cache keeps what it knew
 
 
 def _ask_for_topic(
