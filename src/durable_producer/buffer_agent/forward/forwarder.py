@@ -28,7 +28,11 @@ from typing import Any
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.failure_policy import UNKNOWN_TOPIC, error_name
+from durable_producer.buffer_agent.forward.failure_policy import (
+    PERMANENT,
+    UNKNOWN_TOPIC,
+    error_name,
+)
 from durable_producer.buffer_agent.forward.health import ForwarderHealth
 from durable_producer.buffer_agent.forward.identity import (
     Anchor,
@@ -482,10 +486,12 @@ class Forwarder:
 
     # ----------------------------------------------------------------- dead letters
     def _refused_waiting(self) -> int:
+        """Records whose batch Kafka refused for what it is, waiting for a retry (a lost
+        connection is no refusal: the health tells those apart)."""
         return sum(
             queue.batches[0].records if queue.batches else 0
             for queue in self._queues.values()
-            if queue.failing_since is not None and not queue.in_flight
+            if queue.last_error in PERMANENT and not queue.in_flight
         )
 
     def _dead_letter_due(self, now: float) -> None:
