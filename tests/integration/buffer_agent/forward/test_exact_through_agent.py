@@ -36,6 +36,9 @@ pytestmark = pytest.mark.integration
 PARTITIONS = 3
 CODECS = {"none": 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 BASE_TIMESTAMP = 1_700_000_000_000
+KEEP = {"retention.ms": "-1"}
+"""The records' timestamps are old on purpose (0, 2023): time-based retention would delete
+them from any rolled segment at the broker's next retention check."""
 
 
 @dataclass(frozen=True)
@@ -203,7 +206,7 @@ def _both_ways(
     partitions: int = PARTITIONS,
 ) -> tuple[dict[int, list[Stored]], dict[int, list[Stored]], str, str]:
     """``send(bootstrap, topic)`` through the agent and straight to Kafka; both as stored."""
-    through, direct = new_topic(partitions), new_topic(partitions)
+    through, direct = new_topic(partitions, config=KEEP), new_topic(partitions, config=KEEP)
     send(agent, through)
     send(kafka_broker.bootstrap, direct)
     bootstrap = kafka_broker.bootstrap
