@@ -247,7 +247,7 @@ class BufferAgent:
             # Sequence state first: the forwarder's checkpoints snapshot it (and delete the
             # WAL frames a restore replays), so it starts only once the state is whole.
             await self.ingress.restore()
-            self.metrics.record_state_damage(self.ingress.state_damage)
+            self.metrics.record_state_damage([*self.ingress.state_damage, *forwarder.state_damage])
             forwarder.start()
             try:
                 await self.ingress.listen()

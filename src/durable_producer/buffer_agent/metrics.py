@@ -176,8 +176,9 @@ class AgentMetrics:
         )
         self.state_files_damaged = Gauge(
             f"{PREFIX}_state_files_damaged",
-            "state files (producer ids, metadata cache, producer state) found unusable at"
-            " start: each was moved aside to NAME.damaged and rebuilt",
+            "state files (producer ids, metadata cache, producer state, forwarding producer"
+            " identity) found unusable at start: each was moved aside to NAME.damaged and"
+            " rebuilt",
             registry=r,
         )
         self.wal_torn_tail_bytes = Gauge(

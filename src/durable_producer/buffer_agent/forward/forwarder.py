@@ -38,7 +38,7 @@ from durable_producer.buffer_agent.forward.identity import (
     Anchor,
     IdentityFile,
     IdentityRecord,
-    read_identity,
+    load_identity,
 )
 from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, Pending
 from durable_producer.buffer_agent.forward.progress import Progress
@@ -55,6 +55,7 @@ from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch,
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
+from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,10 @@ class Forwarder:
         self._failure: BaseException | None = None
         self._state_dir = state_dir
         self._progress = Progress(wal, state_dir, metrics, before_checkpoint)
+        self._previous_identity, damage = load_identity(state_dir)
+        self.state_damage: list[StateDamage] = [] if damage is None else [damage]
+        """State files found unusable when it was made (the producer identity; each fell back,
+        see ``identity.py``)."""
         self._identity_file = IdentityFile(state_dir)
         self._tracker = AckTracker(wal.checkpoint_offset)
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
@@ -312,7 +317,7 @@ class Forwarder:
         """Continue the previous run's producer identity and numbering if they fit this WAL;
         otherwise a new producer id is taken before the first send (possible duplicates)."""
         checkpoint = self._wal.checkpoint_offset
-        record = read_identity(self._state_dir)
+        record = self._previous_identity
         hint_until = self._progress.replay_until
         if (
             record is not None

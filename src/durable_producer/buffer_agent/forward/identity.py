@@ -27,6 +27,12 @@ wins. Writes go to the page cache, fdatasync'ed only when the identity itself ch
 producer id or epoch): an ordinary write survives a process crash, not a node crash, after
 which the brokers' answers (an epoch they know, sequences out of order) are resolved as
 described in ``partition_queue``.
+
+A damaged file never stops the agent (``wal/state_file.py``): one that cannot be read (a
+directory in its place, no permission) or holds no usable slot is moved aside to
+``producer-identity.damaged``, named in one WARNING line and counted
+(``durable_agent_state_files_damaged``); the forwarder then takes a new producer id, as when
+there is no file. A file of zeros (created, never written: a crash in between) is no damage.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+from durable_producer.buffer_agent.wal.state_file import StateDamage, set_aside
 
 log = logging.getLogger(__name__)
 
@@ -121,19 +128,36 @@ def _slots(data: bytes) -> list[tuple[int, bytes]]:
 
 
 def read_identity(state_dir: Path | None) -> IdentityRecord | None:
-    """The newest valid record, or None (no file, or neither slot is intact)."""
+    """The newest valid record, or None (no file, or nothing usable in it)."""
+    return load_identity(state_dir)[0]
+
+
+FALLBACK = "taking a new producer id (records sent again may be duplicates)"
+
+
+def load_identity(state_dir: Path | None) -> tuple[IdentityRecord | None, StateDamage | None]:
+    """The newest valid record (None: no file, or damaged) and the damage found, if any.
+
+    A damaged file is moved aside and logged once (``state_file.set_aside``)."""
     if state_dir is None:
-        return None
+        return None, None
+    path = Path(state_dir) / IDENTITY_FILE
     try:
-        data = (Path(state_dir) / IDENTITY_FILE).read_bytes()
-    except OSError:
-        return None
-    for _, payload in sorted(_slots(data), reverse=True):
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, set_aside(path, error.strerror or type(error).__name__, FALLBACK)
+    slots = _slots(data)
+    for _, payload in sorted(slots, reverse=True):
         try:
-            return IdentityRecord.decode(payload)
+            return IdentityRecord.decode(payload), None
         except (ValueError, KeyError, TypeError):
             continue
-    return None
+    if not data.strip(b"\0"):
+        return None, None  # preallocated, never written
+    reason = "no valid slot" if not slots else "no slot holds a producer identity"
+    return None, set_aside(path, reason, FALLBACK)
 
 
 class IdentityFile:
