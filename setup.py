@@ -1,7 +1,8 @@
-"""The one compiled part: the ingress's record scanner (C, optional).
+"""The compiled parts (C, optional): the ingress's record scanner and the forwarder's batch merge.
 
-Everything else is in pyproject.toml. Without a C compiler the build skips the extension and
-the agent validates records with aiokafka's compiled reader instead (slower, same result).
+Everything else is in pyproject.toml. Without a C compiler the build skips them: the agent then
+validates records with aiokafka's compiled reader instead (slower, same result) and forwards
+client batches one by one instead of merging small ones.
 """
 
 from setuptools import Extension, setup
@@ -13,6 +14,12 @@ setup(
             ["src/durable_producer/buffer_agent/kafka/_record_scan.c"],
             extra_compile_args=["-O2"],
             optional=True,
-        )
+        ),
+        Extension(
+            "durable_producer.buffer_agent.kafka._batch_merge",
+            ["src/durable_producer/buffer_agent/kafka/_batch_merge.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
     ]
 )

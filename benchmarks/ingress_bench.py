@@ -193,11 +193,12 @@ def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
     from durable_producer.buffer_agent.ingest.config import IngressConfig
     from durable_producer.buffer_agent.ingest.metadata import MetadataCache
     from durable_producer.buffer_agent.ingest.server import IngressServer
+    from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 
-    def partitions(topics: Sequence[str]) -> Mapping[str, int]:
-        return {topic: PARTITIONS for topic in topics}
+    def partitions(topics: Sequence[str]) -> Mapping[str, TopicFacts]:
+        return {topic: TopicFacts(PARTITIONS) for topic in topics}
 
     async def main() -> None:
         wal = WriteAheadLog.open(

@@ -1,7 +1,9 @@
 """Producer load with checkable records, and the grade of what a consumer then reads.
 
 Every record says who sent it and when: key ``CLIENT-INDEX``, a value and headers derived
-from both, an explicit timestamp, and a partition chosen by the index, so a consumer can tell
+from both, an explicit timestamp (the load's start plus the index in milliseconds: a real
+broker deletes records older than the topic's ``retention.ms`` within minutes, so a fixed old
+base timestamp looks like loss), and a partition chosen by the index, so a consumer can tell
 per client whether each acknowledged record arrived with identical content, whether the
 records of each partition kept the order their client produced them in, and how many copies
 of each arrived (``grade``).
@@ -21,8 +23,6 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from durable_producer.local.topics import ConsumedRecord
 
-BASE_TIMESTAMP_MS = 1_700_000_000_000
-
 
 def record_key(client: str, index: int) -> bytes:
     return f"{client}-{index}".encode()
@@ -37,8 +37,8 @@ def record_headers(client: str, index: int) -> list[tuple[str, bytes]]:
     return [("client", client.encode()), ("index", str(index).encode())]
 
 
-def record_timestamp(index: int) -> int:
-    return BASE_TIMESTAMP_MS + index
+def record_timestamp(base_ms: int, index: int) -> int:
+    return base_ms + index
 
 
 @dataclass
@@ -57,6 +57,7 @@ class ProducerLoad:
     rate: int
     value_size: int = 200
     settings: dict[str, Any] = field(default_factory=dict)
+    base_timestamp_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     acked: set[int] = field(default_factory=set)
     ack_times: list[float] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -123,7 +124,7 @@ class ProducerLoad:
                         value=record_value(self.name, index, self.value_size),
                         headers=record_headers(self.name, index),
                         partition=index % self.partitions,
-                        timestamp=record_timestamp(index),
+                        timestamp=record_timestamp(self.base_timestamp_ms, index),
                         on_delivery=self._delivered,
                     )
                 except BufferError:
@@ -200,7 +201,7 @@ def grade(
         if (
             record.value != record_value(client, index, load.value_size)
             or list(record.headers) != record_headers(client, index)
-            or record.timestamp_ms != record_timestamp(index)
+            or record.timestamp_ms != record_timestamp(load.base_timestamp_ms, index)
             or record.partition != index % load.partitions
         ):
             damaged.append(key)

@@ -20,6 +20,7 @@ from kio.serial import entity_reader
 from durable_producer.buffer_agent.ingest.config import IngressConfig
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.server import IngressServer
+from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_METADATA,
@@ -41,14 +42,19 @@ class FakeCluster:
     """A MetadataSource whose answers the test controls (the real one asks Kafka)."""
 
     partitions: dict[str, int] = field(default_factory=dict)
+    max_message_bytes: dict[str, int] = field(default_factory=dict)
     reachable: bool = True
     calls: int = 0
 
-    def __call__(self, topics: Sequence[str]) -> Mapping[str, int]:
+    def __call__(self, topics: Sequence[str]) -> Mapping[str, TopicFacts]:
         self.calls += 1
         if not self.reachable:
             raise ConnectionError("cluster unreachable (test)")
-        return {topic: self.partitions[topic] for topic in topics if topic in self.partitions}
+        return {
+            topic: TopicFacts(self.partitions[topic], self.max_message_bytes.get(topic))
+            for topic in topics
+            if topic in self.partitions
+        }
 
 
 @dataclass(frozen=True)

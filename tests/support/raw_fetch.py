@@ -27,7 +27,11 @@ from durable_producer.buffer_agent.kafka.protocol import (
     request_schema,
     response_schema,
 )
-from durable_producer.buffer_agent.kafka.record_batch import BatchHeader, iter_batches
+from durable_producer.buffer_agent.kafka.record_batch import (
+    BatchHeader,
+    iter_batches,
+    parse_batch_header,
+)
 from durable_producer.buffer_agent.kafka.record_decode import iter_decoded
 
 from .kafka_wire import encode_request, recv_exactly
@@ -86,10 +90,11 @@ def _fetch_once(sock: socket.socket, topic: str, partition: int, offset: int) ->
     return bytes(data.records or b""), int(data.high_watermark)
 
 
-def stored_batches(bootstrap: str, topic: str, partition: int) -> list[StoredBatch]:
-    """Every batch of the partition, from its log start to its high watermark."""
+def raw_batches(bootstrap: str, topic: str, partition: int) -> list[bytes]:
+    """Every batch of the partition as the broker stores it, from its log start to its high
+    watermark (the bytes a consumer's fetch returns)."""
     host, port = _leader_address(bootstrap, topic, partition)
-    batches: list[StoredBatch] = []
+    batches: list[bytes] = []
     offset = 0
     with socket.create_connection((host, port), timeout=10) as sock:
         while True:
@@ -99,16 +104,21 @@ def stored_batches(bootstrap: str, topic: str, partition: int) -> list[StoredBat
                     return batches
                 raise RuntimeError(f"no records at {offset} below the high watermark {high}")
             for header, batch in iter_batches(records, check_crc=False):
-                keys = tuple(
-                    record.key
-                    for decoded in iter_decoded(bytes(batch))
-                    for record in decoded.records
-                )
                 if header.base_offset >= offset:
-                    batches.append(StoredBatch(header.base_offset, header, keys))
+                    batches.append(bytes(batch))
                     offset = header.base_offset + header.last_offset_delta + 1
             if offset >= high:
                 return batches
+
+
+def stored_batches(bootstrap: str, topic: str, partition: int) -> list[StoredBatch]:
+    """Every batch of the partition, with its header and keys."""
+    stored = []
+    for batch in raw_batches(bootstrap, topic, partition):
+        header = parse_batch_header(batch)
+        keys = tuple(record.key for decoded in iter_decoded(batch) for record in decoded.records)
+        stored.append(StoredBatch(header.base_offset, header, keys))
+    return stored
 
 
 @dataclass(frozen=True)

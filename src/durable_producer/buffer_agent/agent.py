@@ -159,7 +159,9 @@ class BufferAgent:
         )
         future.result(timeout=10)
 
-    def _open_wal_and_forwarder(self) -> tuple[WriteAheadLog, Forwarder]:
+    def _open_wal_and_forwarder(
+        self, metadata: MetadataCache | None = None
+    ) -> tuple[WriteAheadLog, Forwarder]:
         self.wal = WriteAheadLog.open(
             self.settings.agent.wal_dir,
             self.settings.wal,
@@ -174,8 +176,13 @@ class BufferAgent:
             metrics=self.metrics,
             config=self.settings.forwarder,
             before_checkpoint=self._snapshot_producer_state,
+            topic_max_bytes=self._metadata_of_volume(metadata).max_message_bytes,
         )
         return self.wal, self.forwarder
+
+    def _metadata_of_volume(self, metadata: MetadataCache | None) -> MetadataCache:
+        """The cached topic facts (a drain reads them from the volume; no cluster lookups)."""
+        return metadata or MetadataCache(self.settings.agent.state_dir, None)
 
     def ready(self) -> bool:
         """Readiness: the listener accepts and the WAL is open. Not whether the WAL has room
@@ -208,13 +215,13 @@ class BufferAgent:
         self._loop = asyncio.get_running_loop()
         if not self._fit_wal_to_volume():
             return 2
-        wal, forwarder = self._open_wal_and_forwarder()
         agent = self.settings.agent
         metadata = MetadataCache(
             agent.state_dir,
             cluster_metadata_source(self.client_config),
             default_partitions=agent.default_partitions,
         )
+        wal, forwarder = self._open_wal_and_forwarder(metadata)
         self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
         publisher = StatsPublisher(
             wal, self.metrics, self.ingress, agent.data_dir, forwarder
@@ -240,7 +247,7 @@ class BufferAgent:
             # Sequence state first: the forwarder's checkpoints snapshot it (and delete the
             # WAL frames a restore replays), so it starts only once the state is whole.
             await self.ingress.restore()
-            self.metrics.record_state_damage(self.ingress.state_damage)
+            self.metrics.record_state_damage([*self.ingress.state_damage, *forwarder.state_damage])
             forwarder.start()
             try:
                 await self.ingress.listen()

@@ -72,7 +72,8 @@ class AgentMetrics:
         )
         self.dead_letters = Counter(
             f"{PREFIX}_dead_letters",
-            "Records (or undecodable batches) moved to the dead-letter area",
+            "Records moved to the dead-letter area (in whole batches; an undecodable batch"
+            " counts as one)",
             ["reason"],
             registry=r,
         )
@@ -175,8 +176,9 @@ class AgentMetrics:
         )
         self.state_files_damaged = Gauge(
             f"{PREFIX}_state_files_damaged",
-            "state files (producer ids, metadata cache, producer state) found unusable at"
-            " start: each was moved aside to NAME.damaged and rebuilt",
+            "state files (producer ids, metadata cache, producer state, forwarding producer"
+            " identity) found unusable at start: each was moved aside to NAME.damaged and"
+            " rebuilt",
             registry=r,
         )
         self.wal_torn_tail_bytes = Gauge(

@@ -115,7 +115,9 @@ class AgentSettings:
 COMMON_OPTIONS: tuple[Option, ...] = (
     *options_of(AgentConfig, "data_dir"),
     *options_of(KafkaConnectionSettings),
-    *options_of(ForwarderConfig, "checkpoint_interval_s", "dead_letter_after_s"),
+    *options_of(
+        ForwarderConfig, "checkpoint_interval_s", "dead_letter_after_s", "dead_letter_max_bytes"
+    ),
     *options_of(AgentConfig, "log_level", "log_format"),
 )
 """Options of run, drain and dead-letters resend."""

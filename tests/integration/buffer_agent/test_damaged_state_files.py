@@ -42,6 +42,11 @@ CASES: list[tuple[str, Callable[[Path], None]]] = [
     ("producer_ids.json", wrong_shape),
     ("metadata.json", directory),
     ("producer_state.json", directory),
+    # The forwarder's identity (issue 27): a directory in its place was never counted or moved
+    # aside (every later write failed: after a crash, a new producer id and duplicates), and
+    # garbage was ignored without a word.
+    ("producer-identity", garbage),
+    ("producer-identity", directory),
 ]
 
 

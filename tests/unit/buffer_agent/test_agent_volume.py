@@ -59,7 +59,7 @@ def test_the_configured_limit_is_lowered_to_what_the_volume_holds(
     class Stop(Exception):
         pass
 
-    def open_wal(self: agent_module.BufferAgent) -> None:
+    def open_wal(self: agent_module.BufferAgent, *_: object) -> None:
         opened.append(self.settings.wal.max_bytes)
         raise Stop
 

@@ -1,12 +1,14 @@
-"""Forwarding: WAL -> decoded records -> an idempotent Kafka producer -> the cluster.
+"""Forwarding: the WAL's stored client batches, as they are, to Kafka (docs/architecture.md).
 
-- ``forwarder``: the Forwarder (start/stop/drain/stats) and its thread's loop.
-- ``delivery``: producing one frame's records; settling frames from delivery reports
-  (sparse and careful modes).
-- ``failure_policy``: what each Kafka error calls for; ``failures`` carries it out.
-- ``progress``: the WAL checkpoint and the sent/delivered hint (duplicates accounting).
-- ``producer``: the confluent-kafka producers' settings, creation and disposal.
-- ``ack_tracker``: the contiguous delivered watermark.
+- ``forwarder``: the Forwarder (start/stop/drain/stats): its thread, reading the WAL,
+  settling, checkpoints, dead letters.
+- ``partition_queue``: one partition's batches: numbering, merging, in flight, answers.
+- ``sender``: Produce requests per leader, the answers, resolution, metadata.
+- ``failure_policy``: what each answer calls for.
+- ``identity``: the producer id, epochs and numbering kept on the volume.
+- ``progress``: the WAL checkpoint and the sent/delivered hint; ``ack_tracker``: the
+  contiguous acknowledged watermark.
 - ``dead_letter``: the dead-letter store; ``resend``: re-sending dead letters.
+- ``health``, ``publisher``, ``forward_rate``: the forwarder's state, figures and rates.
 - ``config``: the forwarder's settings.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 
-from durable_producer.buffer_agent.options import option, positive_float
+from durable_producer.buffer_agent.options import option, positive_float, positive_int
 from durable_producer.contract import DEFAULT_CHECKPOINT_INTERVAL_SECONDS
 
 
@@ -27,12 +27,12 @@ class ForwarderConfig:
         ),
     )
     hint_interval_s: float = 1.0
-    max_in_flight_records: int = 100_000
-    max_in_flight_kbytes: int = 64 * 1024
-    linger_ms: int = 5
-    # librdkafka's own default (1 MB) would dead-letter records the cluster accepts; let the
-    # broker judge (a WAL frame is at most 16 MiB by default). Override with an extra setting.
-    max_message_bytes: int = 17 * 1024 * 1024
+    max_in_flight_bytes: int = 64 * 1024 * 1024
+    """Stored batches read from the WAL and not yet acknowledged (read ahead stops here)."""
+    max_merge_bytes: int = 1_000_000
+    """Largest batch made by merging small uncompressed client batches (within the topic's
+    ``max.message.bytes``, 1,048,588 by default; halved for a topic that refuses it)."""
+    request_timeout_s: float = 30.0
     # Records Kafka refuses with a "permanent" error are retried this long before they are
     # dead-lettered: long enough for ACL and topic-config changes to reach every broker
     # (seconds, rarely a minute) with a margin; a refusal that lasts longer is a
@@ -46,11 +46,18 @@ class ForwarderConfig:
             parse=non_negative_float,
         ),
     )
+    dead_letter_max_bytes: int = field(
+        default=256 * 1024 * 1024,
+        metadata=option(
+            "bytes the dead-letter area may hold; beyond it refused batches wait in the WAL",
+            flag="--dead-letter-max-bytes",
+            parse=positive_int,
+        ),
+    )
     unknown_topic_wait_s: float = 60.0
-    reset_backoff_s: float = 1.0
-    retry_backoff_s: float = 0.5
+    retry_backoff_s: float = 0.1
     retry_backoff_max_s: float = 5.0
     # No delivery for this long while records wait: the forwarder's state says why (health).
     stall_after_s: float = 10.0
-    read_batch_frames: int = 256
+    read_batch_frames: int = 4096
     stop_flush_timeout_s: float = 5.0

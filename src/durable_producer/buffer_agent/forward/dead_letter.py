@@ -1,9 +1,13 @@
-"""Dead letters: records Kafka refused for good, kept on the volume with the reason.
+"""Dead letters: batches Kafka refused for good, kept on the volume whole with the reason.
 
-Nothing the agent acknowledged is ever dropped silently. A record that Kafka rejects with a
-non-retriable error (too large for the cluster, topic authorization, a topic that does not
-appear) is appended here and the forwarder moves on. Operators list them and re-send them
-once the cause is fixed (``durable-agent dead-letters list|resend``; ``resend`` re-sends).
+Nothing the agent acknowledged is ever dropped silently. A client batch that Kafka rejects
+with a non-retriable error (too large for the topic, topic authorization, a topic that was
+deleted) is appended here as it was stored, and the forwarder moves on. Operators list them
+and re-send them once the cause is fixed (``durable-agent dead-letters list|resend``).
+The area has a budget (``--dead-letter-max-bytes``): a letter that does not fit is not
+written, its frame stays in the WAL and the forwarder retries (``forwarder.py``). Letters
+written by the per-record forwarder of earlier versions (one record each) are still listed
+and re-sent.
 
 Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
 bytes as base64, fsynced on every append: dead letters are rare) and ``resent.jsonl`` (ids
@@ -21,7 +25,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,57 +68,47 @@ def _unb64(text: str | None) -> bytes | None:
     return None if text is None else base64.b64decode(text)
 
 
-class DeadLetterStore:
-    """Appends dead letters; safe to call from librdkafka's delivery-report callbacks."""
+class DeadLetterBudgetExhausted(OSError):
+    """The dead-letter area is at its budget."""
 
-    def __init__(self, directory: Path) -> None:
+
+class DeadLetterStore:
+    """Appends dead letters (thread-safe), within ``max_bytes`` (None: no budget)."""
+
+    def __init__(self, directory: Path, max_bytes: int | None = None) -> None:
         self.directory = Path(directory)
+        self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self.added = 0
 
-    def add_record(
-        self,
-        *,
-        wal_offset: int,
-        topic: str,
-        partition: int,
-        record_index: int,
-        timestamp_ms: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: Iterable[tuple[str, bytes | None]],
-        reason: str,
-        error_code: str,
-    ) -> DeadLetter:
-        letter = DeadLetter(
-            id=f"{wal_offset}-{record_index}",
-            recorded_ms=int(time.time() * 1000),
-            wal_offset=wal_offset,
-            topic=topic,
-            partition=partition,
-            record_index=record_index,
-            reason=reason,
-            error_code=error_code,
-            timestamp_ms=timestamp_ms,
-            key=key,
-            value=value,
-            headers=tuple(headers),
-        )
-        self._append(DEAD_LETTERS_FILE, _to_json(letter))
-        return letter
+    def size_bytes(self) -> int:
+        try:
+            return (self.directory / DEAD_LETTERS_FILE).stat().st_size
+        except OSError:
+            return 0
 
-    def add_frame(
+    def add_batch(
         self,
         *,
         wal_offset: int,
         topic: str,
         partition: int,
-        payload: bytes,
+        payload: bytes | memoryview,
         reason: str,
         error_code: str,
+        index: int = 0,
     ) -> DeadLetter:
+        """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
+        (nothing is written then)."""
+        needed = self.size_bytes() + len(payload) * 4 // 3
+        if self.max_bytes is not None and needed > self.max_bytes:
+            raise DeadLetterBudgetExhausted(
+                errno.ENOSPC,
+                f"the dead-letter area holds {self.size_bytes()} bytes, its budget is"
+                f" {self.max_bytes} (--dead-letter-max-bytes); re-send or remove letters",
+            )
         letter = DeadLetter(
-            id=f"{wal_offset}-frame",
+            id=f"{wal_offset}-{index}",
             recorded_ms=int(time.time() * 1000),
             wal_offset=wal_offset,
             topic=topic,
@@ -122,7 +116,7 @@ class DeadLetterStore:
             record_index=None,
             reason=reason,
             error_code=error_code,
-            payload=payload,
+            payload=bytes(payload),
         )
         self._append(DEAD_LETTERS_FILE, _to_json(letter))
         return letter

@@ -1,153 +1,99 @@
-"""What the forwarder does about each Kafka error: the decisions only, no Kafka needed.
+"""What the forwarder does about each answer Kafka gives a batch: the decisions only.
 
-- records Kafka refuses with an error no retry fixes unless the cluster changes (too large,
-  authorization, invalid record, policy; ``PERMANENT_ERRORS``) are produced again every
-  ``retry_backoff_s`` (doubling up to ``retry_backoff_max_s``) for ``dead_letter_after_s``
-  (default 120 s): ACLs propagate to every broker, a topic's ``max.message.bytes`` is raised
-  back, and the records go through instead of into the dead-letter area. Refused for longer
-  (a spell per partition, like unknown topics below), they go to the dead-letter area with
-  the reason and the forwarder moves on; never a silent drop. Refusals the client makes
-  itself (``CLIENT_REFUSALS`` raised by ``produce()``) are dead-lettered at once, and so is
-  everything with
-  ``dead_letter_after_s`` 0. Undecodable batches go there too (decided where the frame is
-  decoded). A permanent error *reported* for a batch may have hit innocent records batched
-  with the bad one: the producer is reset to send one record per request (``ISOLATE``) and
-  only a record refused on its own (or refused by ``produce()`` itself) is retried or
-  dead-lettered. While records wait for a retry the forwarder sends nothing newer (see
-  ``forwarder``), so a record refused and later accepted keeps its place in its partition;
-  only records already in flight when the refusal came back can overtake it.
-- a record whose topic or partition is unknown (``UNKNOWN_TOPIC_ERRORS``) is produced again
-  every ``retry_backoff_s`` (failed records of one partition are retried in the order they
-  failed); still unknown after ``unknown_topic_wait_s``, it is dead-lettered.
-- anything else the client reports for a record (a fatal idempotence error, an unexpected
-  retriable one), and any failure of a sparse frame's report, resets the producer: a new
-  (careful) producer replays from the watermark, in WAL order, so per-partition order is
-  kept; re-sent records are counted (see ``progress``).
-- a fatal producer error resets the producer; after a gap-less guarantee failure (a batch
-  failed for good in sparse mode) the careful producer sends one record per request.
-
-``failures`` carries these decisions out.
+- ``DONE``: taken (no error; DUPLICATE_SEQUENCE_NUMBER: a copy it already holds).
+- ``RESOLVE``: the broker's view of our producer differs from ours (OUT_OF_ORDER_SEQUENCE_NUMBER
+  for the first unacknowledged batch, UNKNOWN_PRODUCER_ID, INVALID_PRODUCER_EPOCH,
+  PRODUCER_FENCED): ask the leader what it holds (``partition_queue``). An out-of-order answer
+  for a later batch only means an earlier one failed: ``RETRY``.
+- ``REFRESH``: the leader moved or is unknown (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE,
+  UNKNOWN_TOPIC_OR_PARTITION, KAFKA_STORAGE_ERROR, ...): new metadata, then retry. A partition
+  whose topic stays unknown (deleted) for ``unknown_topic_wait_s`` is dead-lettered.
+- ``REFUSED``: refused for what the batch is (too large, invalid, authorization, policy; the
+  ``PERMANENT`` codes). Retried every backoff for ``dead_letter_after_s`` (ACLs and topic
+  configs take a while to reach every broker); a merged batch is first split into the client
+  batches it was made of, so only the batch at fault is judged; then dead-lettered whole.
+- ``RETRY``: anything else (timeouts, NOT_ENOUGH_REPLICAS, throttling, unknown codes): retried
+  after a backoff, for ever; records never expire.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 
-from confluent_kafka import KafkaError
-
-# Errors no retry can fix: the record goes to the dead-letter area.
-PERMANENT_ERRORS = frozenset(
-    {
-        KafkaError.MSG_SIZE_TOO_LARGE,
-        KafkaError.TOPIC_AUTHORIZATION_FAILED,
-        KafkaError.INVALID_RECORD,
-        KafkaError.INVALID_MSG_SIZE,
-        KafkaError.RECORD_LIST_TOO_LARGE,
-        KafkaError.INVALID_TIMESTAMP,
-        KafkaError.POLICY_VIOLATION,
-        KafkaError.TOPIC_EXCEPTION,
-        KafkaError._INVALID_ARG,
-    }
-)
-# Raised by produce() itself with one of these, the refusal is the client's own check
-# (message.max.bytes, arguments): no change on the cluster can make the record go through.
-CLIENT_REFUSALS = frozenset({KafkaError._INVALID_ARG, KafkaError.MSG_SIZE_TOO_LARGE})
-# Errors that may clear once metadata catches up: retried for a bounded time.
-UNKNOWN_TOPIC_ERRORS = frozenset(
-    {
-        KafkaError.UNKNOWN_TOPIC_OR_PART,
-        KafkaError._UNKNOWN_TOPIC,
-        KafkaError._UNKNOWN_PARTITION,
-    }
-)
+from kio.schema.errors import ErrorCode
 
 
 class Verdict(Enum):
-    """What to do about a failed record (or a failed producer)."""
-
-    DEAD_LETTER = "dead-letter"
-    """Move the record to the dead-letter area, with the reason; carry on."""
+    DONE = "done"
+    RESOLVE = "resolve"
+    REFRESH = "refresh"
+    REFUSED = "refused"
     RETRY = "retry"
-    """Produce the record again after ``retry_backoff_s``."""
-    RESET = "reset"
-    """Reset the producer and re-forward carefully from the watermark."""
-    ISOLATE = "isolate"
-    """Reset, and let the careful producer send one record per request."""
 
 
-def batch_failure(code: int) -> Verdict:
-    """A report speaking for several records failed (a sparse frame's report): what became
-    of the others is unknown, so they are re-sent carefully; isolated if the broker refused
-    for good, as innocent batch-mates may have been refused with the bad record."""
-    return Verdict.ISOLATE if code in PERMANENT_ERRORS else Verdict.RESET
+PERMANENT = frozenset(
+    int(code)
+    for code in (
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.invalid_record,
+        ErrorCode.corrupt_message,
+        ErrorCode.invalid_timestamp,
+        ErrorCode.topic_authorization_failed,
+        ErrorCode.cluster_authorization_failed,
+        ErrorCode.policy_violation,
+        ErrorCode.invalid_topic_exception,
+        ErrorCode.unsupported_for_message_format,
+        ErrorCode.unsupported_compression_type,
+        ErrorCode.invalid_required_acks,
+        ErrorCode.transactional_id_authorization_failed,
+    )
+)
+TOO_LARGE = frozenset(
+    int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
+)
+UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
+_REFRESH = frozenset(
+    int(code)
+    for code in (
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.leader_not_available,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.network_exception,
+        ErrorCode.replica_not_available,
+    )
+)
+_OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
+_PRODUCER_STATE = frozenset(
+    int(code)
+    for code in (
+        ErrorCode.unknown_producer_id,
+        ErrorCode.invalid_producer_epoch,
+        ErrorCode.producer_fenced,
+        ErrorCode.invalid_producer_id_mapping,
+    )
+)
+_DONE = frozenset({0, int(ErrorCode.duplicate_sequence_number)})
 
 
-def fatal_error(code: int) -> Verdict:
-    """The producer raised a fatal error: a new one is needed. A gap-less guarantee failure
-    means a batch failed for good: judge its records one by one."""
-    return Verdict.ISOLATE if code == KafkaError._GAPLESS_GUARANTEE else Verdict.RESET
+def judge(code: int, *, head_of_line: bool) -> Verdict:
+    """``head_of_line``: the batch is its partition's first unacknowledged one."""
+    if code in _DONE:
+        return Verdict.DONE
+    if code in _PRODUCER_STATE or (code == _OUT_OF_ORDER and head_of_line):
+        return Verdict.RESOLVE
+    if code in _REFRESH:
+        return Verdict.REFRESH
+    if code in PERMANENT:
+        return Verdict.REFUSED
+    return Verdict.RETRY
 
 
-class RecordFailurePolicy:
-    """The verdict on one failed record; remembers since when each partition is unknown or
-    refused."""
-
-    def __init__(
-        self,
-        unknown_topic_wait_s: float,
-        dead_letter_after_s: float = 0.0,
-        *,
-        longest_retry_gap_s: float = 0.0,
-    ) -> None:
-        """``longest_retry_gap_s``: the longest backoff between two retries of a record; a
-        spell of failures does not end within it."""
-        self.unknown_topic_wait_s = unknown_topic_wait_s
-        self.dead_letter_after_s = dead_letter_after_s
-        self.longest_retry_gap_s = longest_retry_gap_s
-        # (topic, partition) -> (first, last) failure time of its current spell.
-        self._unknown_since: dict[tuple[str, int], tuple[float, float]] = {}
-        self._refused_since: dict[tuple[str, int], tuple[float, float]] = {}
-
-    def judge(
-        self,
-        code: int,
-        topic: str,
-        partition: int,
-        now: float,
-        *,
-        synchronous: bool,
-        isolating: bool,
-    ) -> Verdict:
-        """``synchronous``: ``produce()`` raised (the record alone is at fault);
-        ``isolating``: the producer sends one record per request (a report is about that
-        record alone); ``now``: a monotonic clock reading."""
-        if code in PERMANENT_ERRORS:
-            if not (synchronous or isolating):
-                # The broker refused a whole batch: which of its records is at fault is
-                # unknown. Send again one record per request and let the broker tell.
-                return Verdict.ISOLATE
-            if (synchronous and code in CLIENT_REFUSALS) or self.dead_letter_after_s <= 0:
-                return Verdict.DEAD_LETTER
-            return self._spell(self._refused_since, topic, partition, now, self.dead_letter_after_s)
-        if code in UNKNOWN_TOPIC_ERRORS:
-            return self._spell(
-                self._unknown_since, topic, partition, now, self.unknown_topic_wait_s
-            )
-        return Verdict.RESET
-
-    def _spell(
-        self,
-        spells: dict[tuple[str, int], tuple[float, float]],
-        topic: str,
-        partition: int,
-        now: float,
-        wait: float,
-    ) -> Verdict:
-        """Retried until the partition has failed for ``wait`` seconds; a spell ends when no
-        failure was seen for that long (or for the longest retry gap, if that is longer)."""
-        key = (topic, partition)
-        first, last = spells.get(key, (now, now))
-        if now - last > max(wait, self.longest_retry_gap_s):
-            first = now
-        spells[key] = (first, now)
-        return Verdict.DEAD_LETTER if now - first >= wait else Verdict.RETRY
+def error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"ERROR_{code}"

@@ -1,22 +1,22 @@
-"""The forwarder: WAL -> decoded records -> confluent-kafka producer -> Kafka.
+"""The forwarder: the WAL's stored client batches, as they are, to Kafka.
 
-One thread reads frames from the WAL checkpoint onwards, decodes each stored record batch
-and produces every record to the partition the client chose, with its key, value, headers
-and timestamp, through an idempotent ``acks=all`` producer whose records never expire
-(``producer``). Delivery reports are served on the same thread (``poll``) every
-``POLL_EVERY_RECORDS`` records and after every WAL read; they settle frames in an
-``AckTracker`` (``delivery``: the hot path, and the sparse and careful modes), whose
-contiguous watermark becomes the WAL checkpoint (``progress``: the checkpoint, and the
-sent/delivered hint that counts duplicates). Records Kafka refuses are dead-lettered,
-retried or make the forwarder reset its producer (``failure_policy`` decides, ``failures``
-acts); a reset re-forwards from the watermark carefully, then the forwarder returns to
-sparse mode. What is sent again is counted as certain or possible duplicates
-(``replay_accounting``); ``health`` says which fault the forwarder is in and ``publisher``
-shows both.
+One thread runs an asyncio loop. It reads frames from the WAL checkpoint onwards; each frame
+holds one client record batch, which gets its sequence numbers in its partition's queue
+(``partition_queue``) and goes to the partition's leader in Produce requests (``sender``) with
+only its producer id, epoch, base sequence and CRC rewritten (``kafka/batch_stamp``). Kafka's
+acknowledgements settle frames in an ``AckTracker``, whose contiguous watermark becomes the
+WAL checkpoint (``progress``). The producer identity and each partition's numbering are kept
+on the volume (``identity``), written before anything beyond the last sent frame is sent and
+before every checkpoint, so after a crash the frames Kafka may hold go out again with the
+same numbers and the partition leaders say which ones they hold (DescribeProducers): no
+duplicates from a crash. Batches Kafka refuses for good go to the dead-letter area whole
+(``dead_letter``); ``health`` says which fault the forwarder is in and ``publisher`` shows it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -25,31 +25,48 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import KafkaError, Producer
-
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.delivery import DeliveryLedger, DeliveryMode
-from durable_producer.buffer_agent.forward.failure_policy import Verdict, fatal_error
-from durable_producer.buffer_agent.forward.failures import FailureHandler
+from durable_producer.buffer_agent.forward.failure_policy import (
+    PERMANENT,
+    UNKNOWN_TOPIC,
+    error_name,
+)
 from durable_producer.buffer_agent.forward.health import ForwarderHealth
-from durable_producer.buffer_agent.forward.producer import ProducerFactory, discard, serve_reports
+from durable_producer.buffer_agent.forward.identity import (
+    Anchor,
+    IdentityFile,
+    IdentityRecord,
+    load_identity,
+)
+from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, Pending
 from durable_producer.buffer_agent.forward.progress import Progress
-from durable_producer.buffer_agent.forward.publisher import DrainSummary, ForwarderStats, Publisher
-from durable_producer.buffer_agent.forward.replay_accounting import ReplayAccount
+from durable_producer.buffer_agent.forward.publisher import (
+    DrainSummary,
+    ForwarderCounts,
+    ForwarderStats,
+    Publisher,
+)
+from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient, KafkaRequestFailed
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
+from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.buffer_agent.wal import WalClosedError, WalReader, WriteAheadLog
+from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
+from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 
-# Serve delivery reports after this many produced records (and after every WAL read).
-# poll() releases and retakes the GIL: once per frame would mean thousands of hand-overs a
-# second to busy ingress threads when clients send small batches.
-POLL_EVERY_RECORDS = 1_000
-
-
 __all__ = ["DrainSummary", "Forwarder", "ForwarderStats"]
+
+IDENTITY_INTERVAL_S = 0.05
+"""How often new acknowledgements are written to the identity file (only when there are)."""
+LETTER_RETRY_S = 1.0
+"""Seconds between attempts to write a dead letter the disk or the budget had no room for."""
+_IDLE_WAIT_S = 0.05
+_BUSY_WAIT_S = 0.002
 
 
 class Forwarder:
@@ -69,46 +86,54 @@ class Forwarder:
         metrics: AgentMetrics | None = None,
         config: ForwarderConfig | None = None,
         before_checkpoint: Callable[[], None] | None = None,
+        topic_max_bytes: Callable[[str], int | None] | None = None,
     ) -> None:
-        """``before_checkpoint``: see ``progress.Progress``."""
+        """``before_checkpoint``: see ``progress.Progress``; ``topic_max_bytes``: a topic's
+        ``max.message.bytes`` where known (merged batches stay within it)."""
         self._wal = wal
-        self._config = config or ForwarderConfig()
+        self._config = config = config or ForwarderConfig()
+        self._client_config = dict(client_config)
+        self._dead_letters = dead_letters
+        if dead_letters.max_bytes is None:
+            dead_letters.max_bytes = config.dead_letter_max_bytes
         self._metrics = metrics
+        self._topic_max_bytes = topic_max_bytes
         self.health = ForwarderHealth(
-            stall_after_s=self._config.stall_after_s,
+            stall_after_s=config.stall_after_s,
             on_error=metrics.count_kafka_error if metrics is not None else None,
-        )
-        self._producers = ProducerFactory(
-            client_config, self._config, self._on_fatal_error, health=self.health
         )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-
-        self._mode = DeliveryMode()
-        self._failures = FailureHandler(
-            dead_letters,
-            self._mode,
-            metrics,
-            unknown_topic_wait_s=self._config.unknown_topic_wait_s,
-            retry_backoff_s=self._config.retry_backoff_s,
-            retry_backoff_max_s=self._config.retry_backoff_max_s,
-            dead_letter_after_s=self._config.dead_letter_after_s,
-            health=self.health,
-        )
+        self._state_dir = state_dir
         self._progress = Progress(wal, state_dir, metrics, before_checkpoint)
-        self._replay = ReplayAccount.of_volume(state_dir, wal.checkpoint_offset, self._progress)
-        self._ledger = DeliveryLedger(
-            AckTracker(wal.checkpoint_offset), self._failures, self._replay
-        )
-        self._publisher = Publisher(wal, metrics, self.health, self._producers.client_log)
-        self._reader: WalReader | None = None
-        self._producer: Producer | None = None
-        self._unpolled_records = 0
-
-        self._producer_resets = 0
-        self._next_checkpoint = 0.0
-        self._next_hint = 0.0
+        self._previous_identity, damage = load_identity(state_dir)
+        self.state_damage: list[StateDamage] = [] if damage is None else [damage]
+        """State files found unusable when it was made (the producer identity; each fell back,
+        see ``identity.py``)."""
+        self._identity_file = IdentityFile(state_dir)
+        self._tracker = AckTracker(wal.checkpoint_offset)
+        self._queues: dict[tuple[str, int], PartitionQueue] = {}
+        self._anchors: dict[tuple[str, int], Anchor] = {}
+        self._counts = ForwarderCounts()
+        self._publisher = Publisher(wal, metrics, self.health)
+        self._producer_id = -1
+        self._epoch = 0
+        self._known_below = 0
+        """Frames below this offset are in Kafka (the previous run's watermark)."""
+        self._replay_until = 0
+        """Frames below this offset may have been sent by the previous run."""
+        self._fresh_identity = False
+        """The previous run's identity could not be used: its frames are sent again under a
+        new producer id (possible duplicates)."""
+        self._unacked_bytes = 0
+        self._letters_waiting = False
+        self._letters_due = 0.0
+        self._sent_below = 0
+        self._identity_state: tuple[int, int] = (-1, -1)
+        self._next_identity = 0.0
+        self._next_id_attempt = 0.0
+        self._log = RateLimitedLog(log, interval_s=30.0)
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> Forwarder:
@@ -128,15 +153,15 @@ class Forwarder:
         return self._failure
 
     def stop(self, flush_timeout_s: float | None = None) -> None:
-        """Stop forwarding: wait up to ``flush_timeout_s`` for in-flight records, checkpoint.
+        """Stop forwarding: wait up to ``flush_timeout_s`` for batches in flight, checkpoint.
 
-        Records still in flight after that stay in the WAL (above the checkpoint) and are
-        replayed by the next run.
+        Frames not acknowledged by then stay in the WAL (above the checkpoint) and are sent
+        again, with the same numbers, by the next run.
         """
         if flush_timeout_s is not None:
             self._config = replace(self._config, stop_flush_timeout_s=flush_timeout_s)
         self._stop.set()
-        self._wal.wake_waiters()  # the thread may be waiting for appends
+        self._wal.wake_waiters()
         if self._thread is not None:
             self._thread.join()
 
@@ -155,242 +180,418 @@ class Forwarder:
                 break
             time.sleep(0.005)
         self.stop(flush_timeout_s=max(0.0, min(1.0, deadline - time.monotonic())))
+        counts = self._counts
         return DrainSummary(
             complete=self._publisher.watermark >= target,
             target_offset=target,
             checkpoint_offset=self._wal.checkpoint_offset,
-            forwarded_records=self._ledger.forwarded_records,
-            dead_letters=self._failures.dead_letter_count,
-            replayed_duplicates=self._replay.certain_duplicates,
+            forwarded_records=counts.forwarded_records,
+            dead_letters=counts.dead_letters,
+            replayed_duplicates=0,
             elapsed_s=time.monotonic() - started,
-            possible_duplicates=self._replay.possible_duplicates,
+            possible_duplicates=counts.possible_duplicates,
         )
 
     def stats(self) -> ForwarderStats:
-        ledger = self._ledger
+        counts = self._counts
         return ForwarderStats(
-            forwarded_records=ledger.forwarded_records,
-            forwarded_bytes=ledger.forwarded_bytes,
-            dead_letters=self._failures.dead_letter_count,
-            replayed_duplicates=self._replay.certain_duplicates,
-            producer_resets=self._producer_resets,
+            forwarded_records=counts.forwarded_records,
+            forwarded_bytes=counts.forwarded_bytes,
+            dead_letters=counts.dead_letters,
+            replayed_duplicates=0,
+            producer_resets=counts.new_epochs,
             in_flight_records=self._publisher.in_flight,
             watermark=self._publisher.watermark,
             checkpoint_offset=self._wal.checkpoint_offset,
-            sparse_records=ledger.sparse_records,
-            careful_records=ledger.careful_records,
-            careful=self._mode.careful,
-            possible_duplicates=self._replay.possible_duplicates,
+            possible_duplicates=counts.possible_duplicates,
             state=self.health.state().value,
+            producer_id=self._producer_id,
         )
 
     # ----------------------------------------------------------------- the forwarding thread
     def _run(self) -> None:
         try:
-            self._reader = self._wal.reader(self._ledger.tracker.watermark)
-            self._producer = self._new_producer()
-            self._loop()
-            self._finish()
+            asyncio.run(self._main())
         except Exception as error:  # kept for failure, logged once; the agent decides
             self._failure = error
             log.exception("forwarder stopped by an unexpected error")
         finally:
             self._progress.close()
-            if self._reader is not None:
-                self._reader.close()
-            if self._producer is not None:
-                self._ledger.disown_reports()  # reports after this point belong to nobody
-                discard(self._producer)
-                self._producer = None
+            self._identity_file.close()
 
-    def _loop(self) -> None:
+    async def _main(self) -> None:
         config = self._config
-        mode, ledger, failures = self._mode, self._ledger, self._failures
-        self._next_checkpoint = time.monotonic() + config.checkpoint_interval_s
-        self._next_hint = time.monotonic() + config.hint_interval_s
+        client = ClusterClient(
+            str(self._client_config.get("bootstrap.servers", "")),
+            Security.from_client_config(self._client_config),
+            timeout_s=min(10.0, config.request_timeout_s),
+        )
+        self._sender = Sender(
+            client,
+            self._queues,
+            SenderSettings(
+                request_timeout_s=config.request_timeout_s,
+                retry_backoff_s=config.retry_backoff_s,
+                retry_backoff_max_s=config.retry_backoff_max_s,
+                max_merge_bytes=config.max_merge_bytes,
+            ),
+            on_acked=self._acked,
+            on_error=self._error,
+            on_new_identity=self._new_identity,
+            new_producer_id=self._init_producer_id,
+            topic_max_bytes=self._topic_max_bytes,
+        )
+        reader: WalReader | None = None
+        try:
+            self._take_identity()
+            reader = self._wal.reader(self._tracker.watermark)
+            await self._loop(reader)
+            await self._finish()
+        finally:
+            self._sender.close()
+            client.close()
+            if reader is not None:
+                reader.close()
+
+    async def _loop(self, reader: WalReader) -> None:
+        config = self._config
+        sender = self._sender
+        loop = asyncio.get_running_loop()
+        next_checkpoint = time.monotonic() + config.checkpoint_interval_s
+        next_hint = time.monotonic() + config.hint_interval_s
         while not self._stop.is_set():
-            if mode.reset_reason is not None:
-                self._reset_producer()
-                continue
             if self._wal.closed:
                 raise WalClosedError("the WAL was closed under the running forwarder")
-            producer, reader = self._producer, self._reader
-            assert reader is not None and producer is not None
-            in_flight = not ledger.tracker.idle
-            if failures.retries:
-                # Refused records wait for a retry: send nothing newer until they are
-                # through or dead-lettered, so they keep their place in their partition.
-                self._poll(0.02)
-                failures.produce_due_retries(producer, time.monotonic(), ledger.generation)
-                self._housekeeping(time.monotonic())
-                continue
-            if mode.careful and self._careful_pass_done():
-                if not in_flight:
-                    self._return_to_sparse()
-                    continue
-                # Read nothing more until the careful producer has delivered everything:
-                # the sparse producer must not overtake it on any partition.
-                self._poll(0.02)
-                self._housekeeping(time.monotonic())
-                continue
             appended_before = self._wal.next_offset
-            frames = reader.poll(config.read_batch_frames)
-            if not frames and not in_flight:
-                self._wait_for_appends(appended_before, 0.05)
-            sparse = not mode.careful
-            wait_for_room = self._wait_for_room
-            if frames:  # recorded before sending: a crash can never hide a send
-                self._replay.before_sending(
-                    frames[-1].offset + 1, ledger.tracker, self._wal.checkpoint_offset
+            read = await self._read(reader)
+            if self._producer_id < 0 and self._queues:
+                await self._first_producer_id()
+            now = loop.time()
+            sender.maintain(now)
+            sender.pump(now)
+            self._dead_letter_due(time.monotonic())
+            mono = time.monotonic()
+            self._publisher.publish(self._tracker, self._counts, self._refused_waiting())
+            if mono >= next_checkpoint or self._progress.replay_delivered_unrecorded(self._tracker):
+                self._checkpoint()
+                next_checkpoint = mono + config.checkpoint_interval_s
+                next_hint = mono + config.hint_interval_s
+            elif mono >= next_hint:
+                self._progress.write_hint(self._tracker, durable=False)
+                next_hint = mono + config.hint_interval_s
+            self._maybe_write_identity(mono)
+            if read:
+                await asyncio.sleep(0)
+                continue
+            sender.wake.clear()
+            if self._tracker.idle and not sender.busy and not self._letters_waiting:
+                await loop.run_in_executor(
+                    None, self._wal.wait_for_append, appended_before, _IDLE_WAIT_S
                 )
-            for frame in frames:
-                if self._stop.is_set() or mode.reset_reason is not None:
-                    break
-                produced = ledger.produce_frame(
-                    frame,
-                    producer,
-                    sparse=sparse,
-                    wait_for_room=wait_for_room,
-                )
-                if produced:
-                    self._unpolled_records += produced
-                    if self._unpolled_records >= POLL_EVERY_RECORDS:
-                        self._unpolled_records = 0
-                        self._poll(0)
-            self._poll(0.0 if frames else (0.02 if in_flight else 0.0))
-            if ledger.orphans and not frames and len(producer) == 0:
-                # Nothing left in the client that could speak for these frames' records.
-                mode.request_reset(
-                    "a frame's last record was refused and no later record"
-                    " of its partition was delivered to vouch for the rest"
-                )
-            now = time.monotonic()
-            if failures.retry_due(now):
-                failures.produce_due_retries(producer, now, ledger.generation)
-            self._housekeeping(now)
+            else:
+                room = self._unacked_bytes < config.max_in_flight_bytes
+                wait = _BUSY_WAIT_S if room and not self._letters_waiting else _IDLE_WAIT_S
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sender.wake.wait(), wait)
 
-    def _wait_for_appends(self, appended_before: int, timeout: float) -> None:
-        """Sleep until the WAL grows past ``appended_before`` or ``stop()`` is called."""
-        if not self._stop.is_set():
-            self._wal.wait_for_append(appended_before, timeout)
-
-    def _wait_for_room(self) -> bool:
-        """The client's queue is full: serve reports a while. False: stop or reset instead."""
-        self._poll(0.05)
-        self._housekeeping(time.monotonic())
-        return not (self._stop.is_set() or self._mode.reset_reason is not None)
-
-    def _housekeeping(self, now: float) -> None:
-        """Publish figures; write waiting dead letters, the checkpoint and the delivered hint
-        when they are due.
-
-        Besides every ``checkpoint_interval_s``, a checkpoint is written as soon as the frames
-        replayed after a start or a reset are all delivered: an agent killed again within
-        one interval would otherwise send its whole backlog once more at every restart.
-        """
-        self._publish()
-        config = self._config
-        tracker = self._ledger.tracker
-        if now >= self._next_checkpoint or self._progress.replay_delivered_unrecorded(tracker):
-            self._checkpoint(durable_hint=True)
-            self._next_checkpoint = now + config.checkpoint_interval_s
-            self._next_hint = now + config.hint_interval_s
-        elif now >= self._next_hint:
-            self._progress.write_hint(tracker, durable=False)
-            self._next_hint = now + config.hint_interval_s
-        if self._failures.waiting_letters:  # after the checkpoint, which may free space
-            self._failures.write_waiting_letters(now, self._ledger.generation)
-
-    def _checkpoint(self, *, durable_hint: bool) -> None:
-        tracker = self._ledger.tracker
-        if self._progress.checkpoint(tracker, durable_hint=durable_hint):
-            self._failures.forget_below(tracker.watermark)
-
-    def _finish(self) -> None:
-        """Give in-flight records a last chance, then checkpoint what Kafka acknowledged."""
-        assert self._producer is not None
+    async def _finish(self) -> None:
+        """Give batches in flight a last chance, then checkpoint what Kafka acknowledged."""
         deadline = time.monotonic() + self._config.stop_flush_timeout_s
-        while not self._ledger.tracker.idle and self._mode.reset_reason is None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        loop = asyncio.get_running_loop()
+        while self._sender.busy and time.monotonic() < deadline:
+            self._sender.wake.clear()
+            try:
+                await asyncio.wait_for(
+                    self._sender.wake.wait(), max(0.0, deadline - time.monotonic())
+                )
+            except TimeoutError:
                 break
-            self._poll(min(0.05, remaining))
-        self._publish()
+        self._publisher.publish(self._tracker, self._counts, self._refused_waiting())
         if not self._wal.closed:
-            self._checkpoint(durable_hint=True)
+            self._checkpoint()
+        self._write_identity(sync=True)
+        del loop
 
-    def _poll(self, timeout: float) -> None:
-        assert self._producer is not None
-        serve_reports(self._producer, timeout, self._on_fatal_error)
+    # ----------------------------------------------------------------- identity
+    def _take_identity(self) -> None:
+        """Continue the previous run's producer identity and numbering if they fit this WAL;
+        otherwise a new producer id is taken before the first send (possible duplicates)."""
+        checkpoint = self._wal.checkpoint_offset
+        record = self._previous_identity
+        hint_until = self._progress.replay_until
+        if (
+            record is not None
+            and record.producer_id >= 0
+            and (record.delivered_below >= checkpoint >= record.written_checkpoint)
+        ):
+            self._producer_id, self._epoch = record.producer_id, record.epoch
+            self._known_below = record.delivered_below
+            self._anchors = dict(record.partitions)
+            self._replay_until = max(record.sent_below, checkpoint)
+            self._sent_below = self._replay_until
+            log.info(
+                "forwarding as producer %d (epoch %d) from WAL offset %d; frames up to %d may"
+                " be in Kafka already and are checked with their partition leaders",
+                self._producer_id,
+                self._epoch,
+                checkpoint,
+                self._replay_until,
+            )
+        else:
+            self._fresh_identity = True
+            until = max(hint_until, record.sent_below if record is not None else 0)
+            self._replay_until = max(until, checkpoint)
+            self._sent_below = self._replay_until
 
-    # ----------------------------------------------------------------- producers and modes
-    def _new_producer(self) -> Producer:
-        return self._producers.create(careful=self._mode.careful, isolate=self._mode.isolate)
+    async def _first_producer_id(self) -> None:
+        """Take a producer id for the queues read before one was had (retried while Kafka
+        cannot be reached; nothing is sent meanwhile)."""
+        if time.monotonic() < self._next_id_attempt:
+            return
+        try:
+            producer_id, epoch = await self._init_producer_id()
+        except (BrokerUnreachable, KafkaRequestFailed, OSError, TimeoutError) as error:
+            self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s / 5
+            code = getattr(error, "code", -1)
+            self.health.error("transport", code, "INIT_PRODUCER_ID", str(error))
+            return
+        for queue in self._queues.values():
+            if queue.producer_id < 0:
+                queue.producer_id, queue.epoch = producer_id, epoch
 
-    def _on_fatal_error(self, error: KafkaError) -> None:
-        """The producer is dead: reset it. Raised or called back in order with the delivery
-        reports, before any report the dying producer queued after the failure: stop
-        believing its reports now (a lax broker may accept a batch after the failed one, and
-        a sparse report would then vouch for the gap)."""
-        self._ledger.disown_reports()
-        self.health.error("fatal", error.code(), error.name(), error.str())
-        self._mode.request_reset(
-            f"fatal producer error {error.name()}: {error.str()}",
-            isolate=fatal_error(error.code()) is Verdict.ISOLATE,
+    async def _init_producer_id(self) -> tuple[int, int]:
+        """A new producer id, written to the volume (fdatasync) before it is used."""
+        producer_id, epoch = await self._sender.client.init_producer_id()
+        self._producer_id, self._epoch = producer_id, epoch
+        self._write_identity(sync=True)
+        log.info("forwarding as new producer %d (epoch %d)", producer_id, epoch)
+        return producer_id, epoch
+
+    def _record(self) -> IdentityRecord:
+        next_offset = self._tracker.next_offset
+        anchors = self._anchors
+        for key, queue in self._queues.items():
+            offset, sequence = queue.anchor(next_offset)
+            anchors[key] = Anchor(queue.producer_id, queue.epoch, offset, sequence)
+        return IdentityRecord(
+            self._producer_id,
+            self._epoch,
+            delivered_below=max(self._tracker.watermark, self._known_below),
+            sent_below=self._sent_below,
+            partitions=anchors,
+            written_checkpoint=self._wal.checkpoint_offset,
         )
 
-    def _reset_producer(self) -> None:
-        """Throw the producer away and replay from the watermark with a new, careful one, in
-        order, until the frames in flight now have been forwarded again."""
-        mode, ledger = self._mode, self._ledger
-        reason = mode.enter_careful(ledger.tracker.next_offset)
-        log.warning(
-            "resetting the Kafka producer and replaying from the watermark carefully (one"
-            " report per record%s) up to WAL offset %d: %s",
-            ", one record per request" if mode.isolate else "",
-            mode.careful_until,
+    def _write_identity(self, *, sync: bool = False) -> bool:
+        if self._producer_id < 0:
+            return False
+        self._identity_state = (self._counts.forwarded_records, self._wal.checkpoint_offset)
+        self._next_identity = time.monotonic() + IDENTITY_INTERVAL_S
+        return self._identity_file.write(self._record(), sync=sync)
+
+    def _maybe_write_identity(self, now: float) -> None:
+        state = (self._counts.forwarded_records, self._wal.checkpoint_offset)
+        if state != self._identity_state and now >= self._next_identity:
+            self._write_identity()
+
+    def _checkpoint(self) -> None:
+        """The identity first (a checkpoint past its watermark would make it unusable)."""
+        self._write_identity()
+        self._progress.checkpoint(self._tracker, durable_hint=True)
+
+    # ----------------------------------------------------------------- reading
+    async def _read(self, reader: WalReader) -> bool:
+        """Read and number frames while the read-ahead budget allows; True if any were."""
+        config = self._config
+        if self._letters_waiting or self._unacked_bytes >= config.max_in_flight_bytes:
+            return False
+        frames = reader.poll(
+            config.read_batch_frames, max_bytes=config.max_in_flight_bytes - self._unacked_bytes
+        )
+        if not frames:
+            return False
+        for frame in frames:
+            self._take(frame)
+        end = frames[-1].offset + 1
+        if end > self._sent_below:
+            self._sent_below = end
+            self._write_identity()  # before any of them is sent: a crash never hides a send
+        return True
+
+    def _take(self, frame: Frame) -> None:
+        key = (frame.topic, frame.partition)
+        offset = frame.offset
+        anchor = self._anchors.get(key)
+        known = offset < self._known_below or (anchor is not None and offset < anchor.offset)
+        try:
+            batches = list(iter_batches(frame.payload, check_crc=False))
+        except InvalidRecordBatch as error:
+            self._tracker.register(offset, 1, frame.appended_ms, key)
+            self._letter_for_frame(frame, str(error))
+            return
+        if known or not batches:
+            self._tracker.register(offset, 0, frame.appended_ms, key)
+            return
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = self._new_queue(key, anchor, offset)
+        replayed = offset < self._replay_until
+        records = 0
+        for index, (header, view) in enumerate(batches):
+            pending = queue.add(offset, view, header.record_count, frame.appended_ms)
+            pending.unknown = replayed
+            pending.index = index
+            records += header.record_count
+        self._tracker.register(offset, records, frame.appended_ms, key)
+        self._unacked_bytes += len(frame.payload)
+        if replayed:
+            if self._fresh_identity:
+                self._counts.possible_duplicates += records
+                self._counts.possible["restart"] += records
+            else:
+                queue.resolve = True  # ask its leader what it holds before sending
+                queue.resolve_code = 0
+
+    def _new_queue(
+        self, key: tuple[str, int], anchor: Anchor | None, offset: int
+    ) -> PartitionQueue:
+        if anchor is not None and not self._fresh_identity:
+            queue = PartitionQueue(key, anchor.producer_id, anchor.epoch, anchor.sequence)
+        else:
+            if offset < self._replay_until and not self._fresh_identity:
+                # The previous run sent frames of this partition but left no numbering for
+                # it (the identity file was too large to write): a new epoch for it.
+                log.warning("%s/%d: no numbering on the volume; a new epoch", *key)
+                self._epoch += 1
+            queue = PartitionQueue(key, self._producer_id, self._epoch, 0)
+        self._queues[key] = queue
+        return queue
+
+    # ----------------------------------------------------------------- from the sender
+    def _acked(self, queue: PartitionQueue, frames: list[Pending]) -> None:
+        tracker, counts = self._tracker, self._counts
+        for frame in frames:
+            tracker.ack(frame.offset, frame.records)
+            counts.forwarded_records += frame.records
+            size = len(frame.batch)
+            counts.forwarded_bytes += size
+            self._unacked_bytes -= size
+
+    def _error(self, kind: str, code: int, name: str, message: str) -> None:
+        self.health.error(kind, code, name, message)
+
+    def _new_identity(self, queue: PartitionQueue, unknown: list[Pending]) -> None:
+        counts = self._counts
+        counts.new_epochs += 1
+        for frame in unknown:
+            cause = "restart" if frame.offset < self._replay_until else "reset"
+            counts.possible[cause] += frame.records
+            counts.possible_duplicates += frame.records
+        self._write_identity(sync=True)  # before anything goes out under it
+
+    # ----------------------------------------------------------------- dead letters
+    def _refused_waiting(self) -> int:
+        """Records whose batch Kafka refused for what it is, waiting for a retry (a lost
+        connection is no refusal: the health tells those apart)."""
+        return sum(
+            queue.batches[0].records if queue.batches else 0
+            for queue in self._queues.values()
+            if queue.last_error in PERMANENT and not queue.in_flight
+        )
+
+    def _dead_letter_due(self, now: float) -> None:
+        if self._letters_waiting and now < self._letters_due:
+            return
+        self._letters_waiting = False
+        sender, config = self._sender, self._config
+        loop_now = asyncio.get_running_loop().time()
+        for key, queue in self._queues.items():
+            unknown_since = sender.unknown_since.get(key)
+            gone = (
+                unknown_since is not None
+                and loop_now - unknown_since >= config.unknown_topic_wait_s
+            )
+            while (
+                not queue.in_flight
+                and not queue.idle
+                and (gone or sender.refused_for_good(queue, loop_now, config.dead_letter_after_s))
+            ):
+                code = UNKNOWN_TOPIC if gone else queue.last_error
+                if not self._letter_for_head(queue, code):
+                    self._letters_waiting = True
+                    self._letters_due = now + LETTER_RETRY_S
+                    return
+                if not gone:
+                    break
+
+    def _letter_for_head(self, queue: PartitionQueue, code: int) -> bool:
+        queue.unbatch()
+        frame = queue.frames[0]
+        topic, partition = queue.key
+        reason = (
+            f"partition {topic}/{partition} does not exist (for"
+            f" {self._config.unknown_topic_wait_s:g} s)"
+            if code == UNKNOWN_TOPIC
+            else f"refused by Kafka with {error_name(code)} for"
+            f" {self._config.dead_letter_after_s:g} s"
+        )
+        try:
+            self._dead_letters.add_batch(
+                wal_offset=frame.offset,
+                topic=topic,
+                partition=partition,
+                payload=frame.batch,
+                reason=reason,
+                error_code=error_name(code),
+                index=frame.index,
+            )
+        except OSError as error:
+            self._letter_failed(error)
+            return False
+        queue.drop_head()
+        self._count_letter(error_name(code), frame.records)
+        log.error(
+            "batch of %d records of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
+            frame.records,
+            frame.offset,
+            topic,
+            partition,
             reason,
         )
-        ledger.disown_reports()
-        self._producer_resets += 1
-        self._failures.retries.clear()
+        self._tracker.ack(frame.offset, frame.records)
+        self._unacked_bytes -= len(frame.batch)
+        return True
+
+    def _letter_for_frame(self, frame: Frame, reason: str) -> None:
+        """A frame that is no record batch (never acknowledged by a current agent)."""
+        try:
+            self._dead_letters.add_batch(
+                wal_offset=frame.offset,
+                topic=frame.topic,
+                partition=frame.partition,
+                payload=frame.payload,
+                reason=reason,
+                error_code="INVALID_RECORD_BATCH",
+            )
+        except OSError as error:
+            self._letter_failed(error)
+            raise WalClosedError(f"cannot dead-letter undecodable frame {frame.offset}") from error
+        self._count_letter("INVALID_RECORD_BATCH", 1)
+        self._tracker.ack(frame.offset, 1)
+
+    def _count_letter(self, reason: str, records: int) -> None:
+        """Counted in records (an undecodable frame counts as one)."""
+        self._counts.dead_letters += records
         if self._metrics is not None:
-            self._metrics.producer_resets.inc()
-        old = self._producer
-        if old is not None:
-            discard(old)
-        self._progress.replaying_up_to(ledger.tracker.next_offset)
-        self._replay.after_reset(ledger.tracker)
-        watermark = ledger.tracker.watermark
-        self._checkpoint(durable_hint=True)
-        ledger.start_over(watermark)
-        assert self._reader is not None
-        self._reader.close()
-        self._reader = self._wal.reader(watermark)
-        self._stop.wait(self._config.reset_backoff_s)
-        self._producer = self._new_producer()
+            self._metrics.dead_letters.labels(reason=reason).inc(records)
 
-    def _careful_pass_done(self) -> bool:
-        """Every frame in flight at the last reset has been forwarded again (not yet
-        necessarily delivered) and no record waits for a retry."""
-        return (
-            self._ledger.tracker.next_offset >= self._mode.careful_until
-            and not self._failures.retries
+    def _letter_failed(self, error: OSError) -> None:
+        self._log.warning(
+            "letter",
+            "could not write a dead letter (%s); its frame stays in the WAL and is not"
+            " checkpointed until the letter is written (retried every %.0f s)",
+            error,
+            LETTER_RETRY_S,
         )
-
-    def _return_to_sparse(self) -> None:
-        """The careful producer delivered everything: continue with a sparse one."""
-        log.info(
-            "careful re-forwarding done up to WAL offset %d; back to sparse delivery reports",
-            self._mode.careful_until,
-        )
-        old = self._producer
-        self._ledger.disown_reports()
-        if old is not None:
-            discard(old)
-        self._mode.leave_careful()
-        self._producer = self._new_producer()
-
-    # ----------------------------------------------------------------- observability
-    def _publish(self) -> None:
-        self._publisher.publish(self._ledger, self._failures)
+        if self._metrics is not None:
+            self._metrics.write_errors.labels(file="dead_letter").inc()

@@ -1,23 +1,34 @@
 """What the forwarder shows of itself: its figures for other threads, its metrics, its health.
 
-``Publisher.publish`` runs on the forwarding thread at every housekeeping pass: it copies
-counters other threads read (``ForwarderStats``), pushes increments to the Prometheus
-metrics, tells ``ForwarderHealth`` about deliveries and the work that waits (and so logs a
-change of state), and lets ``ReplayAccount`` record new acknowledgements in the delivery
-marks file.
+``Publisher.publish`` runs on the forwarding thread at every turn of its loop: it copies
+figures other threads read (``ForwarderStats``), pushes increments to the Prometheus metrics
+and tells ``ForwarderHealth`` about deliveries and the work that waits (so a change of state
+is logged).
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from durable_producer.buffer_agent.forward.delivery import DeliveryLedger
-from durable_producer.buffer_agent.forward.failures import FailureHandler
+from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.health import ForwarderHealth, ForwarderState
-from durable_producer.buffer_agent.kafka.client_log import ClientLog
 from durable_producer.buffer_agent.metrics import DUPLICATE_CAUSES, AgentMetrics
 from durable_producer.buffer_agent.wal import WriteAheadLog
+
+
+@dataclass(slots=True)
+class ForwarderCounts:
+    """Totals kept by the forwarding thread (read, never written, by others)."""
+
+    forwarded_records: int = 0
+    forwarded_bytes: int = 0
+    dead_letters: int = 0
+    possible_duplicates: int = 0
+    possible: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DUPLICATE_CAUSES, 0))
+    """Possible duplicates by cause: ``restart`` (the previous run's identity could not be
+    used), ``reset`` (a partition moved to a new epoch)."""
+    new_epochs: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,20 +37,17 @@ class ForwarderStats:
     forwarded_bytes: int
     dead_letters: int
     replayed_duplicates: int
-    """Records sent again that Kafka had acknowledged (certain duplicates)."""
+    """Records sent again that Kafka had acknowledged: never (the forwarder sends a frame
+    again only with the numbers its earlier copy had, so Kafka drops that copy)."""
     producer_resets: int
+    """Partitions moved to a new producer epoch (or id)."""
     in_flight_records: int
     watermark: int
     checkpoint_offset: int
-    sparse_records: int = 0
-    """Records forwarded in sparse mode (one delivery report per frame)."""
-    careful_records: int = 0
-    """Records forwarded in careful mode (one delivery report per record)."""
-    careful: bool = False
-    """True while the forwarder is in careful mode."""
     possible_duplicates: int = 0
-    """Records sent again whose earlier copy's outcome was unknown."""
+    """Records sent again under a new epoch or id whose earlier copy's outcome was unknown."""
     state: str = ForwarderState.IDLE.value
+    producer_id: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +65,20 @@ class DrainSummary:
 
 
 class Publisher:
-    """Publishes one forwarder's figures (module docstring). Forwarding thread only, except
-    the attributes other threads read: ``watermark``, ``in_flight``."""
+    """Publishes one forwarder's figures. Forwarding thread only, except the attributes other
+    threads read: ``watermark``, ``in_flight``."""
 
     def __init__(
-        self,
-        wal: WriteAheadLog,
-        metrics: AgentMetrics | None,
-        health: ForwarderHealth,
-        client_log: ClientLog | None = None,
+        self, wal: WriteAheadLog, metrics: AgentMetrics | None, health: ForwarderHealth
     ) -> None:
         self._wal = wal
         self._metrics = metrics
         self._health = health
-        self._client_log = client_log
         self.watermark = wal.checkpoint_offset
         self.in_flight = 0
         self._forwarded = (0, 0)
-        self._duplicates: dict[tuple[str, str], int] = {}
+        self._possible = dict.fromkeys(DUPLICATE_CAUSES, 0)
+        self._new_epochs = 0
         if metrics is not None:
             metrics.watch_forwarder(
                 states=[state.value for state in ForwarderState],
@@ -83,44 +87,35 @@ class Publisher:
                 refused_records=lambda: health.refused_waiting,
             )
 
-    def publish(self, ledger: DeliveryLedger, failures: FailureHandler) -> None:
-        tracker = ledger.tracker
+    def publish(self, tracker: AckTracker, counts: ForwarderCounts, refused_waiting: int) -> None:
         self.watermark = tracker.watermark
         self.in_flight = tracker.pending_records
         health = self._health
         records, size = self._forwarded
-        if ledger.forwarded_records != records:
+        if counts.forwarded_records != records:
             health.delivered()
-            if self._client_log is not None:
-                self._client_log.recovered()
         health.beat(
             in_flight=tracker.pending_records,
             unread=max(0, self._wal.frames_end - tracker.next_offset),
-            refused_waiting=len(failures.retries),
+            refused_waiting=refused_waiting,
         )
         health.check()
-        ledger.replay.maybe_write(tracker, self._wal.checkpoint_offset, ledger.forwarded_records)
         metrics = self._metrics
         if metrics is not None:
-            if ledger.forwarded_records != records:
-                metrics.forwarded_records.inc(ledger.forwarded_records - records)
-                metrics.forwarded_bytes.inc(ledger.forwarded_bytes - size)
-            self._publish_duplicates(ledger, metrics)
+            if counts.forwarded_records != records:
+                metrics.forwarded_records.inc(counts.forwarded_records - records)
+                metrics.forwarded_bytes.inc(counts.forwarded_bytes - size)
+            for cause, total in counts.possible.items():
+                if total != self._possible[cause]:
+                    metrics.possible_duplicates.labels(cause=cause).inc(
+                        total - self._possible[cause]
+                    )
+                    self._possible[cause] = total
+            if counts.new_epochs != self._new_epochs:
+                metrics.producer_resets.inc(counts.new_epochs - self._new_epochs)
+                self._new_epochs = counts.new_epochs
             metrics.in_flight_records.set(tracker.pending_records)
             oldest = tracker.oldest_pending_appended_ms
             age = 0.0 if oldest is None else max(0.0, time.time() - oldest / 1000.0)
             metrics.oldest_unsent_age_seconds.set(age)
-        self._forwarded = (ledger.forwarded_records, ledger.forwarded_bytes)
-
-    def _publish_duplicates(self, ledger: DeliveryLedger, metrics: AgentMetrics) -> None:
-        replay = ledger.replay
-        for cause in DUPLICATE_CAUSES:
-            for kind, counts, counter in (
-                ("certain", replay.certain, metrics.replayed_duplicates),
-                ("possible", replay.possible, metrics.possible_duplicates),
-            ):
-                now = counts[cause]
-                before = self._duplicates.get((kind, cause), 0)
-                if now != before:
-                    counter.labels(cause=cause).inc(now - before)
-                    self._duplicates[(kind, cause)] = now
+        self._forwarded = (counts.forwarded_records, counts.forwarded_bytes)

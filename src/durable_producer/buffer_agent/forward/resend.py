@@ -1,18 +1,36 @@
 """Re-sending dead letters once their cause is fixed (``durable-agent dead-letters resend``).
 
-Each selected record is produced again to its partition, with its key, value, headers and
-timestamp; a success is marked in the store (``resent.jsonl``) so the letter is no longer
-listed as pending.
+Each selected letter's batch goes to its partition as a batch again, as the forwarder sends
+it (its own producer id, the client's records untouched), and a success is marked in the
+store (``resent.jsonl``) so the letter is no longer listed as pending. A letter of an earlier
+agent version holds one record: it is sent as a batch of that record.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import asyncio
+import struct
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.dead_letter import (
+    DeadLetter,
+    DeadLetterStore,
+    list_dead_letters,
+)
+from durable_producer.buffer_agent.forward.failure_policy import error_name
+from durable_producer.buffer_agent.kafka import batch_stamp
+from durable_producer.buffer_agent.kafka.cluster_client import NO_LEADER, ClusterClient
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
+from durable_producer.buffer_agent.kafka.produce_wire import (
+    HIGHEST_PRODUCE_VERSION,
+    LOWEST_PRODUCE_VERSION,
+    decode_produce,
+    encode_produce,
+)
+from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 
 
 @dataclass(slots=True)
@@ -24,18 +42,15 @@ class ResendSummary:
 
 def resend_dead_letters(
     directory: Path,
-    client_config: Mapping[str, str],
+    client_config: Mapping[str, Any],
     *,
     ids: Iterable[str] | None = None,
     timeout: float = 60.0,
 ) -> ResendSummary:
-    """Produce the selected (default: all pending) dead records again, to their partition.
+    """Send the selected (default: all pending) dead letters again, to their partition.
 
-    Successes are marked re-sent; failures keep their entry and are reported with the
-    new reason. Undecodable frames cannot be re-sent and are reported as skipped.
-    """
-    from confluent_kafka import Producer  # imported on use: listing needs no Kafka client
-
+    Successes are marked re-sent; failures keep their entry and are reported with the new
+    reason."""
     store = DeadLetterStore(Path(directory))
     wanted = None if ids is None else set(ids)
     letters = [
@@ -45,48 +60,116 @@ def resend_dead_letters(
     if wanted is not None:
         for missing in sorted(wanted - {letter.id for letter in letters}):
             summary.skipped[missing] = "no pending dead letter with this id"
-    config: dict[str, Any] = {
-        **client_config,
-        "acks": "all",
-        "enable.idempotence": True,
-        "message.timeout.ms": int(timeout * 1000),
-    }
-    producer = Producer(config)
-
-    def report(letter_id: str) -> Callable[[Any, Any], None]:
-        def on_delivery(error: Any, _message: Any) -> None:
-            if error is None:
-                store.mark_resent(letter_id)
-                summary.resent.append(letter_id)
-            else:
-                summary.failed[letter_id] = f"{error.name()}: {error.str()}"
-
-        return on_delivery
-
-    for letter in letters:
-        if letter.is_frame:
-            summary.skipped[letter.id] = "an undecodable batch cannot be re-sent record by record"
-            continue
-        try:
-            producer.produce(
-                letter.topic,
-                value=letter.value,
-                key=letter.key,
-                partition=letter.partition,
-                headers=list(letter.headers) or None,
-                timestamp=letter.timestamp_ms or 0,
-                on_delivery=report(letter.id),
-            )
-        except Exception as error:  # BufferError, KafkaException: report, do not stop
-            summary.failed[letter.id] = str(error)
-        producer.poll(0)
-    remaining = producer.flush(timeout)
-    if remaining:
-        pending = [
-            letter.id
-            for letter in letters
-            if letter.id not in summary.resent and letter.id not in summary.skipped
-        ]
-        for letter_id in pending:
-            summary.failed.setdefault(letter_id, f"not delivered within {timeout}s")
+    if letters:
+        asyncio.run(_resend(store, letters, client_config, timeout, summary))
     return summary
+
+
+async def _resend(
+    store: DeadLetterStore,
+    letters: list[DeadLetter],
+    client_config: Mapping[str, Any],
+    timeout: float,
+    summary: ResendSummary,
+) -> None:
+    client = ClusterClient(
+        str(client_config.get("bootstrap.servers", "")),
+        Security.from_client_config(client_config),
+        timeout_s=min(timeout, 10.0),
+    )
+    try:
+        await client.refresh({letter.topic for letter in letters})
+        producer_id, epoch = await client.init_producer_id()
+        sequences: dict[tuple[str, int], int] = {}
+        for letter in letters:
+            try:
+                batches = _batches_of(letter)
+            except InvalidRecordBatch as error:
+                summary.skipped[letter.id] = f"not a record batch: {error}"
+                continue
+            key = (letter.topic, letter.partition)
+            leader = client.leaders.get(key, NO_LEADER)
+            if leader == NO_LEADER:
+                code = client.topic_errors.get(letter.topic)
+                summary.failed[letter.id] = (
+                    error_name(code) if code else "the partition has no leader"
+                )
+                continue
+            failure = None
+            for batch, records in batches:
+                sequence = sequences.get(key, 0)
+                failure = await _send_one(
+                    client,
+                    leader,
+                    key,
+                    batch_stamp.stamp(batch, producer_id, epoch, sequence),
+                    timeout,
+                )
+                if failure is not None:
+                    break
+                sequences[key] = sequence + records
+            if failure is None:
+                store.mark_resent(letter.id)
+                summary.resent.append(letter.id)
+            else:
+                summary.failed[letter.id] = failure
+    except (BrokerUnreachable, OSError, TimeoutError) as error:
+        for letter in letters:
+            if letter.id not in summary.resent and letter.id not in summary.skipped:
+                summary.failed.setdefault(letter.id, f"Kafka unreachable: {error}")
+    finally:
+        client.close()
+
+
+async def _send_one(
+    client: ClusterClient,
+    leader: int,
+    key: tuple[str, int],
+    parts: list[bytes | memoryview],
+    timeout: float,
+) -> str | None:
+    connection = await client.connection(leader)
+    version = connection.version(0, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
+    body = encode_produce(version, -1, int(timeout * 1000), [(key[0], [(key[1], parts)])])
+    data = await asyncio.wait_for(connection.request(0, version, body), timeout)
+    answers, _ = decode_produce(version, data)
+    code = answers[0].error_code if answers else -1
+    return None if code == 0 else error_name(code)
+
+
+def _batches_of(letter: DeadLetter) -> list[tuple[bytes | memoryview, int]]:
+    """The letter's batches and their record counts."""
+    if letter.payload is not None:
+        return [
+            (view, header.record_count)
+            for header, view in iter_batches(letter.payload, check_crc=False)
+        ]
+    return [(_one_record_batch(letter), 1)]
+
+
+def _one_record_batch(letter: DeadLetter) -> bytes:
+    """A v2 batch of the one record an earlier agent's letter holds (CRC stamped on send)."""
+    timestamp = letter.timestamp_ms if letter.timestamp_ms is not None else -1
+    body = b"\x00" + _varint(0) + _varint(0)  # attributes, timestamp and offset deltas
+    for field_bytes in (letter.key, letter.value):
+        body += _varint(-1) if field_bytes is None else _varint(len(field_bytes)) + field_bytes
+    body += _varint(len(letter.headers))
+    for name, value in letter.headers:
+        encoded = name.encode()
+        body += _varint(len(encoded)) + encoded
+        body += _varint(-1) if value is None else _varint(len(value)) + value
+    record = _varint(len(body)) + body
+    header = struct.pack(
+        ">qiibIhiqqqhii", 0, 49 + len(record), -1, 2, 0, 0, 0, timestamp, timestamp, -1, -1, -1, 1
+    )
+    return header + record
+
+
+def _varint(value: int) -> bytes:
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)

@@ -1,10 +1,12 @@
-"""Partition counts of the real cluster, cached on the buffer volume.
+"""Partition counts and size limits of the real cluster's topics, cached on the buffer volume.
 
 The agent tells its clients it leads every partition of every topic, but the partition *count*
 must be the real cluster's, or records land in partitions that do not exist. Counts come from
 a :class:`MetadataSource` (wired to the cluster, e.g. confluent-kafka's ``list_topics``) and are
 kept in ``DATA/state/metadata.json`` so the agent keeps answering during an outage and after a
-restart.
+restart. With each count comes the topic's ``max.message.bytes`` where the cluster says it
+(``kafka.cluster_metadata``): the produce path refuses a larger batch with MESSAGE_TOO_LARGE,
+as the topic would, rather than acknowledge what Kafka will refuse.
 
 The cache file is replaced through a temporary copy, which needs new blocks: on a full disk
 the write is skipped with one log line and the previous file stays; the counts in memory are
@@ -47,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
 from durable_producer.buffer_agent.wal.atomic_file import write_atomic
 from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
 
@@ -61,12 +64,13 @@ MAX_MISSING_TOPICS = 1024
 class MetadataSource(Protocol):
     """What the cache asks the cluster: any callable of this shape (``kafka.cluster_metadata``)."""
 
-    def __call__(self, topics: Sequence[str], /) -> Mapping[str, int]:
-        """Partition counts of those ``topics`` that exist on the cluster.
+    def __call__(self, topics: Sequence[str], /) -> Mapping[str, TopicFacts]:
+        """Facts of those ``topics`` that exist on the cluster.
 
         Topics absent from the result do not exist (and the cluster did not create them when
-        asked); a count of 0 means "being created". Raise any exception when the cluster
-        cannot be reached. Called from a worker thread; may block up to its own timeout.
+        asked); a partition count of 0 means "being created". Raise any exception when the
+        cluster cannot be reached. Called from a worker thread; may block up to its own
+        timeout.
         """
         ...
 
@@ -88,6 +92,7 @@ class TopicInfo:
 class _Entry:
     partitions: int
     refreshed_at: float  # wall-clock seconds, persisted
+    max_message_bytes: int | None = None
 
 
 class MetadataCache:
@@ -133,7 +138,11 @@ class MetadataCache:
             return {}
         try:
             return {
-                name: _Entry(int(entry["partitions"]), float(entry["refreshed_at"]))
+                name: _Entry(
+                    int(entry["partitions"]),
+                    float(entry["refreshed_at"]),
+                    _optional_int(entry.get("max_message_bytes")),
+                )
                 for name, entry in read.document["topics"].items()
             }
         except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -144,7 +153,11 @@ class MetadataCache:
         document = {
             "version": _FORMAT_VERSION,
             "topics": {
-                name: {"partitions": entry.partitions, "refreshed_at": entry.refreshed_at}
+                name: {
+                    "partitions": entry.partitions,
+                    "refreshed_at": entry.refreshed_at,
+                    "max_message_bytes": entry.max_message_bytes,
+                }
                 for name, entry in sorted(self._entries.items())
             },
         }
@@ -172,6 +185,11 @@ class MetadataCache:
             return entry.partitions
         return self._default_partitions
 
+    def max_message_bytes(self, topic: str) -> int | None:
+        """The topic's ``max.message.bytes`` if the cluster said it (any thread; a lookup)."""
+        entry = self._entries.get(topic)
+        return None if entry is None else entry.max_message_bytes
+
     def cached_topics(self) -> list[str]:
         return sorted(self._entries)
 
@@ -198,12 +216,13 @@ class MetadataCache:
         return TopicInfo(TopicStatus.UNAVAILABLE)
 
     def apply_source_result(
-        self, requested: Iterable[str], counts: Mapping[str, int], now: float
+        self, requested: Iterable[str], facts: Mapping[str, TopicFacts], now: float
     ) -> None:
         """Record what the cluster said about ``requested`` topics; persist if anything changed."""
         changed = False
         for topic in requested:
-            count = counts.get(topic)
+            found = facts.get(topic)
+            count = None if found is None else found.partitions
             previous = self._entries.get(topic)
             if count is None or (previous is not None and 0 < count < previous.partitions):
                 if previous is not None and not self._confirmed(topic, count, now):
@@ -221,16 +240,25 @@ class MetadataCache:
                     self._creating.add(topic)
                 continue
             self._creating.discard(topic)
-            if previous is None or previous.partitions != count:
+            assert found is not None
+            limit = found.max_message_bytes
+            if limit is None and previous is not None:
+                limit = previous.max_message_bytes  # not described this time: keep what was
+            if previous is None or (previous.partitions, previous.max_message_bytes) != (
+                count,
+                limit,
+            ):
                 changed = True
                 if previous is not None:
                     log.info(
-                        "topic %s partition count changed %d -> %d",
+                        "topic %s: %d partitions, max.message.bytes %s (were %d, %s)",
                         topic,
-                        previous.partitions,
                         count,
+                        limit,
+                        previous.partitions,
+                        previous.max_message_bytes,
                     )
-            self._entries[topic] = _Entry(count, now)
+            self._entries[topic] = _Entry(count, now, limit)
         if changed or self._save_failing:
             self._save()
 
@@ -308,3 +336,7 @@ class MetadataCache:
         """Wait for a background refresh, if one is running."""
         if self._background is not None and not self._background.done():
             await asyncio.gather(self._background, return_exceptions=True)
+
+
+def _optional_int(value: object) -> int | None:
+    return None if value is None else int(str(value))

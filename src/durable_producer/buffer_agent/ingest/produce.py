@@ -18,8 +18,10 @@ CRC, malformed batch, compression codec 5-7 or records that do not decompress ->
 CORRUPT_MESSAGE; record count that disagrees with lastOffsetDelta or with the records present,
 malformed or truncated records, bytes left over -> INVALID_RECORD (Kafka's LogValidator and
 record iterator raise InvalidRecordException there); magic 0/1 ->
-UNSUPPORTED_FOR_MESSAGE_FORMAT; batch over ``max_batch_bytes``, or records decompressing to
-more than ``max_decompressed_batch_bytes`` -> MESSAGE_TOO_LARGE; illegal topic name ->
+UNSUPPORTED_FOR_MESSAGE_FORMAT; batch over ``max_batch_bytes`` or over the topic's
+``max.message.bytes`` (where the cluster said it: ``ingest/metadata``; Kafka compares the
+batch as sent, compressed, header included), or records decompressing to more than
+``max_decompressed_batch_bytes`` -> MESSAGE_TOO_LARGE; illegal topic name ->
 INVALID_TOPIC_EXCEPTION; unknown partition -> UNKNOWN_TOPIC_OR_PARTITION;
 transactional produce or batches -> TRANSACTIONAL_ID_AUTHORIZATION_FAILED; sequence gap ->
 OUT_OF_ORDER_SEQUENCE_NUMBER; older epoch -> INVALID_PRODUCER_EPOCH; WAL full (its limit or
@@ -197,6 +199,7 @@ class ProduceHandler:
             return
         config = self.config
         max_batch_bytes = config.max_batch_bytes
+        topic_limit = self._metadata.max_message_bytes(topic)
         for header, view in batches:
             if header.size > max_batch_bytes:
                 self._refuse(
@@ -204,6 +207,14 @@ class ProduceHandler:
                     ErrorCode.message_too_large,
                     f"record batch of {header.size} bytes exceeds max_batch_bytes"
                     f" {max_batch_bytes}",
+                )
+                return
+            if topic_limit is not None and header.size > topic_limit:
+                self._refuse(
+                    outcome,
+                    ErrorCode.message_too_large,
+                    f"record batch of {header.size} bytes exceeds the max.message.bytes"
+                    f" {topic_limit} of topic {topic}",
                 )
                 return
             if header.is_transactional or header.is_control:

@@ -97,7 +97,7 @@ class KafkaConnectionSettings:
     )
     sasl_mechanism: str | None = field(
         default=None,
-        metadata=option("PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER"),
+        metadata=option("PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512"),
     )
     sasl_username: str | None = None
     sasl_username_file: Path | None = field(
@@ -113,8 +113,9 @@ class KafkaConnectionSettings:
     extra: Mapping[str, str] = field(
         default_factory=dict,
         metadata=option(
-            "extra librdkafka setting KEY=VALUE for the forwarding producer "
-            "(repeatable; the env var takes a comma-separated list)",
+            "extra librdkafka setting KEY=VALUE for the agent's metadata client; the"
+            " forwarder, a Kafka client of its own, takes only the connection and security"
+            " settings (repeatable; the env var takes a comma-separated list)",
             flag="--kafka-setting",
             repeatable=True,
             collect=parse_extra_settings,

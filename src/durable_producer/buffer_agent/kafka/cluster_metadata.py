@@ -1,8 +1,16 @@
-"""Partition counts from the real cluster, for the agent's Metadata answers.
+"""Partition counts and size limits from the real cluster, for the agent's Metadata answers
+and its Produce checks.
 
-The result is a plain function ``topics -> {topic: partition count}``; it fits, by its shape
+The result is a plain function ``topics -> {topic: TopicFacts}``; it fits, by its shape
 alone, the ``MetadataSource`` the listener's metadata cache asks (so this layer needs nothing
-from the listener).
+from the listener). ``TopicFacts`` holds the partition count and the topic's
+``max.message.bytes`` (DescribeConfigs: the topic's own value or the broker default it falls
+back to), so that the agent refuses a batch the topic would refuse, as the broker would
+(MESSAGE_TOO_LARGE), instead of acknowledging it. A cluster that does not answer
+DescribeConfigs (no DESCRIBE_CONFIGS permission, a broker without it) leaves the limit
+unknown (None): such batches are acknowledged and, if Kafka refuses them, dead-lettered.
+DescribeConfigs goes through the agent's own client (``cluster_client``), which sees from
+ApiVersions whether a broker speaks it (librdkafka's admin client waits for its timeout).
 
 A topic the cluster does not list is asked for by name, in a Metadata request that allows
 auto-creation exactly when a producer's would (librdkafka's ``allow.auto.create.topics``,
@@ -27,19 +35,35 @@ entries); asking is also what decides for a direct producer.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
 
-PartitionCounts = Callable[[Sequence[str]], Mapping[str, int]]
-"""Partition counts of those of the given topics that exist (all topics if none are given);
-0 for a topic the cluster is creating."""
+MAX_MESSAGE_BYTES = "max.message.bytes"
+
+
+@dataclass(frozen=True, slots=True)
+class TopicFacts:
+    """What the agent needs to know of one topic of the cluster."""
+
+    partitions: int
+    """0 while the cluster is creating the topic."""
+    max_message_bytes: int | None = None
+    """The largest record batch the topic takes (``max.message.bytes``), None if unknown."""
+
+
+TopicSource = Callable[[Sequence[str]], Mapping[str, TopicFacts]]
+"""Facts of those of the given topics that exist (all topics if none are given)."""
 
 # Errors with which a cluster says a topic a Metadata request asked for is not there for this
 # client. UNKNOWN_TOPIC_OR_PART is also how Kafka 4.x answers the very request that makes it
@@ -53,7 +77,7 @@ _CREATION_POLL_S = 0.1
 
 def cluster_metadata_source(
     client_config: Mapping[str, Any], timeout_s: float = 5.0, creation_wait_s: float = 2.0
-) -> PartitionCounts:
+) -> TopicSource:
     """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable.
     Its log lines go through ``client_log`` (one line per spell of connection failures)."""
     client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
@@ -62,7 +86,7 @@ def cluster_metadata_source(
     if str(client_config.get("allow.auto.create.topics", "true")).lower() == "false":
         creation_wait_s = 0.0  # the request creates nothing: its first answer is final
 
-    def partition_counts(topics: Sequence[str]) -> Mapping[str, int]:
+    def topic_facts(topics: Sequence[str]) -> Mapping[str, TopicFacts]:
         metadata = _list_topics(admin, None, timeout_s)
         client_log.recovered()
         wanted = set(topics) if topics else None
@@ -76,9 +100,36 @@ def cluster_metadata_source(
                 count = _ask_for_topic(admin, topic, timeout_s, creation_wait_s)
                 if count is not None:
                     counts[topic] = count
-        return counts
+        described = [topic for topic, count in counts.items() if count > 0]
+        limits = _max_message_bytes(client_config, described, timeout_s)
+        return {topic: TopicFacts(count, limits.get(topic)) for topic, count in counts.items()}
 
-    return partition_counts
+    return topic_facts
+
+
+def _max_message_bytes(
+    client_config: Mapping[str, Any], topics: list[str], timeout_s: float
+) -> dict[str, int]:
+    """``max.message.bytes`` of ``topics``, of those the cluster describes (DescribeConfigs,
+    through the agent's own client: it knows at once when a broker does not speak it)."""
+    if not topics:
+        return {}
+
+    async def describe() -> dict[str, str]:
+        client = ClusterClient(
+            str(client_config.get("bootstrap.servers", "")),
+            Security.from_client_config(client_config),
+            timeout_s=timeout_s,
+        )
+        try:
+            return await client.topic_configs(topics, MAX_MESSAGE_BYTES)
+        finally:
+            client.close()
+
+    try:
+        return {topic: int(value) for topic, value in asyncio.run(describe()).items()}
+    except (BrokerUnreachable, OSError, TimeoutError, ValueError):
+        return {}  # unknown this time; the cache keeps what it knew
 
 
 def _ask_for_topic(

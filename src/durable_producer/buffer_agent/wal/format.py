@@ -25,8 +25,8 @@ pod, see ``durable_producer.contract.DATA_DIR``). The agent keeps three director
         producer_state.json
         metadata.json
         forwarder.hint
-        delivery-marks                    binary: two slots, see forward/delivery_marks.py
-      dead-letter/                        records Kafka refused for good
+        producer-identity                 binary: two slots, see forward/identity.py
+      dead-letter/                        batches Kafka refused for good
         dead-letters.jsonl
         resent.jsonl
 
@@ -171,8 +171,10 @@ Each name below is a constant of the package that owns the file (grep for it).
   <unix seconds>, "partitions": [[topic, partition, [[base_sequence, last_sequence,
   wal_offset], ...]], ...]}}}``. WAL frames at or above S are replayed on start to bring it
   up to date.
-- ``metadata.json`` (``METADATA_FILE``, ``ingest/``): the cluster's partition counts,
-  ``{"version": 1, "topics": {"<topic>": {"partitions": N, "refreshed_at": <unix seconds>}}}``.
+- ``metadata.json`` (``METADATA_FILE``, ``ingest/``): the cluster's partition counts and each
+  topic's ``max.message.bytes`` where the cluster said it (DescribeConfigs), ``{"version": 1,
+  "topics": {"<topic>": {"partitions": N, "refreshed_at": <unix seconds>,
+  "max_message_bytes": M or null}}}`` (entries of older agents lack ``max_message_bytes``).
 - ``forwarder.hint`` (``HINT_FILE``, ``forward/``): the forwarder's hint, a two-slot file like
   ``wal/checkpoint`` (1024 bytes, slots at 0 and 512, rewritten in place, so it needs no new
   block on a full disk) whose slot is 36 bytes: magic ``b"DPFWDHT1"`` (8), sequence (8),
@@ -183,17 +185,32 @@ Each name below is a constant of the package that owns the file (grep for it).
   counted as possible duplicates when replayed. Agents before it kept the same two numbers
   in ``forwarder.json`` (``{"sent_high": N, "delivered_high": M}``, replaced with a rename):
   read when ``forwarder.hint`` has no valid slot, removed once it has one.
-- ``delivery-marks`` (``MARKS_FILE``, ``forward/delivery_marks.py``): what Kafka is known to
-  hold above the checkpoint (delivered below N, per partition up to M, nothing sent at or
-  above S), two CRC-checked slots of 32 KiB rewritten in place; it makes the duplicates
-  counted after a crash certain or possible (``forward/replay_accounting.py``).
+- ``producer-identity`` (``IDENTITY_FILE``, ``forward/identity.py``): the forwarding
+  producer's identity, so that a restart after a crash sends nothing twice. Two slots of
+  ``SLOT_BYTES`` (64 KiB; both larger, through a new file written with the atomic replace,
+  when a record does not fit), preallocated and rewritten alternately in place; write
+  ``sequence`` goes to slot ``sequence % 2``. A slot: magic ``b"DPID"`` (4), sequence (8,
+  big-endian), payload length (4), CRC-32 (zlib) of the payload (4), then the payload, JSON:
+  ``{"producer_id", "epoch", "delivered_below", "sent_below", "written_checkpoint",
+  "written_ms", "partitions": [[topic, partition, producer_id, epoch, offset, sequence], ...]}``
+  (every frame below ``delivered_below`` is in Kafka; no frame at or above ``sent_below`` was
+  ever sent; a partition's first frame at or after ``offset`` is numbered ``sequence``). The
+  valid slot with the higher sequence wins; the record is used only while the WAL's
+  checkpoint lies between ``written_checkpoint`` and ``delivered_below``. fdatasync'ed only
+  when the producer id or epoch changes. A file that cannot be read, or holds no valid slot
+  (other than all zeros: created, never written), is moved aside to
+  ``producer-identity.damaged`` (``wal/state_file.py``) and the forwarder takes a new
+  producer id. ``delivery-marks``, the per-record forwarder's file, is ignored and removed
+  on the first write.
 
 ``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``forward/dead_letter.py``)
 ----------------------------------------------------------------------------------
 Append-only JSON lines, fsynced after every line; a torn last line (a crash mid-append) is
 skipped on reading and closed with a newline by the next append.
 
-- ``dead-letters.jsonl``: one refused record, or one undecodable frame, a line:
+- ``dead-letters.jsonl``: one refused client batch whole (``"<wal_offset>-<batch index in the
+  frame>"``, ``payload`` the batch as stored, the record fields null), or one undecodable frame;
+  letters of the per-record forwarder of earlier agents hold one record each. A line:
   ``{"id": "<wal_offset>-<record_index>" or "<wal_offset>-frame", "recorded_ms", "wal_offset",
   "topic", "partition", "record_index" (null for a frame), "reason", "error_code",
   "timestamp_ms", "key", "value", "headers": [[name, value], ...], "payload" (the whole record

@@ -118,7 +118,9 @@ def test_one_broker_down_for_10_seconds(tmp_path: Path) -> None:
 def test_all_brokers_down_for_15_seconds(tmp_path: Path) -> None:
     outcome = run_scenario(tmp_path, all_brokers_down)
     _check(outcome, "all brokers down 15 s", "all brokers down")
-    assert outcome.metric("durable_agent_kafka_errors_total", kind="transport", error="_TRANSPORT")
+    assert outcome.metric(
+        "durable_agent_kafka_errors_total", kind="transport", error="NETWORK_EXCEPTION"
+    )
     log_lines = outcome.agent_log.splitlines()
     client_lines = [line for line in log_lines if "Kafka client" in line or "|FAIL|" in line]
     assert len(client_lines) <= 6, "one line per state change, not one per failure"

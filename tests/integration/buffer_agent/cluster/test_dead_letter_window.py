@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError
 
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetter, list_dead_letters
+from durable_producer.buffer_agent.kafka.record_batch import iter_batches
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.mock_cluster import API_PRODUCE, MockCluster
 from durable_producer.local.topics import consume_all
@@ -35,6 +37,11 @@ def _produce(bootstrap: str, first: int, count: int) -> None:
     for index in range(first, first + count):
         producer.produce(TOPIC, key=record_key("c", index), value=b"v%d" % index, partition=0)
     assert producer.flush(30) == 0, "the agent acknowledges whatever Kafka thinks"
+
+
+def _records(letter: DeadLetter) -> int:
+    assert letter.payload is not None
+    return sum(header.record_count for header, _ in iter_batches(letter.payload))
 
 
 def test_records_refused_past_the_window_are_dead_lettered_then_resent_with_one_command(
@@ -108,9 +115,12 @@ def test_records_refused_past_the_window_are_dead_lettered_then_resent_with_one_
     refusals = (
         'durable_agent_kafka_errors_total{error="TOPIC_AUTHORIZATION_FAILED",kind="delivery"}'
     )
-    assert metrics[refusals] >= 20
+    assert metrics[refusals] >= 3, "retried through the window, with a backoff"
     assert resend.returncode == 0, resend.stdout + resend.stderr
-    assert "re-sent 20, failed 0" in resend.stdout
+    letters = list_dead_letters(tmp_path / "volume" / "dead-letter", include_resent=True)
+    assert all(letter.resent for letter in letters)
+    assert sum(_records(letter) for letter in letters) == 20  # whole client batches
+    assert f"re-sent {len(letters)}, failed 0" in resend.stdout
     keys = [record.key for record in consumed]
     assert sorted(keys) == sorted(record_key("c", index) for index in range(50))
     assert len(keys) == len(set(keys)), "each record once"

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
-from durable_producer.buffer_agent.forward.delivery_marks import read_marks
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.forward.identity import read_identity
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_GZIP,
@@ -31,7 +32,7 @@ from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
-FAST = ForwarderConfig(checkpoint_interval_s=0.2, hint_interval_s=0.1, reset_backoff_s=0.2)
+FAST = ForwarderConfig(checkpoint_interval_s=0.2, hint_interval_s=0.1)
 
 
 @pytest.fixture
@@ -207,11 +208,11 @@ time.sleep(600)
 
 
 def _marked_delivered_below(data_dir: Path) -> int:
-    marks = read_marks(data_dir / "state")
-    return -1 if marks is None else marks.delivered_below
+    record = read_identity(data_dir / "state")
+    return -1 if record is None else record.delivered_below
 
 
-def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
+def test_restart_after_sigkill_sends_nothing_twice(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
     topic = new_topic(1)
@@ -231,12 +232,12 @@ def test_restart_after_sigkill_replays_from_checkpoint_and_counts_duplicates(
         assert reopened.checkpoint_offset == 0
         summary = _forwarder(reopened, kafka_broker.bootstrap, data_dir).drain(timeout_s=30)
         assert summary.complete
-        assert summary.replayed_duplicates == 200, "every replayed record was counted"
+        assert summary.replayed_duplicates == 0 and summary.possible_duplicates == 0
         assert reopened.checkpoint_offset == 20
     finally:
         reopened.close()
-    consumed = consume_all(kafka_broker.bootstrap, topic, expected=400)
-    assert len(consumed) == 400
+    consumed = consume_all(kafka_broker.bootstrap, topic, expected=200)
+    assert len(consumed) == 200, "the frames Kafka held were not sent again"
     assert {(r.partition, r.timestamp_ms) for r in consumed} == set(expected)
 
 
@@ -255,10 +256,10 @@ def test_clean_restart_replays_nothing(
     assert len(consume_all(kafka_broker.bootstrap, topic, expected=100)) == 100
 
 
-def test_oversized_record_goes_to_dead_letters_and_can_be_resent(
+def test_oversized_batch_goes_to_dead_letters_whole_and_can_be_resent(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    topic = new_topic(1)
+    topic = new_topic(1, config={"max.message.bytes": "20000"})
     small = [SampleRecord(b"a", b"small-1", 1_000, ())]
     mixed = [
         SampleRecord(b"b", b"small-2", 2_000, ()),
@@ -269,32 +270,43 @@ def test_oversized_record_goes_to_dead_letters_and_can_be_resent(
     wal.append(topic, 0, build_batch(mixed), 3)
     wal.append(topic, 0, b"garbage that is not a record batch", 1)
     metrics = AgentMetrics()
-    limited = {"message.max.bytes": 20_000}
-    forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, extra=limited, metrics=metrics)
+    config = ForwarderConfig(checkpoint_interval_s=0.2, dead_letter_after_s=0)
+    forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config, metrics=metrics)
 
     summary = forwarder.drain(timeout_s=30)
 
     assert summary.complete and wal.checkpoint_offset == 3
-    assert summary.dead_letters == 2
+    assert summary.dead_letters == 4, "counted in records: the whole batch of 3, the frame as 1"
     letters = list_dead_letters(data_dir / "dead-letter")
-    assert [(letter.id, letter.error_code) for letter in letters] == [
-        ("1-1", "MSG_SIZE_TOO_LARGE"),
-        ("2-frame", "INVALID_RECORD_BATCH"),
+    assert sorted((letter.id, letter.error_code) for letter in letters) == [
+        ("1-0", "MESSAGE_TOO_LARGE"),
+        ("2-0", "INVALID_RECORD_BATCH"),
     ]
-    assert letters[0].value == b"H" * 50_000 and letters[0].headers == (("why", b"too big"),)
-    assert b'durable_agent_dead_letters_total{reason="MSG_SIZE_TOO_LARGE"} 1.0' in metrics.render()
-    values = [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=3)]
-    assert values == [b"small-1", b"small-2", b"small-3"]
+    refused = next(letter for letter in letters if letter.id == "1-0")
+    assert refused.payload == build_batch(mixed), "the client's batch, whole"
+    assert b'durable_agent_dead_letters_total{reason="MESSAGE_TOO_LARGE"} 3.0' in metrics.render()
+    values = [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=1)]
+    assert values == [b"small-1"]
 
     resend = resend_dead_letters(
         data_dir / "dead-letter", {"bootstrap.servers": kafka_broker.bootstrap}, timeout=20
     )
+    assert resend.failed == {"1-0": "MESSAGE_TOO_LARGE"}, "still too large for the topic"
+    admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
+    resource = ConfigResource("topic", topic, set_config={"max.message.bytes": "1000000"})
+    admin.alter_configs([resource])[resource].result(timeout=30)
+    wait_for(
+        lambda: not resend_dead_letters(
+            data_dir / "dead-letter", {"bootstrap.servers": kafka_broker.bootstrap}, timeout=20
+        ).failed,
+        30,
+        what="the letter re-sent once the topic takes it",
+    )
 
-    assert resend.resent == ["1-1"]
-    assert "2-frame" in resend.skipped
-    assert [letter.id for letter in list_dead_letters(data_dir / "dead-letter")] == ["2-frame"]
+    assert [letter.id for letter in list_dead_letters(data_dir / "dead-letter")] == ["2-0"]
     consumed = consume_all(kafka_broker.bootstrap, topic, expected=4)
-    assert consumed[-1].value == b"H" * 50_000 and consumed[-1].timestamp_ms == 2_001
+    assert [r.value for r in consumed] == [b"small-1", b"small-2", b"H" * 50_000, b"small-3"]
+    assert consumed[2].timestamp_ms == 2_001 and consumed[2].headers == (("why", b"too big"),)
 
 
 def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
@@ -314,35 +326,34 @@ def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
     assert summary.elapsed_s >= 1.5, "retried for the configured time before giving up"
     assert forwarder.stats().producer_resets == 0
     letters = list_dead_letters(data_dir / "dead-letter")
-    assert [(letter.partition, letter.value) for letter in letters] == [(7, b"lost partition")]
-    assert letters[0].error_code in {"_UNKNOWN_PARTITION", "UNKNOWN_TOPIC_OR_PART"}
+    assert [(letter.partition, letter.wal_offset) for letter in letters] == [(7, 0)]
+    assert letters[0].error_code == "UNKNOWN_TOPIC_OR_PARTITION"
     values = [r.value for r in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [b"fine"]
 
 
-def test_records_failed_by_the_client_are_replayed_in_order_by_a_new_producer(
+def test_batches_cut_off_in_flight_are_sent_again_in_order_once(
     proxied_broker: ProxiedBroker, wal: WriteAheadLog, data_dir: Path
 ) -> None:
-    """A delivery failure that is neither permanent nor "unknown topic" (here: the client's
-    queue purged under it, as a fatal idempotence error would) resets the producer and
-    replays from the watermark: nothing lost, order kept, the reset counted."""
-    create_topic(proxied_broker.bootstrap, "purged", partitions=1)
-    expected = _append_batches(wal, "purged", batches=4, partitions=1)
+    """Connections cut again and again while batches are in flight: they go again with the
+    same numbers, in order; Kafka keeps one copy of each."""
+    create_topic(proxied_broker.bootstrap, "cut", partitions=1)
+    expected = _append_batches(wal, "cut", batches=4, partitions=1)
     forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir).start()
     try:
         wait_for(lambda: wal.checkpoint_offset == 4, 30, what="first batches checkpointed")
-        proxied_broker.proxy.cut()
-        expected |= _append_batches(wal, "purged", batches=6, partitions=1, start=4)
-        wait_for(lambda: forwarder.stats().in_flight_records == 60, 10, what="records in flight")
-        forwarder._producer.purge(in_queue=True, in_flight=True)  # type: ignore[union-attr]
-        wait_for(lambda: forwarder.stats().producer_resets == 1, 10, what="producer reset")
-        proxied_broker.proxy.restore()
+        for round_ in range(3):
+            expected |= _append_batches(wal, "cut", batches=3, partitions=1, start=4 + 3 * round_)
+            proxied_broker.proxy.cut()
+            time.sleep(0.3)
+            proxied_broker.proxy.restore()
         summary = forwarder.drain(timeout_s=60)
     finally:
         forwarder.stop()
 
-    assert summary.complete and wal.checkpoint_offset == 10
-    consumed = consume_all(proxied_broker.direct_address, "purged")
+    assert summary.complete and wal.checkpoint_offset == 13
+    assert summary.possible_duplicates == 0
+    consumed = consume_all(proxied_broker.direct_address, "cut")
     _assert_byte_exact(consumed, expected)
     assert [r.timestamp_ms for r in consumed] == sorted(r.timestamp_ms for r in consumed)
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 TOPIC = "chaos"
 PARTITIONS = 3
 RECORDS_PER_FRAME = 10
-CONFIG = ForwarderConfig(checkpoint_interval_s=0.3, hint_interval_s=0.1, reset_backoff_s=0.2)
+CONFIG = ForwarderConfig(checkpoint_interval_s=0.3, hint_interval_s=0.1)
 
 
 class Loader:

@@ -1,9 +1,9 @@
-"""The forwarder's produce loop against Apache Kafka when produce() raises mid-frame.
+"""The forwarder's batch path against Apache Kafka: the read-ahead budget, merging of small
+client batches within a topic's ``max.message.bytes``, and a merged batch Kafka refuses.
 
-The loop runs in C (``starmap``) and learns from a counter which record a synchronous error
-was about; these tests pin that bookkeeping: a full client queue resumes at the right
-record (nothing skipped, nothing sent twice) and a record refused by the client is
-attributed to its own frame and index, whichever position it has in the frame.
+A stored client batch goes out as it is; consecutive small uncompressed ones of a partition
+are merged into one batch (``kafka/_batch_merge.c``). These tests pin what that must never
+change: every record once, in order, with its key, value, headers and timestamp.
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import KafkaBroker, consume_all
 from support.kafka_fixtures import TopicFactory
+from support.raw_fetch import stored_batches
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
 RECORDS_PER_FRAME = 40
-MESSAGE_MAX_BYTES = 5_000
 
 
 @pytest.fixture
@@ -36,12 +36,10 @@ def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
         yield log
 
 
-def _record(frame: int, index: int, oversized: bool = False) -> SampleRecord:
+def _record(frame: int, index: int) -> SampleRecord:
     return SampleRecord(
         key=b"%d/%d" % (frame, index),
-        value=b"O" * (2 * MESSAGE_MAX_BYTES)
-        if oversized
-        else b"frame %d record %d" % (frame, index),
+        value=b"frame %d record %d " % (frame, index) + b"v" * 60,
         timestamp_ms=1_000_000 + frame * 1_000 + index,
         headers=(("index", b"%d" % index),) if index % 3 == 0 else (),
     )
@@ -52,7 +50,7 @@ def _forward(
 ) -> Forwarder:
     forwarder = Forwarder(
         wal,
-        {"bootstrap.servers": bootstrap, "message.max.bytes": MESSAGE_MAX_BYTES},
+        {"bootstrap.servers": bootstrap},
         dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
         state_dir=tmp_path / "state",
         config=config,
@@ -62,65 +60,54 @@ def _forward(
     return forwarder
 
 
-def test_a_full_client_queue_resumes_at_the_record_it_stopped_at(
+def _expected(frames: int, per_frame: int) -> list[SampleRecord]:
+    return [_record(frame, index) for frame in range(frames) for index in range(per_frame)]
+
+
+def _assert_exact(consumed: list, expected: list[SampleRecord]) -> None:
+    assert [r.key for r in consumed] == [r.key for r in expected], "every record once, in order"
+    for got, want in zip(consumed, expected, strict=True):
+        assert (got.value, got.timestamp_ms, got.headers) == (
+            want.value,
+            want.timestamp_ms,
+            want.headers,
+        )
+
+
+def test_a_small_read_ahead_budget_delivers_everything_in_order(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
-    """A queue of 7 records makes produce() raise BufferError inside almost every frame."""
-    topic = new_topic(2)
-    frames = 12
+    topic = new_topic(1)
+    frames = 60
     for frame in range(frames):
         records = [_record(frame, index) for index in range(RECORDS_PER_FRAME)]
-        wal.append(topic, frame % 2, build_batch(records), len(records))
-    config = ForwarderConfig(checkpoint_interval_s=0.2, max_in_flight_records=7)
+        wal.append(topic, 0, build_batch(records), len(records))
+    config = ForwarderConfig(checkpoint_interval_s=0.2, max_in_flight_bytes=10_000)
 
     forwarder = _forward(wal, kafka_broker.bootstrap, tmp_path, config)
 
-    consumed = consume_all(kafka_broker.bootstrap, topic, expected=frames * RECORDS_PER_FRAME)
-    for partition in (0, 1):
-        keys = [record.key for record in consumed if record.partition == partition]
-        assert keys == [
-            b"%d/%d" % (frame, index)
-            for frame in range(partition, frames, 2)
-            for index in range(RECORDS_PER_FRAME)
-        ], "every record exactly once, in WAL order"
-    for record in consumed:
-        index = int(record.key.split(b"/")[1])
-        assert record.headers == ((("index", b"%d" % index),) if index % 3 == 0 else ())
+    _assert_exact(consume_all(kafka_broker.bootstrap, topic), _expected(frames, RECORDS_PER_FRAME))
     assert wal.checkpoint_offset == frames
     assert forwarder.stats().forwarded_records == frames * RECORDS_PER_FRAME
-    assert forwarder.stats().dead_letters == 0
 
 
-def test_records_refused_by_the_client_are_dead_lettered_at_their_own_index(
+def test_one_record_batches_are_merged_within_the_topic_limit(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
-    """Oversized records first, last and back to back in a frame, with a tight queue too."""
-    topic = new_topic(1)
-    oversized = {(0, 0), (0, 1), (1, RECORDS_PER_FRAME - 1), (2, 17), (2, 18), (2, 30)}
-    for frame in range(3):
-        records = [
-            _record(frame, index, oversized=(frame, index) in oversized)
-            for index in range(RECORDS_PER_FRAME)
-        ]
-        wal.append(topic, 0, build_batch(records), len(records))
-    config = ForwarderConfig(checkpoint_interval_s=0.2, max_in_flight_records=11)
+    """A linger.ms=0 client stores one record a batch: they reach Kafka as few, larger
+    batches, none above the topic's max.message.bytes."""
+    limit = 20_000
+    topic = new_topic(1, config={"max.message.bytes": str(limit)})
+    frames = 2_000
+    for frame in range(frames):
+        wal.append(topic, 0, build_batch([_record(frame, 0)]), 1)
+    config = ForwarderConfig(checkpoint_interval_s=0.2)
 
     forwarder = _forward(wal, kafka_broker.bootstrap, tmp_path, config)
 
-    letters = list_dead_letters(tmp_path / "dead-letter")
-    assert sorted((letter.wal_offset, letter.record_index) for letter in letters) == sorted(
-        oversized
-    )
-    for letter in letters:
-        assert letter.error_code == "MSG_SIZE_TOO_LARGE"
-        assert letter.key == b"%d/%d" % (letter.wal_offset, letter.record_index)
-    consumed = consume_all(kafka_broker.bootstrap, topic, expected=3 * RECORDS_PER_FRAME - 6)
-    assert [record.key for record in consumed] == [
-        b"%d/%d" % (frame, index)
-        for frame in range(3)
-        for index in range(RECORDS_PER_FRAME)
-        if (frame, index) not in oversized
-    ]
-    assert wal.checkpoint_offset == 3
-    assert forwarder.stats().dead_letters == len(oversized)
-    assert forwarder.stats().forwarded_records == 3 * RECORDS_PER_FRAME - len(oversized)
+    _assert_exact(consume_all(kafka_broker.bootstrap, topic), _expected(frames, 1))
+    batches = stored_batches(kafka_broker.bootstrap, topic, 0)
+    assert len(batches) < frames / 10, f"{len(batches)} batches for {frames} records"
+    assert max(batch.header.size for batch in batches) <= limit
+    assert forwarder.stats().dead_letters == 0
+    assert list_dead_letters(tmp_path / "dead-letter") == []

@@ -19,22 +19,28 @@ from durable_producer.buffer_agent.ingest.metadata import (
     TopicInfo,
     TopicStatus,
 )
+from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
 
 
 class Cluster:
     def __init__(self, partitions: dict[str, int]) -> None:
         self.partitions = partitions
+        self.limits: dict[str, int] = {}
         self.reachable = True
         self.delay = 0.0
         self.calls: list[list[str]] = []
 
-    def __call__(self, topics: Sequence[str]) -> Mapping[str, int]:
+    def __call__(self, topics: Sequence[str]) -> Mapping[str, TopicFacts]:
         self.calls.append(list(topics))
         if self.delay:
             threading.Event().wait(self.delay)
         if not self.reachable:
             raise ConnectionError("no route to cluster")
-        return {topic: self.partitions[topic] for topic in topics if topic in self.partitions}
+        return {
+            topic: TopicFacts(self.partitions[topic], self.limits.get(topic))
+            for topic in topics
+            if topic in self.partitions
+        }
 
 
 class Clock:
@@ -257,3 +263,26 @@ def test_missing_topics_remembered_are_bounded(tmp_path: Path) -> None:
         cache.apply_source_result([f"no-such-{number}"], {}, 1000.0 + number)
     assert len(cache._missing) == MAX_MISSING_TOPICS
     assert f"no-such-{3 * MAX_MISSING_TOPICS - 1}" in cache._missing
+
+
+def test_a_topics_size_limit_is_cached_and_kept_when_not_described_again(tmp_path: Path) -> None:
+    cluster = Cluster({"small": 1, "plain": 2})
+    cluster.limits["small"] = 20_000
+    cache = MetadataCache(tmp_path, cluster)
+    lookup(cache, ["small", "plain"])
+    assert cache.max_message_bytes("small") == 20_000
+    assert cache.max_message_bytes("plain") is None  # not described: unknown, not refused
+    assert cache.max_message_bytes("never-seen") is None
+    del cluster.limits["small"]  # DescribeConfigs not answered this time
+    cache.apply_source_result(["small"], cluster(["small"]), 2_000.0)
+    assert cache.max_message_bytes("small") == 20_000
+    restarted = MetadataCache(tmp_path, None)
+    assert restarted.max_message_bytes("small") == 20_000
+
+
+def test_a_cache_file_without_size_limits_still_loads(tmp_path: Path) -> None:
+    document = {"version": 1, "topics": {"old": {"partitions": 4, "refreshed_at": 1.0}}}
+    (tmp_path / METADATA_FILE).write_text(json.dumps(document))
+    cache = MetadataCache(tmp_path, None)
+    assert cache.cached_partitions("old") == 4
+    assert cache.max_message_bytes("old") is None

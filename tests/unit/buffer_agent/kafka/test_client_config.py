@@ -158,19 +158,3 @@ def test_librdkafka_rejects_a_misspelt_extra() -> None:
     with pytest.raises(KafkaConfigError, match=r"lingr\.ms"):
         check_with_librdkafka(config)
     check_with_librdkafka(build_client_config(KafkaConnectionSettings("127.0.0.1:9")))
-
-
-def test_forwarder_settings_cannot_be_weakened_by_the_connection_config() -> None:
-    from durable_producer.buffer_agent.forward.config import ForwarderConfig
-    from durable_producer.buffer_agent.forward.producer import producer_config
-
-    config = producer_config(
-        {"bootstrap.servers": "k:9092", "acks": "1", "linger.ms": "50", "message.max.bytes": "9"},
-        ForwarderConfig(max_in_flight_records=1234),
-    )
-
-    assert config["acks"] == "all"
-    assert config["enable.idempotence"] is True
-    assert config["message.timeout.ms"] == 0, "records never expire"
-    assert config["queue.buffering.max.messages"] == 1234
-    assert config["linger.ms"] == "50" and config["message.max.bytes"] == "9", "tunable"

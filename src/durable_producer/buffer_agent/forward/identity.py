@@ -1,0 +1,237 @@
+"""The forwarding producer's identity on the volume: producer id, epochs, sequences, marks.
+
+``state/producer-identity`` lets the run after a crash send the frames Kafka may not have with
+the same producer id, epoch and sequence numbers as before, so that the brokers recognise the
+copies they hold (and its leaders can say, with DescribeProducers, which ones those are). It
+holds one ``IdentityRecord``:
+
+- ``producer_id``, ``epoch``: the identity new partitions start with (from InitProducerId);
+- ``delivered_below``: every frame below this WAL offset is in Kafka (the watermark);
+- ``sent_below``: no frame at or above this offset was ever sent. Written *before* the
+  forwarder sends beyond it, so after a crash it is never too low;
+- ``partitions``: per topic and partition, its producer id and epoch and an *anchor*: its
+  first frame at or after ``offset`` is numbered ``sequence``, and its frames below ``offset``
+  are in Kafka. Every partition with a frame below ``sent_below`` is listed;
+- ``written_ms``: wall-clock time of the write (a broker forgets an idle producer after
+  ``producer.id.expiration.ms``, one day by default).
+
+The record is valid for a WAL whose checkpoint is between ``written_checkpoint`` and
+``delivered_below`` (it is written before every checkpoint); otherwise the next run takes a
+new producer id and counts the frames it sends again below ``sent_below`` as possible
+duplicates.
+
+Format: two slots of ``SLOT_BYTES`` (or more: the file grows, through a new file, when the
+record does not fit) written alternately in place, each ``MAGIC``, a sequence number, the
+payload's length and CRC-32, then the payload (JSON). The valid slot with the higher sequence
+wins. Writes go to the page cache, fdatasync'ed only when the identity itself changes (a new
+producer id or epoch): an ordinary write survives a process crash, not a node crash, after
+which the brokers' answers (an epoch they know, sequences out of order) are resolved as
+described in ``partition_queue``.
+
+A damaged file never stops the agent (``wal/state_file.py``): one that cannot be read (a
+directory in its place, no permission) or holds no usable slot is moved aside to
+``producer-identity.damaged``, named in one WARNING line and counted
+(``durable_agent_state_files_damaged``); the forwarder then takes a new producer id, as when
+there is no file. A file of zeros (created, never written: a crash in between) is no damage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import time
+import zlib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from durable_producer.buffer_agent.wal.atomic_file import write_atomic
+from durable_producer.buffer_agent.wal.state_file import StateDamage, set_aside
+
+log = logging.getLogger(__name__)
+
+IDENTITY_FILE = "producer-identity"
+LEGACY_MARKS_FILE = "delivery-marks"
+"""The per-record forwarder's marks (no sequences): ignored, removed on the first write."""
+MAGIC = b"DPID"
+SLOT_BYTES = 64 * 1024
+_HEADER = struct.Struct(">4sQII")  # magic, sequence, payload length, payload CRC-32
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    producer_id: int
+    epoch: int
+    offset: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRecord:
+    producer_id: int
+    epoch: int
+    delivered_below: int = 0
+    sent_below: int = 0
+    partitions: dict[tuple[str, int], Anchor] = field(default_factory=dict)
+    written_checkpoint: int = 0
+    """The WAL checkpoint when it was written (a record from before a checkpoint it cannot
+    have seen, e.g. beside a recreated WAL, is ignored)."""
+    written_ms: int = 0
+
+    def encode(self) -> bytes:
+        return json.dumps(
+            {
+                "producer_id": self.producer_id,
+                "epoch": self.epoch,
+                "delivered_below": self.delivered_below,
+                "sent_below": self.sent_below,
+                "written_checkpoint": self.written_checkpoint,
+                "written_ms": self.written_ms,
+                "partitions": [
+                    [topic, partition, a.producer_id, a.epoch, a.offset, a.sequence]
+                    for (topic, partition), a in self.partitions.items()
+                ],
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @staticmethod
+    def decode(data: bytes) -> IdentityRecord:
+        entry = json.loads(data)
+        return IdentityRecord(
+            producer_id=int(entry["producer_id"]),
+            epoch=int(entry["epoch"]),
+            delivered_below=int(entry["delivered_below"]),
+            sent_below=int(entry["sent_below"]),
+            written_checkpoint=int(entry["written_checkpoint"]),
+            written_ms=int(entry["written_ms"]),
+            partitions={
+                (str(t), int(p)): Anchor(int(pid), int(epoch), int(offset), int(sequence))
+                for t, p, pid, epoch, offset, sequence in entry["partitions"]
+            },
+        )
+
+
+def _slots(data: bytes) -> list[tuple[int, bytes]]:
+    size = max(SLOT_BYTES, len(data) // 2)
+    found = []
+    for start in (0, size):
+        head = data[start : start + _HEADER.size]
+        if len(head) < _HEADER.size:
+            continue
+        magic, sequence, length, crc = _HEADER.unpack(head)
+        payload = data[start + _HEADER.size : start + _HEADER.size + length]
+        if magic == MAGIC and len(payload) == length and zlib.crc32(payload) == crc:
+            found.append((sequence, payload))
+    return found
+
+
+def read_identity(state_dir: Path | None) -> IdentityRecord | None:
+    """The newest valid record, or None (no file, or nothing usable in it)."""
+    return load_identity(state_dir)[0]
+
+
+FALLBACK = "taking a new producer id (records sent again may be duplicates)"
+
+
+def load_identity(state_dir: Path | None) -> tuple[IdentityRecord | None, StateDamage | None]:
+    """The newest valid record (None: no file, or damaged) and the damage found, if any.
+
+    A damaged file is moved aside and logged once (``state_file.set_aside``)."""
+    if state_dir is None:
+        return None, None
+    path = Path(state_dir) / IDENTITY_FILE
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None, None
+    except OSError as error:
+        return None, set_aside(path, error.strerror or type(error).__name__, FALLBACK)
+    slots = _slots(data)
+    for _, payload in sorted(slots, reverse=True):
+        try:
+            return IdentityRecord.decode(payload), None
+        except (ValueError, KeyError, TypeError):
+            continue
+    if not data.strip(b"\0"):
+        return None, None  # preallocated, never written
+    reason = "no valid slot" if not slots else "no slot holds a producer identity"
+    return None, set_aside(path, reason, FALLBACK)
+
+
+class IdentityFile:
+    """Writes ``IdentityRecord``s in place. A failing write (full disk, I/O error) is logged
+    once and returns False: the next run after a crash then takes a new producer id."""
+
+    def __init__(self, state_dir: Path | None) -> None:
+        self._path = None if state_dir is None else Path(state_dir) / IDENTITY_FILE
+        self._fd: int | None = None
+        self._slot = SLOT_BYTES
+        self._sequence = 0
+        self._failed = False
+
+    def write(self, record: IdentityRecord, *, sync: bool = False) -> bool:
+        if self._path is None:
+            return False
+        record = replace(record, written_ms=int(time.time() * 1000))
+        payload = record.encode()
+        try:
+            fd = self._open()
+            self._sequence += 1
+            slot = _HEADER.pack(MAGIC, self._sequence, len(payload), zlib.crc32(payload)) + payload
+            if len(slot) > self._slot:
+                self._grow(slot)
+            else:
+                os.pwrite(fd, slot, (self._sequence % 2) * self._slot)
+                if sync:
+                    os.fdatasync(fd)
+        except OSError as error:
+            if not self._failed:
+                log.warning(
+                    "cannot write %s (%s): after a crash the forwarder would take a new producer"
+                    " id and count the records it sends again as possible duplicates",
+                    self._path,
+                    error,
+                )
+            self._failed = True
+            return False
+        self._failed = False
+        return True
+
+    def _grow(self, slot: bytes) -> None:
+        """A new file with larger slots, both holding ``slot`` (written through a rename)."""
+        assert self._path is not None
+        size = 1 << max(len(slot) - 1, SLOT_BYTES - 1).bit_length()
+        data = bytearray(2 * size)
+        data[: len(slot)] = slot
+        data[size : size + len(slot)] = slot
+        self.close()
+        write_atomic(self._path, bytes(data))
+        self._slot = size
+
+    def _open(self) -> int:
+        if self._fd is None:
+            assert self._path is not None
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                if size < 2 * SLOT_BYTES:
+                    os.posix_fallocate(fd, 0, 2 * SLOT_BYTES)
+                self._slot = max(SLOT_BYTES, size // 2)
+                data = os.pread(fd, 2 * self._slot, 0)
+                self._sequence = max([self._sequence, *(sequence for sequence, _ in _slots(data))])
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+            legacy = self._path.with_name(LEGACY_MARKS_FILE)
+            if legacy.exists():
+                legacy.unlink()
+        return self._fd
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None

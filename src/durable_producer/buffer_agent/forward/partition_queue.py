@@ -1,0 +1,311 @@
+"""One partition's stored batches on their way to Kafka: the idempotent producer's rules.
+
+Read Kafka's ``ProducerStateManager``/``ProducerAppendInfo`` (the broker: a batch must start at
+the last sequence + 1 of its producer and epoch; one that repeats one of the last five batches
+exactly is answered as a duplicate, with the original's offset; a new epoch starts at 0; an
+unknown producer may start anywhere), the Java client's ``Sender``/``TransactionManager`` and
+librdkafka's idempotence code for where this comes from; this is our own, simpler version:
+
+- Every stored batch (a WAL *frame*) gets its sequence numbers when it is read, in WAL order:
+  a partition's records are numbered one after the other under the partition's producer id
+  and epoch. So the numbering is a function of the WAL and of the partition's starting point,
+  which ``identity`` keeps on the volume: after a crash the same frames get the same numbers.
+- Frames go out in *batches*: one frame as it is, or consecutive uncompressed frames merged
+  (``kafka/batch_stamp``) within the topic's ``max.message.bytes``. At most
+  ``MAX_IN_FLIGHT`` batches are in flight; they are sent in order.
+- A success acknowledges the batch and every earlier one (the broker only appends in
+  sequence). Any failure *halts* the partition: nothing new is sent until every batch in
+  flight has its answer; then the unacknowledged batches are sent again, in order, with the
+  same numbers and bounds (so the broker recognises a copy it holds), after a backoff.
+- OUT_OF_ORDER_SEQUENCE_NUMBER for the first unacknowledged batch, UNKNOWN_PRODUCER_ID,
+  INVALID_PRODUCER_EPOCH: the broker's view differs from ours. The partition is *resolved*:
+  its leader says (DescribeProducers) the last sequence it holds of our producer; frames up to
+  it are acknowledged, the rest go again from there. When the leader no longer knows the
+  producer, or cannot say, the partition moves to a new epoch (KIP-360: sequences start at 0)
+  and the frames whose earlier copy's fate is unknown count as possible duplicates.
+- A merged batch refused for good (too large, invalid) is sent again frame by frame; a single
+  frame refused for good long enough is dead-lettered whole (``Forwarder``) and the
+  frames after it are numbered again from its first sequence (the broker never took it).
+
+No I/O here: the ``Forwarder`` sends, persists and settles.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+
+from durable_producer.buffer_agent.kafka import batch_stamp
+
+MAX_IN_FLIGHT = 5
+"""Batches in flight per partition: the broker keeps the last five of each producer to
+recognise copies (``ProducerStateEntry.NUM_BATCHES_TO_RETAIN``)."""
+SEQUENCE_LIMIT = 2**31
+MAX_EPOCH = 32767
+
+
+class Pending:
+    """One stored batch (WAL frame) of the partition, numbered, not yet acknowledged."""
+
+    __slots__ = ("appended_ms", "batch", "index", "offset", "records", "sequence", "unknown")
+
+    def __init__(
+        self, offset: int, batch: memoryview, records: int, sequence: int, appended_ms: int
+    ) -> None:
+        self.offset = offset
+        self.batch = batch
+        self.records = records
+        self.sequence = sequence
+        self.appended_ms = appended_ms
+        self.index = 0
+        """Its position in the frame (a frame of an older agent may hold several batches)."""
+        self.unknown = False
+        """Sent, and no answer said whether Kafka took it (in flight at a crash, a lost
+        connection, a timeout): a copy may be in Kafka."""
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.sequence + self.records - 1) % SEQUENCE_LIMIT
+
+
+class Batch:
+    """Frames sent together in one record batch."""
+
+    __slots__ = ("epoch", "frames", "parts", "producer_id", "sent", "size")
+
+    def __init__(self, frames: list[Pending], producer_id: int, epoch: int) -> None:
+        self.frames = frames
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.sent = False
+        if len(frames) == 1:
+            body: bytes | memoryview = frames[0].batch
+        else:
+            body = batch_stamp.merge([frame.batch for frame in frames])
+        self.size = len(body)
+        self.parts = batch_stamp.stamp(body, producer_id, epoch, frames[0].sequence)
+
+    @property
+    def records(self) -> int:
+        return sum(frame.records for frame in self.frames)
+
+
+class PartitionQueue:
+    """Frames of one partition from reading to acknowledgement (module docstring)."""
+
+    def __init__(self, key: tuple[str, int], producer_id: int, epoch: int, sequence: int):
+        self.key = key
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.next_sequence = sequence
+        self.frames: deque[Pending] = deque()
+        """Numbered frames not in a batch yet, in order (after every batch's frames)."""
+        self.batches: deque[Batch] = deque()
+        """Unacknowledged batches in order; those sent come first."""
+        self.in_flight = 0
+        self.halted = False
+        """A batch failed: send nothing until every batch in flight is answered."""
+        self.resolve = False
+        """Ask the leader what it holds of the producer before sending again."""
+        self.resolve_code = 0
+        """The answer that asked for it (0: the check of frames a previous run sent)."""
+        self.ready_at = 0.0
+        self.failing_since: float | None = None
+        """When the current spell of refusals began (None: the last answer was a success)."""
+        self.last_error = 0
+        self.failures = 0
+        self.isolate = False
+        """Send one frame per batch (a merged batch was refused for good)."""
+        self.rebatch = False
+        """Batch the unacknowledged frames again (a merged batch was too large)."""
+        self.confirmed = False
+        """The leader took a batch of this identity in this run. Until then one batch at a
+        time: a broker takes *any* sequence from a producer it does not know, so a second
+        batch could land although the first was refused, and overtake it."""
+
+    # ----------------------------------------------------------------- numbering
+    def add(self, offset: int, batch: memoryview, records: int, appended_ms: int) -> Pending:
+        frame = Pending(offset, batch, records, self.next_sequence, appended_ms)
+        self.next_sequence = (self.next_sequence + records) % SEQUENCE_LIMIT
+        self.frames.append(frame)
+        return frame
+
+    def unacknowledged(self) -> Iterable[Pending]:
+        for batch in self.batches:
+            yield from batch.frames
+        yield from self.frames
+
+    def first_unacknowledged(self) -> Pending | None:
+        if self.batches:
+            return self.batches[0].frames[0]
+        return self.frames[0] if self.frames else None
+
+    def anchor(self, next_offset: int) -> tuple[int, int]:
+        """(offset, sequence): this partition's first frame at or after ``offset`` is
+        numbered ``sequence``, and its frames below ``offset`` are in Kafka."""
+        first = self.first_unacknowledged()
+        if first is None:
+            return next_offset, self.next_sequence
+        return first.offset, first.sequence
+
+    @property
+    def idle(self) -> bool:
+        return not self.batches and not self.frames
+
+    # ----------------------------------------------------------------- sending
+    def next_batch(self, now: float, max_bytes: int) -> Batch | None:
+        """The next batch to send (marked sent), or None: nothing to send now."""
+        if (
+            self.halted
+            or self.resolve
+            or now < self.ready_at
+            or self.in_flight >= (MAX_IN_FLIGHT if self.confirmed else 1)
+            or self.producer_id < 0  # no producer id yet (Kafka unreachable since the start)
+        ):
+            return None
+        if self.rebatch or (self.isolate and any(len(b.frames) > 1 for b in self.batches)):
+            if self.in_flight:
+                return None
+            self.unbatch()  # a merged batch was refused: batched again (smaller, or one by one)
+            self.rebatch = False
+        if self.in_flight < len(self.batches):  # sent again after a failure, in order
+            batch = self.batches[self.in_flight]
+        elif self.frames:
+            batch = Batch(self._take_frames(max_bytes), self.producer_id, self.epoch)
+            self.batches.append(batch)
+        else:
+            return None
+        batch.sent = True
+        self.in_flight += 1
+        return batch
+
+    def _take_frames(self, max_bytes: int) -> list[Pending]:
+        frames = self.frames
+        first = frames.popleft()
+        taken = [first]
+        if self.isolate or not batch_stamp.mergeable(first.batch):
+            return taken
+        attributes = batch_stamp.attributes_of(first.batch)
+        size = len(first.batch)
+        while frames:
+            candidate = frames[0].batch
+            size += len(candidate) - 61 + 8  # its records, and framing that may grow a little
+            if (
+                size > max_bytes
+                or not batch_stamp.mergeable(candidate)
+                or batch_stamp.attributes_of(candidate) != attributes
+            ):
+                break
+            taken.append(frames.popleft())
+        return taken
+
+    # ----------------------------------------------------------------- answers
+    def succeeded(self, batch: Batch) -> list[Pending]:
+        """The broker holds ``batch``: it and every earlier batch are acknowledged."""
+        acked: list[Pending] = []
+        if batch not in self.batches:
+            return acked  # answered after a resolution already settled it
+        while self.batches:
+            done = self.batches.popleft()
+            if done.sent:
+                self.in_flight -= 1
+            acked.extend(done.frames)
+            if done is batch:
+                break
+        if self.halted and not self.in_flight:
+            self._rewind()
+        self.confirmed = True
+        self.failing_since = None
+        self.failures = 0
+        self.last_error = 0
+        return acked
+
+    def failed(self, batch: Batch, code: int, now: float, *, unknown: bool = False) -> None:
+        """``batch`` was not taken (``unknown``: no answer came, it may have been)."""
+        if batch not in self.batches or not batch.sent:
+            return
+        batch.sent = False
+        self.in_flight -= 1
+        if unknown:
+            for frame in batch.frames:
+                frame.unknown = True
+        self.halted = True
+        self.last_error = code
+        if self.failing_since is None:
+            self.failing_since = now
+        self.failures += 1
+        if not self.in_flight:
+            self._rewind()
+
+    def head_of_line(self, batch: Batch) -> bool:
+        """``batch`` is the first unacknowledged one: an out-of-order answer is not caused by
+        an earlier batch of ours that failed."""
+        return bool(self.batches) and self.batches[0] is batch
+
+    def _rewind(self) -> None:
+        """Every batch in flight is answered: send the unacknowledged ones again, in order."""
+        self.halted = False
+        for batch in self.batches:
+            batch.sent = False
+
+    def retry_after(self, now: float, backoff_s: float) -> None:
+        self.ready_at = now + backoff_s
+
+    def unbatch(self) -> None:
+        """Take every unsent batch apart into frames again (they will be batched afresh)."""
+        assert not self.in_flight
+        frames = [frame for batch in self.batches for frame in batch.frames]
+        self.batches.clear()
+        self.frames.extendleft(reversed(frames))
+
+    # ----------------------------------------------------------------- resolution
+    def acknowledge_up_to(self, last_sequence: int) -> list[Pending]:
+        """The leader holds every sequence up to ``last_sequence`` of our producer and epoch:
+        acknowledge the frames it covers. Only with nothing in flight."""
+        assert not self.in_flight
+        self.unbatch()
+        acked: list[Pending] = []
+        frames = self.frames
+        while frames and _not_after(frames[0].last_sequence, last_sequence, frames[0].sequence):
+            acked.append(frames.popleft())
+        if acked:
+            self.failing_since = None
+        return acked
+
+    def renumber(self, producer_id: int, epoch: int, sequence: int = 0) -> list[Pending]:
+        """Number the unacknowledged frames again from ``sequence`` under a new identity;
+        returns the frames whose earlier copy may be in Kafka (possible duplicates)."""
+        assert not self.in_flight
+        self.unbatch()
+        self.producer_id, self.epoch = producer_id, epoch
+        self.confirmed = False
+        unknown = []
+        for frame in self.frames:
+            if frame.unknown:
+                unknown.append(frame)
+                frame.unknown = False
+            frame.sequence = sequence
+            sequence = (sequence + frame.records) % SEQUENCE_LIMIT
+        self.next_sequence = sequence
+        return unknown
+
+    def drop_head(self) -> Pending:
+        """Take the first frame out (dead-lettered): the frames after it take its numbers."""
+        assert not self.in_flight
+        self.unbatch()
+        dropped = self.frames.popleft()
+        sequence = dropped.sequence
+        for frame in self.frames:
+            frame.sequence = sequence
+            sequence = (sequence + frame.records) % SEQUENCE_LIMIT
+        self.next_sequence = sequence
+        self.failing_since = None
+        return dropped
+
+
+def _not_after(last: int, held: int, first: int) -> bool:
+    """Sequence range [first, last] is at or before ``held`` (wrapping at 2**31 as Kafka's
+    sequences do: a distance of less than half the space counts as "before")."""
+    return (held - last) % SEQUENCE_LIMIT < SEQUENCE_LIMIT // 2 and (
+        held - first
+    ) % SEQUENCE_LIMIT < SEQUENCE_LIMIT // 2

@@ -1,0 +1,413 @@
+"""Sending the partitions' batches to their leaders and acting on the answers (asyncio).
+
+``pump`` groups the batches ready to go by partition leader into Produce requests (acks=all,
+one batch per partition, at most ``MAX_REQUESTS_PER_BROKER`` requests in flight to a broker,
+each within ``MAX_REQUEST_BYTES``). Each answer is judged (``failure_policy``) and handed to
+its ``PartitionQueue``; a lost connection or a timeout leaves the batches' fate unknown (they
+are sent again with the same numbers: the broker recognises a copy). Leader moves and unknown
+partitions refresh the metadata; a throttled broker (KIP-219) gets nothing until its throttle
+time has passed. ``maintain`` starts what a partition needs once nothing of it is in flight:
+a resolution (DescribeProducers, then acknowledge, or a new epoch) and the metadata refresh.
+Dead-lettering is the ``Forwarder``'s (it writes to the volume).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from kio.schema.errors import ErrorCode
+
+from durable_producer.buffer_agent.forward.failure_policy import (
+    PERMANENT,
+    TOO_LARGE,
+    UNKNOWN_TOPIC,
+    Verdict,
+    error_name,
+    judge,
+)
+from durable_producer.buffer_agent.forward.partition_queue import (
+    MAX_EPOCH,
+    Batch,
+    PartitionQueue,
+    Pending,
+)
+from durable_producer.buffer_agent.kafka.cluster_client import (
+    NO_LEADER,
+    ClusterClient,
+    ProducerOnPartition,
+)
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
+from durable_producer.buffer_agent.kafka.produce_wire import (
+    HIGHEST_PRODUCE_VERSION,
+    LOWEST_PRODUCE_VERSION,
+    decode_produce,
+    encode_produce,
+)
+from durable_producer.buffer_agent.log_limits import RateLimitedLog
+
+log = logging.getLogger(__name__)
+
+MAX_REQUESTS_PER_BROKER = 5
+MAX_REQUEST_BYTES = 8 * 1024 * 1024
+MIN_MERGE_BYTES = 16 * 1024
+_NETWORK = int(ErrorCode.network_exception)
+_TIMEOUT = int(ErrorCode.request_timed_out)
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class SenderSettings:
+    request_timeout_s: float = 30.0
+    retry_backoff_s: float = 0.1
+    retry_backoff_max_s: float = 5.0
+    max_merge_bytes: int = 1_000_000
+
+
+class Sender:
+    """Runs on the forwarder's event loop. The ``Forwarder`` owns the queues and is told
+    of acknowledged frames (``on_acked``), errors (``on_error(kind, code, name, message)``),
+    frames sent again under a new identity (``on_new_identity``)."""
+
+    def __init__(
+        self,
+        client: ClusterClient,
+        queues: dict[PartitionKey, PartitionQueue],
+        settings: SenderSettings,
+        *,
+        on_acked: Callable[[PartitionQueue, list[Pending]], None],
+        on_error: Callable[[str, int, str, str], None],
+        on_new_identity: Callable[[PartitionQueue, list[Pending]], None],
+        new_producer_id: Callable[[], Awaitable[tuple[int, int]]],
+        topic_max_bytes: Callable[[str], int | None] | None = None,
+    ) -> None:
+        self.client = client
+        self.queues = queues
+        self.settings = settings
+        self._on_acked = on_acked
+        self._on_error = on_error
+        self._on_new_identity = on_new_identity
+        self._new_producer_id = new_producer_id
+        self._topic_max_bytes = topic_max_bytes
+        self.wake = asyncio.Event()
+        self._requests: dict[int, int] = {}
+        self._throttled_until: dict[int, float] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._refreshing: asyncio.Task[None] | None = None
+        self._refresh_wanted = True
+        self._next_refresh = 0.0
+        self._resolving: set[PartitionKey] = set()
+        self._merge_limit: dict[str, int] = {}
+        self.unknown_since: dict[PartitionKey, float] = {}
+        """Partitions the cluster's metadata does not have (topic or partition), since when
+        (the loop's clock)."""
+        self._log = RateLimitedLog(log, interval_s=30.0)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._tasks)
+
+    def _spawn(self, work: object) -> None:
+        task = asyncio.ensure_future(work)  # type: ignore[call-overload]
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self.wake.set()
+        if not task.cancelled() and task.exception() is not None:
+            error = task.exception()
+            log.error("forwarder task failed: %s: %s", type(error).__name__, error)
+
+    # ----------------------------------------------------------------- sending
+    def pump(self, now: float) -> None:
+        """Send every batch that may go now, grouped by leader."""
+        by_leader: dict[int, list[PartitionQueue]] = {}
+        leaders = self.client.leaders
+        for key, queue in self.queues.items():
+            if queue.idle or queue.halted or queue.resolve:
+                continue
+            leader = leaders.get(key)
+            if leader is None or leader == NO_LEADER:
+                self._refresh_wanted = True
+                continue
+            by_leader.setdefault(leader, []).append(queue)
+        for node, queues in by_leader.items():
+            if self._throttled_until.get(node, 0.0) > now:
+                continue
+            while self._requests.get(node, 0) < MAX_REQUESTS_PER_BROKER:
+                batches: list[tuple[PartitionQueue, Batch]] = []
+                size = 0
+                for queue in queues:
+                    if size >= MAX_REQUEST_BYTES:
+                        break
+                    batch = queue.next_batch(now, self._max_bytes(queue.key[0]))
+                    if batch is not None:
+                        batches.append((queue, batch))
+                        size += batch.size
+                if not batches:
+                    break
+                self._requests[node] = self._requests.get(node, 0) + 1
+                self._spawn(self._send(node, batches))
+
+    def _max_bytes(self, topic: str) -> int:
+        limit = self._merge_limit.get(topic, self.settings.max_merge_bytes)
+        if self._topic_max_bytes is not None:
+            known = self._topic_max_bytes(topic)
+            if known is not None:
+                limit = min(limit, known - 100)
+        return limit
+
+    async def _send(self, node: int, batches: list[tuple[PartitionQueue, Batch]]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                connection = await self.client.connection(node)
+                version = connection.version(0, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
+            except (BrokerUnreachable, OSError, ValueError) as error:
+                self._transport_failed(batches, error, sent=False)
+                return
+            timeout_ms = int(self.settings.request_timeout_s * 1000)
+            topics: dict[str, list[tuple[int, list[bytes | memoryview]]]] = {}
+            for queue, batch in batches:
+                topics.setdefault(queue.key[0], []).append((queue.key[1], batch.parts))
+            body = encode_produce(version, -1, timeout_ms, list(topics.items()))
+            try:
+                data = await asyncio.wait_for(
+                    connection.request(0, version, body), self.settings.request_timeout_s + 5
+                )
+            except TimeoutError as error:
+                connection.close()
+                self._transport_failed(batches, error, sent=True)
+                return
+            except (BrokerUnreachable, OSError) as error:
+                self._transport_failed(batches, error, sent=True)
+                return
+            answers, throttle_ms = decode_produce(version, data)
+            now = loop.time()
+            if throttle_ms > 0:
+                self._throttled_until[node] = now + throttle_ms / 1000
+            by_key = {(a.topic, a.partition): a for a in answers}
+            for queue, batch in batches:
+                answer = by_key.get(queue.key)
+                code = _NETWORK if answer is None else answer.error_code
+                message = None if answer is None else answer.error_message
+                self._answered(queue, batch, code, message, now)
+        finally:
+            self._requests[node] -= 1
+
+    def _transport_failed(
+        self, batches: list[tuple[PartitionQueue, Batch]], error: BaseException, *, sent: bool
+    ) -> None:
+        now = asyncio.get_running_loop().time()
+        code = _TIMEOUT if isinstance(error, TimeoutError) else _NETWORK
+        self._on_error("transport", code, error_name(code), str(error) or type(error).__name__)
+        for queue, batch in batches:
+            queue.failed(batch, code, now, unknown=sent)
+            queue.retry_after(now, self._backoff(queue))
+        self._refresh_wanted = True
+
+    def _answered(
+        self, queue: PartitionQueue, batch: Batch, code: int, message: str | None, now: float
+    ) -> None:
+        verdict = judge(code, head_of_line=queue.head_of_line(batch))
+        if verdict is Verdict.DONE:
+            acked = queue.succeeded(batch)
+            if acked:
+                self._on_acked(queue, acked)
+            return
+        name = error_name(code)
+        topic, partition = queue.key
+        detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
+        self._on_error("delivery", code, name, detail)
+        queue.failed(batch, code, now)
+        queue.retry_after(now, self._backoff(queue))
+        if verdict is Verdict.RESOLVE:
+            queue.resolve = True
+            queue.resolve_code = code
+        elif verdict is Verdict.REFRESH:
+            self._refresh_wanted = True
+        elif verdict is Verdict.REFUSED and len(batch.frames) > 1:
+            if code in TOO_LARGE:  # merged too large for the topic: merge less
+                limit = min(self._max_bytes(topic), batch.size) // 2
+                self._merge_limit[topic] = max(MIN_MERGE_BYTES, limit)
+                queue.rebatch = True
+            else:  # one of the client batches is at fault: each is judged alone
+                queue.isolate = True
+            queue.ready_at = now
+
+    def _backoff(self, queue: PartitionQueue) -> float:
+        settings = self.settings
+        backoff: float = settings.retry_backoff_s * 2 ** min(queue.failures, 16)
+        return min(backoff, settings.retry_backoff_max_s)
+
+    # ----------------------------------------------------------------- upkeep
+    def maintain(self, now: float) -> None:
+        """Start resolutions and the metadata refresh that are due."""
+        for key, queue in self.queues.items():
+            if queue.resolve and not queue.in_flight and key not in self._resolving:
+                if now >= queue.ready_at:
+                    self._resolving.add(key)
+                    self._spawn(self._resolve(queue))
+            elif queue.isolate and queue.idle:
+                queue.isolate = False
+        if (
+            (self._refresh_wanted or now >= self._next_refresh)
+            and (self._refreshing is None or self._refreshing.done())
+            and self.queues
+        ):
+            self._refresh_wanted = False
+            self._next_refresh = now + max(self.settings.retry_backoff_max_s, 1.0)
+            self._refreshing = asyncio.ensure_future(self._refresh())
+            self._refreshing.add_done_callback(lambda _: self.wake.set())
+
+    async def _refresh(self) -> None:
+        topics = {key[0] for key, queue in self.queues.items() if not queue.idle}
+        if not topics:
+            self._next_refresh = asyncio.get_running_loop().time() + 300.0
+            return
+        try:
+            await self.client.refresh(topics)
+        except (BrokerUnreachable, OSError, TimeoutError) as error:
+            self._on_error("transport", _NETWORK, "NETWORK_EXCEPTION", str(error))
+            return
+        now = asyncio.get_running_loop().time()
+        errors, counts = self.client.topic_errors, self.client.partition_counts
+        for key, queue in self.queues.items():
+            topic, partition = key
+            missing = errors.get(topic) == UNKNOWN_TOPIC or (
+                topic not in errors and partition >= counts.get(topic, partition + 1)
+            )
+            if missing and not queue.idle:
+                self.unknown_since.setdefault(key, now)
+            else:
+                self.unknown_since.pop(key, None)
+        for topic in topics:
+            if topic in errors:
+                code = errors[topic]
+                self._on_error("delivery", code, error_name(code), f"{error_name(code)}: {topic}")
+        if any(
+            self.client.leaders.get(key, NO_LEADER) == NO_LEADER
+            for key, queue in self.queues.items()
+            if not queue.idle
+        ):
+            self._next_refresh = now + self.settings.retry_backoff_s * 5
+
+    def refused_for_good(self, queue: PartitionQueue, now: float, wait_s: float) -> bool:
+        """The partition's head batch was refused (``PERMANENT``) for ``wait_s``, alone."""
+        return (
+            queue.last_error in PERMANENT
+            and not queue.in_flight
+            and queue.failing_since is not None
+            and now - queue.failing_since >= wait_s
+            and (queue.isolate or len(queue.batches[0].frames) == 1 if queue.batches else True)
+        )
+
+    # ----------------------------------------------------------------- resolution
+    async def _resolve(self, queue: PartitionQueue) -> None:
+        """Ask the leader what it holds of our producer on this partition (module doc)."""
+        key = queue.key
+        try:
+            first = queue.first_unacknowledged()
+            leader = self.client.leaders.get(key, NO_LEADER)
+            if first is None:
+                queue.resolve = False
+                return
+            if leader == NO_LEADER:
+                self._refresh_wanted = True
+                queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                return
+            try:
+                found = (
+                    await self.client.describe_producers(
+                        leader, key[0], [key[1]], queue.producer_id
+                    )
+                ).get(key[1])
+            except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
+                if isinstance(error, ValueError):  # DescribeProducers not supported
+                    if queue.resolve_code == 0:  # the check after a restart: the broker's
+                        queue.resolve = False  # duplicate window recognises what it holds
+                        queue.unbatch()
+                        return
+                    await self._new_epoch(queue, None, "the leader cannot describe producers")
+                    return
+                self._refresh_wanted = True
+                queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                return
+            if isinstance(found, int):
+                verdict = judge(found, head_of_line=False)
+                if verdict in (Verdict.REFRESH, Verdict.RETRY):
+                    self._refresh_wanted = True
+                    queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                    return
+                await self._new_epoch(queue, None, f"DescribeProducers: {error_name(found)}")
+                return
+            self._apply(queue, found, first)
+            if queue.resolve:
+                await self._new_epoch(queue, found, "the leader's sequences do not fit ours")
+        finally:
+            self._resolving.discard(key)
+
+    def _apply(
+        self, queue: PartitionQueue, found: ProducerOnPartition | None, first: Pending
+    ) -> None:
+        """Acknowledge what the leader holds; leave ``resolve`` set if a new epoch is needed."""
+        if found is None:
+            # The leader holds nothing of this producer: it takes any sequence from it.
+            # A second resolution of the same frames finding nothing: a new epoch.
+            out_of_order = int(ErrorCode.out_of_order_sequence_number)
+            queue.resolve = queue.resolve_code not in (0, out_of_order) or queue.failures > 3
+            queue.unbatch()
+            return
+        if found.epoch != queue.epoch:
+            return  # resolve stays set: a new epoch above both
+        if found.last_sequence >= 0:
+            acked = queue.acknowledge_up_to(found.last_sequence)
+            if acked:
+                self._on_acked(queue, acked)
+        head = queue.first_unacknowledged()
+        if head is None:
+            queue.resolve = False
+            queue.resolve_code = 0
+            return
+        expected = (found.last_sequence + 1) % 2**31
+        queue.resolve = head.sequence != expected
+        if queue.resolve and head is first:
+            self._log.warning(
+                "gap",
+                "the leader of %s/%d holds this producer's records up to sequence %d, not up to"
+                " %d as it acknowledged: Kafka lost acknowledged records (unclean leader"
+                " election?); going on with a new epoch",
+                *queue.key,
+                found.last_sequence,
+                (head.sequence - 1) % 2**31,
+            )
+        queue.unbatch()
+
+    async def _new_epoch(
+        self, queue: PartitionQueue, found: ProducerOnPartition | None, reason: str
+    ) -> None:
+        """Number the partition's frames from 0 under a newer epoch (or a new producer id)."""
+        epoch = max(queue.epoch, found.epoch if found is not None else -1) + 1
+        producer_id = queue.producer_id
+        if epoch > MAX_EPOCH:
+            producer_id, epoch = await self._new_producer_id()
+        log.warning(
+            "%s/%d: %s; producer %d goes on with epoch %d from sequence 0",
+            *queue.key,
+            reason,
+            producer_id,
+            epoch,
+        )
+        unknown = queue.renumber(producer_id, epoch)
+        queue.resolve = False
+        queue.resolve_code = 0
+        self._on_new_identity(queue, unknown)
+
+    def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._refreshing is not None:
+            self._refreshing.cancel()

@@ -1,0 +1,3 @@
+from collections.abc import Sequence
+
+def merge_batches(batches: Sequence[bytes | memoryview], /) -> bytes: ...

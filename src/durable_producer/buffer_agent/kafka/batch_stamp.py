@@ -1,0 +1,69 @@
+"""A stored client batch made ready to forward: the forwarder's producer id, epoch and base
+sequence stamped into its header, its CRC32C computed again; nothing else changes.
+
+``stamp`` returns the batch as two parts, a new 61-byte header and a view of the client's
+records (not copied): the CRC covers the header from ``attributes`` on and the records, so it
+is computed over the new header's tail and continued over the records. ``merge`` joins
+consecutive uncompressed batches of one partition into one (``_batch_merge.c``); without the
+compiled module ``can_merge`` is False and batches go one by one.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+import crc32c
+
+from durable_producer.buffer_agent.kafka.record_batch import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_NONE,
+    HEADER_SIZE,
+)
+
+_merge: Callable[[Sequence[bytes | memoryview]], bytes] | None
+try:  # built from _batch_merge.c by the package's build (optional: needs a C compiler)
+    from durable_producer.buffer_agent.kafka._batch_merge import merge_batches as _merge
+except ImportError:
+    _merge = None
+
+_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
+_PRODUCER_OFFSET = 43
+_LEADER_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
+_CRC = struct.Struct(">I")
+_CRC_OFFSET = 17
+_ATTRIBUTES = struct.Struct(">h")
+_MERGEABLE_ATTRIBUTES = 0x08  # only the timestamp type may be set: no codec, no transaction
+
+can_merge = _merge is not None
+
+
+def stamp(
+    batch: bytes | memoryview, producer_id: int, epoch: int, base_sequence: int
+) -> list[bytes | memoryview]:
+    """``batch`` (one whole v2 batch) with the producer fields and CRC rewritten, as parts."""
+    view = memoryview(batch)
+    header = bytearray(view[:HEADER_SIZE])
+    _LEADER_EPOCH.pack_into(header, 0, 0, len(view) - 12, -1)
+    _PRODUCER.pack_into(header, _PRODUCER_OFFSET, producer_id, epoch, base_sequence)
+    records = view[HEADER_SIZE:]
+    crc = crc32c.crc32c(records, value=crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
+    _CRC.pack_into(header, _CRC_OFFSET, crc)
+    return [bytes(header), records]
+
+
+def mergeable(batch: bytes | memoryview) -> bool:
+    """An uncompressed, non-transactional, non-control batch: its records may be merged."""
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
+    return can_merge and attributes & ~_MERGEABLE_ATTRIBUTES == COMPRESSION_NONE
+
+
+def attributes_of(batch: bytes | memoryview) -> int:
+    (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
+    return int(attributes)
+
+
+def merge(batches: Sequence[bytes | memoryview]) -> bytes:
+    """One batch holding the records of ``batches`` (all ``mergeable``, same attributes)."""
+    assert _merge is not None
+    return _merge(batches)

@@ -1,0 +1,232 @@
+"""One connection to a Kafka broker (asyncio): TLS, SASL, ApiVersions, pipelined requests.
+
+``BrokerConnection.open`` connects, wraps TLS when asked, authenticates (SASL PLAIN or
+SCRAM-SHA-256/512 through SaslHandshake v1 and SaslAuthenticate, ``sasl.py``) and learns the
+broker's API version ranges. ``request`` sends one request and returns a future of the response
+body's bytes: requests are pipelined and Kafka answers a connection's requests in order, so the
+responses are matched first in, first out (the correlation id is checked). Any failure of the
+connection fails every pending request with ``BrokerUnreachable`` and closes it; the owner
+(``cluster_client``) opens a new one when it next needs that broker.
+
+Bodies are encoded by the caller (kio's writer, or ``produce_wire`` for Produce); responses are
+returned as the bytes after the response header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import struct
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from durable_producer.buffer_agent.kafka.protocol import (
+    API_API_VERSIONS,
+    decode_body,
+    request_schema,
+)
+from durable_producer.buffer_agent.kafka.sasl import SaslCredentials, authenticate
+
+_SIZE = struct.Struct(">i")
+_HEADER = struct.Struct(">hhi")
+_CLIENT_ID = b"durable-agent"
+MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+
+
+class BrokerUnreachable(ConnectionError):
+    """The broker could not be reached, or the connection failed with requests pending."""
+
+
+@dataclass(frozen=True, slots=True)
+class Security:
+    """How to reach the brokers: TLS context and SASL credentials (None: plaintext, none)."""
+
+    tls: ssl.SSLContext | None = None
+    sasl: SaslCredentials | None = None
+
+    @staticmethod
+    def from_client_config(config: Mapping[str, Any]) -> Security:
+        """From the validated librdkafka-style settings (``client_config``)."""
+        protocol = str(config.get("security.protocol", "PLAINTEXT")).upper()
+        tls = None
+        if protocol in ("SSL", "SASL_SSL"):
+            tls = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
+            certificate = config.get("ssl.certificate.location")
+            if certificate:
+                tls.load_cert_chain(
+                    certificate, config.get("ssl.key.location"), config.get("ssl.key.password")
+                )
+        sasl = None
+        if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+            sasl = SaslCredentials(
+                str(config.get("sasl.mechanism", "PLAIN")).upper(),
+                str(config.get("sasl.username", "")),
+                str(config.get("sasl.password", "")),
+            )
+        return Security(tls, sasl)
+
+
+def flexible_request(api_key: int, api_version: int) -> bool:
+    return bool(getattr(request_schema(api_key, api_version), "__flexible__", False))
+
+
+class BrokerConnection:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
+    ) -> None:
+        self.address = address
+        self._reader = reader
+        self._writer = writer
+        self._pending: deque[tuple[int, bool, asyncio.Future[bytes]]] = deque()
+        self._correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+        self.closed = False
+        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, security: Security, timeout_s: float
+    ) -> BrokerConnection:
+        address = f"{host}:{port}"
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port, ssl=security.tls, limit=MAX_RESPONSE_BYTES),
+                timeout_s,
+            )
+        except (OSError, TimeoutError, ssl.SSLError) as error:
+            raise BrokerUnreachable(f"cannot connect to {address}: {error}") from None
+        connection = cls(reader, writer, address)
+        try:
+            body = await asyncio.wait_for(connection.request(API_API_VERSIONS, 0, b""), timeout_s)
+            answer = decode_body(API_API_VERSIONS, 0, body)
+            if int(answer.error_code):
+                raise BrokerUnreachable(f"{address}: ApiVersions failed: {answer.error_code}")
+            connection.versions = {
+                int(key.api_key): (int(key.min_version), int(key.max_version))
+                for key in answer.api_keys
+            }
+            if security.sasl is not None:
+                await asyncio.wait_for(authenticate(connection, security.sasl), timeout_s)
+        except BaseException as error:
+            connection.close()
+            if isinstance(error, TimeoutError):
+                raise BrokerUnreachable(f"{address}: no answer within {timeout_s} s") from None
+            raise
+        return connection
+
+    def version(self, api_key: int, highest: int, lowest: int = 0) -> int:
+        """The highest version both sides speak, at most ``highest``; ValueError if none."""
+        low, high = self.versions.get(api_key, (0, -1))
+        chosen = min(high, highest)
+        if chosen < max(low, lowest):
+            raise ValueError(f"broker {self.address} speaks no usable version of API {api_key}")
+        return chosen
+
+    def request(
+        self, api_key: int, api_version: int, body: bytes | list[bytes | memoryview]
+    ) -> asyncio.Future[bytes]:
+        """Send a request; its future holds the response body. ``body`` may be a list of
+        parts, written without joining them."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        if self.closed:
+            future.set_exception(BrokerUnreachable(f"connection to {self.address} is closed"))
+            return future
+        self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+        flexible = flexible_request(api_key, api_version)
+        header = _HEADER.pack(api_key, api_version, self._correlation) + (
+            _SIZE.pack(len(_CLIENT_ID))[2:] + _CLIENT_ID
+        )
+        if flexible:
+            header += b"\x00"
+        parts = [body] if isinstance(body, bytes) else body
+        size = len(header) + sum(len(part) for part in parts)
+        self._writer.writelines([_SIZE.pack(size), header, *parts])
+        # The ApiVersions response header is always v0, whatever the request's version.
+        flexible_response = flexible and api_key != API_API_VERSIONS
+        self._pending.append((self._correlation, flexible_response, future))
+        return future
+
+    def raw_request(self, frame: bytes) -> asyncio.Future[bytes]:
+        """A SASL v0 token (no Kafka header): answered by a size-prefixed token."""
+        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._writer.write(_SIZE.pack(len(frame)) + frame)
+        self._pending.append((-1, False, future))
+        return future
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+    async def drain(self) -> None:
+        """Wait while the socket's write buffer is above its high-water mark."""
+        await self._writer.drain()
+
+    async def _read_loop(self) -> None:
+        reader = self._reader
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                data = await reader.readexactly(size)
+                if not self._pending:
+                    raise BrokerUnreachable(f"{self.address} sent a response nobody asked for")
+                correlation, flexible, future = self._pending.popleft()
+                if correlation >= 0:
+                    (received,) = _SIZE.unpack_from(data)
+                    if received != correlation:
+                        raise BrokerUnreachable(
+                            f"{self.address} answered correlation id {received},"
+                            f" expected {correlation}"
+                        )
+                    start = 4
+                    if flexible:
+                        start = _skip_tagged_fields(data, start)
+                    data = data[start:]
+                if not future.done():
+                    future.set_result(data)
+        except (OSError, EOFError, asyncio.IncompleteReadError, BrokerUnreachable) as error:
+            self._fail(error)
+        except asyncio.CancelledError:
+            self._fail(BrokerUnreachable(f"connection to {self.address} closed"))
+            raise
+
+    def _fail(self, error: BaseException) -> None:
+        reason = (
+            error
+            if isinstance(error, BrokerUnreachable)
+            else BrokerUnreachable(f"connection to {self.address} lost: {error or type(error)}")
+        )
+        self.closed = True
+        while self._pending:
+            future = self._pending.popleft()[2]
+            if not future.done():
+                future.set_exception(reason)
+        with contextlib.suppress(Exception):
+            self._writer.close()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._fail(BrokerUnreachable(f"connection to {self.address} closed"))
+        self._read_task.cancel()
+
+
+def _skip_tagged_fields(data: bytes, pos: int) -> int:
+    count, pos = _uvarint(data, pos)
+    for _ in range(count):
+        _, pos = _uvarint(data, pos)
+        size, pos = _uvarint(data, pos)
+        pos += size
+    return pos
+
+
+def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return result, pos
+        shift += 7

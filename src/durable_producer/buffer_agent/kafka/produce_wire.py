@@ -1,0 +1,93 @@
+"""Produce requests with record batches passed through untouched, and their responses.
+
+The request is encoded by hand as a list of parts (the batches are not copied into it); the
+response is decoded by kio. Versions 3 to ``HIGHEST_PRODUCE_VERSION`` (v13 names topics by id).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, decode_body
+
+LOWEST_PRODUCE_VERSION = 3  # record batch v2
+HIGHEST_PRODUCE_VERSION = 11
+_FIRST_FLEXIBLE = 9
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+
+BatchParts = Sequence[bytes | memoryview]
+"""One record batch as parts that, joined, are its bytes."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionAnswer:
+    topic: str
+    partition: int
+    error_code: int
+    base_offset: int
+    error_message: str | None
+    log_start_offset: int = -1
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_produce(
+    version: int,
+    acks: int,
+    timeout_ms: int,
+    topics: Sequence[tuple[str, Sequence[tuple[int, BatchParts]]]],
+) -> list[bytes | memoryview]:
+    """The request body: one batch per partition (Kafka refuses more), as parts."""
+    flexible = version >= _FIRST_FLEXIBLE
+    parts: list[bytes | memoryview] = []
+    head = b"\x00" if flexible else _INT16.pack(-1)  # no transactional id
+    head += _ACKS_TIMEOUT.pack(acks, timeout_ms)
+    head += _uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
+    for topic, partitions in topics:
+        name = topic.encode()
+        if flexible:
+            head += _uvarint(len(name) + 1) + name + _uvarint(len(partitions) + 1)
+        else:
+            head += _INT16.pack(len(name)) + name + _INT32.pack(len(partitions))
+        for partition, batch in partitions:
+            size = sum(len(part) for part in batch)
+            head += _INT32.pack(partition)
+            head += _uvarint(size + 1) if flexible else _INT32.pack(size)
+            parts.append(head)
+            parts.extend(batch)
+            head = b"\x00" if flexible else b""  # the partition's tagged fields
+        if flexible:
+            head += b"\x00"  # the topic's tagged fields
+    if flexible:
+        head += b"\x00"
+    parts.append(head)
+    return parts
+
+
+def decode_produce(version: int, data: bytes) -> tuple[list[PartitionAnswer], int]:
+    """The partitions' answers and the throttle time in milliseconds."""
+    body = decode_body(API_PRODUCE, version, data)
+    answers = [
+        PartitionAnswer(
+            str(topic.name),
+            int(partition.index),
+            int(partition.error_code),
+            int(partition.base_offset),
+            getattr(partition, "error_message", None),
+            int(getattr(partition, "log_start_offset", -1)),
+        )
+        for topic in body.responses
+        for partition in topic.partition_responses
+    ]
+    return answers, int(body.throttle_time.total_seconds() * 1000)

@@ -1,0 +1,199 @@
+"""The batch forwarder against three real Apache Kafka brokers (RF 3, ``min.insync.replicas=2``)
+while the cluster fails under it: what only real replication shows (issue 25).
+
+Two idempotent clients produce checkable records (``support.cluster_load``) through a real agent
+process whose forwarder sends to the 3-node cluster of the run (``kafka_cluster``, healed after
+each test). A fault hits the cluster while the agent forwards; then the clients stop, the agent
+drains, and a consumer reads the topic. Each test asserts that no record the agent acknowledged
+is lost, damaged or out of its client's order, and counts the duplicates: the forwarder is an
+idempotent producer, so a leader failover must not make any beyond what the agent counted as
+possible (it counted none in these runs).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from durable_producer.local.agent_process import AgentProcess
+from support.broker import KafkaCluster, consume_all
+from support.cluster_load import Grade, ProducerLoad, grade
+from support.kafka_fixtures import TopicFactory
+from support.waiting import wait_for
+
+pytestmark = pytest.mark.integration
+
+RATE = 600
+"""Records a second per client (two clients)."""
+BEFORE_S = 3.0
+AFTER_S = 3.0
+
+
+@dataclass
+class Run:
+    result: Grade
+    metrics: dict[str, float]
+    """The agent's metrics once it had forwarded everything."""
+    loads: list[ProducerLoad]
+    unflushed: list[int]
+
+    def counted(self, prefix: str) -> float:
+        return sum(value for name, value in self.metrics.items() if name.startswith(prefix))
+
+    def errors(self, name: str) -> float:
+        return sum(
+            value
+            for key, value in self.metrics.items()
+            if key.startswith("durable_agent_kafka_errors_total") and f'error="{name}"' in key
+        )
+
+    def check(self) -> None:
+        """Nothing acknowledged lost, damaged or reordered; duplicates within the counted."""
+        result = self.result
+        assert self.unflushed == [0] * len(self.loads)
+        assert not any(load.fatal or load.errors for load in self.loads), [
+            (load.fatal, load.errors[:3]) for load in self.loads
+        ]
+        assert result.acknowledged > RATE * 4, "the clients must have made real progress"
+        assert not result.lost, f"{len(result.lost)} acknowledged records lost: {result.lost[:5]}"
+        assert not result.damaged and not result.unexpected
+        assert not result.order_violations
+        assert result.duplicates <= self.counted("durable_agent_possible_duplicates_total")
+        assert self.counted("durable_agent_dead_letters_total") == 0
+
+
+def forward_through_fault(
+    tmp_path: Path,
+    cluster: KafkaCluster,
+    topic: str,
+    partitions: int,
+    fault: Callable[[list[ProducerLoad]], None],
+    *,
+    settings: dict[str, object] | None = None,
+) -> Run:
+    agent = AgentProcess(
+        tmp_path / "volume",
+        cluster.bootstrap,
+        extra_args=["--drain-timeout", "60", "--dead-letter-after", "5"],
+        log_path=tmp_path / "agent.log",
+    )
+    with agent:
+        loads = [
+            ProducerLoad(f"c{n}", agent.bootstrap, topic, partitions, RATE, settings=settings or {})
+            for n in range(2)
+        ]
+        for load in loads:
+            load.start()
+        try:
+            time.sleep(BEFORE_S)
+            fault(loads)
+            time.sleep(AFTER_S)
+        finally:
+            unflushed = [load.stop() for load in loads]
+        wait_for(
+            lambda: agent.metrics().get("durable_agent_backlog_records") == 0,
+            timeout=60,
+            interval=0.5,
+            what=f"the agent to forward its backlog; log:\n{agent.log_tail()}",
+        )
+        metrics = agent.metrics()
+        assert agent.stop(timeout=60) == 0, agent.log_tail()
+    consumed = consume_all(cluster.bootstrap, topic, timeout=60, idle=3)
+    run = Run(grade(consumed, loads), metrics, loads, unflushed)
+    print(f"\n{run.result.summary()}")
+    return run
+
+
+def test_a_partition_leader_killed_while_forwarding(
+    kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    topic = new_topic(3, bootstrap=kafka_cluster.bootstrap)
+
+    def kill_leader(_loads: list[ProducerLoad]) -> None:
+        leader = kafka_cluster.leader_of(topic, 0)
+        leader.kill()  # kill -9: its partitions fail over, their ISRs shrink
+        wait_for(
+            lambda: kafka_cluster.partition(topic, 0).leader not in (-1, leader.node_id),
+            timeout=30,
+            interval=0.2,
+            what="a new leader",
+        )
+        time.sleep(2.0)
+        kafka_cluster.start_node(leader.node_id)
+
+    kill_leader_run = forward_through_fault(tmp_path, kafka_cluster, topic, 3, kill_leader)
+    kill_leader_run.check()
+
+
+def test_a_partition_leader_suspended_while_forwarding(
+    kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    topic = new_topic(3, bootstrap=kafka_cluster.bootstrap)
+
+    def suspend_leader(_loads: list[ProducerLoad]) -> None:
+        leader = kafka_cluster.leader_of(topic, 0)
+        leader.suspend()  # SIGSTOP: requests to it hang until it is fenced
+        try:
+            wait_for(
+                lambda: kafka_cluster.partition(topic, 0).leader not in (-1, leader.node_id),
+                timeout=40,
+                interval=0.5,
+                what="leadership to move off the SIGSTOPped broker",
+            )
+            time.sleep(2.0)
+        finally:
+            leader.resume()
+
+    suspended_run = forward_through_fault(tmp_path, kafka_cluster, topic, 3, suspend_leader)
+    suspended_run.check()
+
+
+def test_one_broker_down_below_min_insync_replicas_is_ridden_out(
+    kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """RF 2 with ``min.insync.replicas=2``: the follower down makes the leader answer
+    NOT_ENOUGH_REPLICAS to every acks=all batch. The agent keeps acknowledging its clients
+    (the records wait in the WAL), retries, and forwards all of it once the follower is back."""
+    topic = new_topic(1, replication_factor=2, bootstrap=kafka_cluster.bootstrap)
+    state = kafka_cluster.partition(topic)
+    follower = next(replica for replica in state.replicas if replica != state.leader)
+
+    def follower_down(loads: list[ProducerLoad]) -> None:
+        kafka_cluster.stop(follower)
+        wait_for(
+            lambda: kafka_cluster.partition(topic).isr == (state.leader,),
+            timeout=30,
+            interval=0.2,
+            what="the ISR to shrink to the leader",
+        )
+        acked = sum(len(load.acked) for load in loads)
+        time.sleep(6.0)
+        assert sum(len(load.acked) for load in loads) > acked, "ingest went on"
+        kafka_cluster.start_node(follower)
+        kafka_cluster.wait_for_full_isr([topic], timeout=60)
+
+    run = forward_through_fault(tmp_path, kafka_cluster, topic, 1, follower_down)
+    run.check()
+    assert run.errors("NOT_ENOUGH_REPLICAS") > 0, "the leader refused while the follower was down"
+
+
+def test_a_topic_with_a_small_max_message_bytes(
+    kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """linger-0 clients send one record a batch; the forwarder merges them, within the topic's
+    20 kB ``max.message.bytes`` (learnt with DescribeConfigs), on a replicated topic."""
+    topic = new_topic(3, config={"max.message.bytes": "20000"}, bootstrap=kafka_cluster.bootstrap)
+    run = forward_through_fault(
+        tmp_path,
+        kafka_cluster,
+        topic,
+        3,
+        lambda _loads: None,
+        settings={"linger.ms": 0, "batch.size": 16384},
+    )
+    run.check()
+    assert run.errors("MESSAGE_TOO_LARGE") == 0

@@ -1,0 +1,108 @@
+"""The forwarding producer's identity file: read back as written, and damage never stops it.
+
+A damaged ``state/producer-identity`` (garbage, a directory in its place, a slot that parses but
+holds no identity) is moved aside, reported once and the forwarder falls back to a new producer
+id; a torn newest slot falls back to the older one (no damage); a file of zeros is no damage.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import zlib
+from pathlib import Path
+
+import pytest
+
+from durable_producer.buffer_agent.forward.identity import (
+    IDENTITY_FILE,
+    MAGIC,
+    SLOT_BYTES,
+    Anchor,
+    IdentityFile,
+    IdentityRecord,
+    load_identity,
+)
+
+RECORD = IdentityRecord(
+    producer_id=7,
+    epoch=2,
+    delivered_below=100,
+    sent_below=140,
+    partitions={("orders", 1): Anchor(7, 2, 90, 12)},
+    written_checkpoint=50,
+)
+
+
+def written(state_dir: Path, *records: IdentityRecord) -> Path:
+    file = IdentityFile(state_dir)
+    for record in records:
+        assert file.write(record)
+    file.close()
+    return state_dir / IDENTITY_FILE
+
+
+def test_a_written_record_is_read_back(tmp_path: Path) -> None:
+    newer = IdentityRecord(7, 3, delivered_below=120, sent_below=150)
+    written(tmp_path, RECORD, newer)
+    record, damage = load_identity(tmp_path)
+    assert damage is None
+    assert record is not None
+    assert (record.epoch, record.delivered_below, record.sent_below) == (3, 120, 150)
+
+
+def test_no_file_is_no_damage(tmp_path: Path) -> None:
+    assert load_identity(tmp_path) == (None, None)
+    assert load_identity(None) == (None, None)
+
+
+def test_a_file_of_zeros_is_no_damage(tmp_path: Path) -> None:
+    (tmp_path / IDENTITY_FILE).write_bytes(bytes(2 * SLOT_BYTES))
+    assert load_identity(tmp_path) == (None, None)
+    assert (tmp_path / IDENTITY_FILE).exists()
+
+
+def test_a_torn_newest_slot_falls_back_to_the_older_one(tmp_path: Path) -> None:
+    newer = IdentityRecord(7, 3, delivered_below=120, sent_below=150)
+    path = written(tmp_path, RECORD, newer)
+    data = bytearray(path.read_bytes())
+    data[20:30] = b"x" * 10  # sequence 2 lives in slot 0
+    path.write_bytes(bytes(data))
+    record, damage = load_identity(tmp_path)
+    assert damage is None
+    assert record is not None
+    assert (record.epoch, record.sent_below, record.partitions) == (2, 140, RECORD.partitions)
+
+
+def _slot(payload: bytes, sequence: int = 1) -> bytes:
+    head = struct.pack(">4sQII", MAGIC, sequence, len(payload), zlib.crc32(payload))
+    return (head + payload).ljust(SLOT_BYTES, b"\0")
+
+
+@pytest.mark.parametrize(
+    ("name", "make"),
+    [
+        ("garbage", lambda path: path.write_bytes(b"{")),
+        ("directory", lambda path: (path / "inside").mkdir(parents=True)),
+        ("no identity in a valid slot", lambda path: path.write_bytes(2 * _slot(b'{"a": 1}'))),
+    ],
+)
+def test_a_damaged_file_is_set_aside_logged_once_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, name: str, make: object
+) -> None:
+    path = tmp_path / IDENTITY_FILE
+    make(path)  # type: ignore[operator]
+    with caplog.at_level(logging.WARNING):
+        record, damage = load_identity(tmp_path)
+    assert record is None
+    assert damage is not None and damage.path == path
+    assert not path.exists()
+    assert (tmp_path / f"{IDENTITY_FILE}.damaged").exists()
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "new producer id" in warnings[0].getMessage()
+
+    # The next write makes a good file again, read back without damage.
+    written(tmp_path, RECORD)
+    again, damage = load_identity(tmp_path)
+    assert damage is None and again is not None and again.producer_id == RECORD.producer_id

@@ -1,0 +1,98 @@
+"""Stamping a client batch (producer fields, CRC) and merging uncompressed batches, checked
+against an independent reader (kafka-python's)."""
+
+from __future__ import annotations
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatch
+
+from durable_producer.buffer_agent.kafka import batch_stamp
+from durable_producer.buffer_agent.kafka.record_batch import (
+    COMPRESSION_GZIP,
+    iter_batches,
+    parse_batch_header,
+)
+from support.batch_builder import SampleRecord, build_batch
+
+pytestmark = pytest.mark.skipif(not batch_stamp.can_merge, reason="_batch_merge not built")
+
+
+def _read(batch: bytes) -> list[tuple[int, int, bytes | None, bytes | None, list]]:
+    reader = DefaultRecordBatch(batch)
+    assert reader.validate_crc()
+    return [(r.offset, r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]) for r in reader]
+
+
+def _records(n: int, start_ts: int, tag: str) -> list[SampleRecord]:
+    return [
+        SampleRecord(
+            key=None if i % 3 == 0 else f"{tag}-k{i}".encode(),
+            value=None if i == 2 else f"{tag}-v{i}".encode() * (i + 1),
+            timestamp_ms=start_ts + i * 7,
+            headers=(("h\x00k", b"v"), ("n", None)) if i % 2 else (),
+        )
+        for i in range(n)
+    ]
+
+
+def test_stamp_rewrites_only_producer_fields_and_crc() -> None:
+    batch = build_batch(
+        _records(5, 1_700_000_000_000, "a"), producer_id=9, producer_epoch=1, base_sequence=4
+    )
+    stamped = b"".join(batch_stamp.stamp(batch, 12345, 7, 1000))
+    header = parse_batch_header(stamped)
+    assert (header.producer_id, header.producer_epoch, header.base_sequence) == (12345, 7, 1000)
+    assert header.partition_leader_epoch == -1
+    list(iter_batches(stamped))  # the CRC holds
+    assert stamped[61:] == batch[61:]
+    assert stamped[21:43] == batch[21:43]  # attributes, deltas, timestamps
+    assert _read(stamped) == _read(batch)
+
+
+def test_stamp_keeps_a_compressed_batch_compressed() -> None:
+    records = [SampleRecord(None, b"x" * 1000, 5)] * 20
+    batch = build_batch(records, compression=COMPRESSION_GZIP)
+    assert len(batch) < 1000
+    stamped = b"".join(batch_stamp.stamp(batch, 1, 0, 0))
+    assert stamped[61:] == batch[61:]
+    assert not batch_stamp.mergeable(stamped)
+    assert [r[3] for r in _read(stamped)] == [b"x" * 1000] * 20
+
+
+def test_merge_keeps_every_record_and_renumbers_offsets() -> None:
+    parts = [
+        _records(3, 1_700_000_000_000, "a"),
+        _records(1, 1_600_000_000_000, "b"),  # older than the first batch's base: negative delta
+        _records(4, 1_800_000_000_000, "c"),
+    ]
+    batches = [build_batch(p) for p in parts]
+    merged = b"".join(batch_stamp.stamp(batch_stamp.merge(batches), 5, 0, 10))
+    header = parse_batch_header(merged)
+    assert header.record_count == 8 and header.last_offset_delta == 7
+    assert header.base_timestamp == 1_700_000_000_000
+    assert header.max_timestamp == 1_800_000_000_000 + 21
+    expected = [
+        (i, r.timestamp_ms, r.key, r.value, list(r.headers))
+        for i, r in enumerate(x for p in parts for x in p)
+    ]
+    assert _read(merged) == expected
+
+
+def test_merge_keeps_create_time_zero_and_minus_one() -> None:
+    batches = [
+        build_batch([SampleRecord(b"k", b"v", 0)]),
+        build_batch([SampleRecord(b"k", b"w", 5), SampleRecord(b"k", b"x", 5)]),
+    ]
+    raw = bytearray(batches[1])
+    # second record's timestamp delta -6: 5 - 6 = -1 (NO_TIMESTAMP inside a batch)
+    reader = _read(bytes(raw))
+    assert [r[1] for r in reader] == [5, 5]
+    merged = batch_stamp.merge(batches)
+    assert [r[1] for r in _read(b"".join(batch_stamp.stamp(merged, 1, 0, 0)))] == [0, 5, 5]
+
+
+def test_merge_refuses_malformed_records() -> None:
+    batch = bytearray(build_batch(_records(2, 1, "a")))
+    del batch[-3:]
+    with pytest.raises(ValueError):
+        batch_stamp.merge([bytes(batch)])
