@@ -117,11 +117,7 @@ def test_with_the_operator_down_opted_in_pods_are_refused_and_others_admitted(
     assert "initContainers" not in plain_answer["spec"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "D6: LimitRanger runs before the mutating webhooks and in-tree plugins run again only on a"
-    " reinvocation: the injected agent gets no LimitRange default and the pod is refused"
-    " ('failed quota: cpu: must specify limits.cpu for: durable-agent')"))
-def test_limit_range_defaults_reach_the_injected_agent_under_a_cpu_limit_quota(
+def test_the_injected_agent_is_admitted_under_a_limit_range_and_a_cpu_limit_quota(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
     """A multi-tenant namespace: LimitRange defaults and a ResourceQuota on limits.cpu."""
@@ -144,10 +140,6 @@ def test_limit_range_defaults_reach_the_injected_agent_under_a_cpu_limit_quota(
     assert agent["resources"]["limits"]["cpu"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "D6: the API server reinvokes the webhook (reinvocationPolicy IfNeeded) after its in-tree"
-    " plugins ran again on the mutated pod; the second pass patches the agent container again"
-    " (pod_mutation.py upserts it whole), reverting what the plugins (and other webhooks) set"))
 def test_the_reinvocation_of_the_webhook_leaves_the_pod_as_it_is(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
