@@ -191,6 +191,12 @@ def _admit(
 ) -> AdmissionAnswer:
     if operation != MUTATED_OPERATION:
         return AdmissionAnswer()  # an update, a delete: the agent is attached at creation only
+    if pod_mutation.already_mutated(body):
+        # A reinvocation (reinvocationPolicy IfNeeded): the API server calls us again after
+        # other webhooks or its in-tree plugins changed the pod. Whatever they changed (an
+        # image mirror rewriting the agent's image, LimitRanger's defaults) stays; only
+        # containers added since our first pass get the bootstrap env.
+        return AdmissionAnswer(pod_mutation.reinvocation_patch(body))
     if overrides.opted_out(body):
         return AdmissionAnswer(
             warnings=[f"{INJECT_ANNOTATION}=false: no buffer agent, volume or env added"]

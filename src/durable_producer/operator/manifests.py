@@ -1,7 +1,12 @@
 """Manifests of the objects the operator creates for a DurableProducer (pure).
 
-Pool volumes (PVCs) and drain Jobs; every such object, and the Spark templates ConfigMap
-(spark_templates.py), carries the DurableProducer's owner reference.
+Pool volumes (PVCs) and drain Jobs. Pool volumes carry no owner reference: the
+DurableProducer's finalizer owns their lifecycle (drained, then deleted). With an owner
+reference, a foreground deletion (``kubectl delete --cascade=foreground``, Argo CD's default)
+made the garbage collector delete every volume first, before any could be drained (D2).
+Drain Jobs carry a non-blocking owner reference (the garbage collector removes a Job left
+behind once the DurableProducer is gone; a foreground deletion does not wait for it). The Spark
+templates ConfigMap (spark_templates.py) carries a blocking one.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from durable_producer.operator.volume_pool import (
 )
 
 
-def owner_reference(producer: Object) -> dict[str, Any]:
+def owner_reference(producer: Object, *, blocking: bool = True) -> dict[str, Any]:
     metadata = producer.get("metadata") or {}
     return {
         "apiVersion": API_VERSION,
@@ -38,7 +43,7 @@ def owner_reference(producer: Object) -> dict[str, Any]:
         "name": metadata.get("name"),
         "uid": metadata.get("uid"),
         "controller": True,
-        "blockOwnerDeletion": True,
+        "blockOwnerDeletion": blocking,
     }
 
 
@@ -54,7 +59,8 @@ def new_volume_manifest(
     """A new pool PVC, created already claimed by the pod being admitted.
 
     It records the storage class asked for (volume_fit.py) and carries the pool's finalizer,
-    so it goes only when the operator lets it (volume_pool.py).
+    so it goes only when the operator lets it (volume_pool.py). Found by its label, not by an
+    owner reference (it has none: see the module's docstring).
     """
     metadata = producer.get("metadata") or {}
     fit = VolumeFit.from_spec(spec)
@@ -81,7 +87,6 @@ def new_volume_manifest(
             "labels": {POOL_LABEL: metadata.get("name")},
             "annotations": annotations,
             "finalizers": [VOLUME_FINALIZER],
-            "ownerReferences": [owner_reference(producer)],
         },
         "spec": pvc_spec,
     }
@@ -129,7 +134,7 @@ def drain_job_manifest(
             "name": drain_job_name(pvc_name),
             "namespace": metadata.get("namespace"),
             "labels": labels,
-            "ownerReferences": [owner_reference(producer)],
+            "ownerReferences": [owner_reference(producer, blocking=False)],
         },
         "spec": {
             "backoffLimit": 2,

@@ -29,6 +29,7 @@ from durable_producer.contract import (
 from durable_producer.operator import sizing
 from durable_producer.operator.injection_hash import sidecar_hash
 from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.quantities import parse_quantity
 from durable_producer.operator.settings import AgentImage
 
 AGENT_USER_ID = 10001
@@ -193,8 +194,27 @@ def image_pull_secrets(existing: list[Any] | None, agent_image: AgentImage) -> l
     return secrets or None
 
 
+DEFAULT_AGENT_LIMITS = {"cpu": "1", "memory": "512Mi"}
+"""Limits the agent gets when ``spec.agent.resources.limits`` leaves one out (never below the
+request): a namespace ResourceQuota on ``limits.cpu``/``limits.memory`` refuses a pod whose
+containers lack that limit, and LimitRange defaults never reach a container a webhook adds
+(LimitRanger runs before the mutating webhooks)."""
+
+
 def agent_resources(spec: DurableProducerSpec) -> dict[str, Any]:
     resources = spec.agent.resources.model_dump(by_alias=True, exclude_none=True)
+    requests = dict(resources.get("requests") or {})
+    limits = dict(resources.get("limits") or {})
+    for resource, default in DEFAULT_AGENT_LIMITS.items():
+        if resource in limits:
+            continue
+        request = requests.get(resource)
+        limits[resource] = (
+            request
+            if request is not None and parse_quantity(request) > parse_quantity(default)
+            else default
+        )
+    resources["limits"] = limits
     return {kind: amounts for kind, amounts in resources.items() if amounts}
 
 
@@ -384,6 +404,46 @@ def mutation_patch(
 ) -> list[JsonPatchOp]:
     """The JSONPatch the webhook answers with; empty when the pod is already as desired."""
     return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, agent_image, log_level))
+
+
+def already_mutated(pod: Mapping[str, Any]) -> bool:
+    """Whether an earlier pass of the webhook mutated this pod: our annotation, the agent and
+    the buffer volume are there (a reinvocation, or a pod created from an admitted one)."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    return INJECTED_ANNOTATION in annotations and is_injected(pod)
+
+
+def reinvocation_patch(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
+    """The JSONPatch for a pod our first pass already mutated (``already_mutated``).
+
+    The agent container, volumes and annotations are left exactly as they are now: other
+    webhooks and the API server's in-tree plugins (run again before a reinvocation) may have
+    changed them on purpose (a registry mirror, LimitRange defaults, a policy's
+    securityContext). Only app containers added after our pass (no bootstrap env at all) get
+    the agent's address, read from our annotation. Empty when nothing was added.
+    """
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    try:
+        address = json.loads(str(annotations.get(INJECTED_ANNOTATION)))["bootstrap"]
+    except (ValueError, TypeError, KeyError):
+        return []
+    if not isinstance(address, str) or not address:
+        return []
+    containers = list((pod.get("spec") or {}).get("containers") or [])
+    updated = [
+        container
+        if not isinstance(container, dict) or _has_bootstrap_env(container)
+        else _with_bootstrap_env(container, address)
+        for container in containers
+    ]
+    if updated == containers:
+        return []
+    return [{"op": "add", "path": "/spec/containers", "value": updated}]
+
+
+def _has_bootstrap_env(container: Mapping[str, Any]) -> bool:
+    names = {item.get("name") for item in container.get("env") or [] if isinstance(item, dict)}
+    return bool(names & {BOOTSTRAP_ENV, BOOTSTRAP_TWIN_ENV})
 
 
 def is_injected(pod: Mapping[str, Any]) -> bool:

@@ -23,6 +23,10 @@ where it left off (docs/volume-lifecycle.md has the state diagram):
   it is known empty or its backlog was abandoned on purpose (``ABANDON_ANNOTATION``); deleting
   it otherwise (a namespace deletion, ``kubectl delete pvc``) leaves it held, and says so.
 
+Pool volumes are found by their label (``POOL_LABEL``), never by an owner reference: they
+carry none (manifests.py, D2), and the pool removes the one older versions set
+(``producer_owned``), so that the garbage collector never deletes a volume before its drain.
+
 Only volumes that fit the spec (volume_fit.py: size and storage class) go to new pods; free
 ones that do not are grown, or drained and deleted. pool_actions.py carries out the plan,
 pool_status.py turns what was found into the DurableProducer's status.
@@ -36,7 +40,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from durable_producer.contract import GROUP
+from durable_producer.contract import GROUP, KIND
 from durable_producer.operator import pod_mutation, volume_fit
 from durable_producer.operator.kube_objects import Object, format_time, name_of, parse_time
 from durable_producer.operator.settings import PoolPolicy
@@ -215,15 +219,38 @@ class PoolPlan:
         )
 
 
-def _patch(pvc: Object, annotations: dict[str, Any], *, protect: bool = False) -> VolumePatch:
+def producer_owned(pvc: Object) -> bool:
+    """Whether a volume still carries the owner reference to its DurableProducer that
+    versions before D2's fix set (the garbage collector would delete it first in a foreground
+    or namespace deletion, before it can be drained)."""
+    return any(
+        isinstance(reference, Mapping) and reference.get("kind") == KIND
+        for reference in (pvc.get("metadata") or {}).get("ownerReferences") or []
+    )
+
+
+def _patch(
+    pvc: Object,
+    annotations: dict[str, Any],
+    *,
+    protect: bool = False,
+    disown: bool = False,
+) -> VolumePatch:
     """One merge patch for one volume, guarded by the resourceVersion read; ``protect`` adds
-    our finalizer (to a volume made before volumes carried it)."""
+    our finalizer (to a volume made before volumes carried it); ``disown`` removes the owner
+    reference to the DurableProducer (set by older versions), keeping any other."""
     current = pvc.get("metadata") or {}
     metadata: dict[str, Any] = {"resourceVersion": current.get("resourceVersion")}
     if annotations:
         metadata["annotations"] = annotations
     if protect:
         metadata["finalizers"] = [*(current.get("finalizers") or []), VOLUME_FINALIZER]
+    if disown:
+        metadata["ownerReferences"] = [
+            reference
+            for reference in current.get("ownerReferences") or []
+            if not (isinstance(reference, Mapping) and reference.get("kind") == KIND)
+        ]
     return VolumePatch(name_of(pvc), {"metadata": metadata})
 
 
@@ -283,8 +310,9 @@ def plan_pool(
         if updates is None:
             continue  # deleted this run: the delete carries the resourceVersion read
         protect = VOLUME_FINALIZER not in ((pvc.get("metadata") or {}).get("finalizers") or [])
-        if updates or protect:
-            plan.patches.append(_patch(pvc, updates, protect=protect))
+        disown = producer_owned(pvc)
+        if updates or protect or disown:
+            plan.patches.append(_patch(pvc, updates, protect=protect, disown=disown))
     return plan
 
 

@@ -62,6 +62,10 @@ def test_features_creating_blocking_owner_references_may_update_the_owners_final
     }
     finalizers = (model.GROUP, f"{model.PLURAL}/finalizers", ("update",))
 
+    # Pool volumes carry no owner reference and drain Jobs a non-blocking one (D2): a
+    # foreground deletion must not delete or wait for them before their drain.
+    assert not blocking_owner(created.pop("volumePool"))
+    assert not blocking_owner(created.pop("drainJobs"))
     for feature, manifest in created.items():
         assert manifest is not None and blocking_owner(manifest), feature
         assert finalizers in api_access.FEATURE_API_ACCESS[feature], feature

@@ -84,7 +84,7 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
     assert agent["securityContext"]["runAsNonRoot"] is True
     assert agent["securityContext"]["readOnlyRootFilesystem"] is True
     assert agent["resources"] == {"requests": {"cpu": "100m", "memory": "128Mi"},
-                                  "limits": {"memory": "512Mi"}}
+                                  "limits": {"cpu": "1", "memory": "512Mi"}}
     assert {"name": "durable-buffer", "mountPath": "/var/lib/durable-producer"} in agent[
         "volumeMounts"]
     assert env_of(spec["containers"][0]) == {
@@ -245,6 +245,67 @@ def test_reinvocation_after_another_webhook_added_a_container() -> None:
     assert env_of(result["spec"]["containers"][1])["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
     assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent"]
     assert len(result["spec"]["volumes"]) == 1
+
+
+def test_a_reinvocation_leaves_what_others_changed_on_the_agent() -> None:
+    """An image mirror rewrote the agent's image and LimitRanger (run again before a
+    reinvocation) set defaults: our second pass reverts neither (D6)."""
+    pod = deployment_pod()
+    once = apply(pod, patch_for(pod))
+    changed = copy.deepcopy(once)
+    agent = changed["spec"]["initContainers"][0]
+    agent["image"] = "mirror.internal/agent:1.2.3"
+    agent["resources"]["limits"]["ephemeral-storage"] = "1Gi"
+    agent["volumeMounts"].append({"name": "kube-api-access", "mountPath": "/var/run/x"})
+
+    assert pod_mutation.already_mutated(changed)
+    assert pod_mutation.reinvocation_patch(changed) == []
+
+
+def test_a_reinvocation_gives_the_bootstrap_env_only_to_containers_added_since() -> None:
+    pod = deployment_pod()
+    once = apply(pod, patch_for(pod))
+    changed = copy.deepcopy(once)
+    changed["spec"]["initContainers"][0]["image"] = "mirror.internal/agent:1.2.3"
+    changed["spec"]["containers"][0]["env"].append({"name": "EXTRA", "value": "1"})
+    changed["spec"]["containers"].append({"name": "mesh-proxy", "image": "proxy:1"})
+
+    result = apply(changed, pod_mutation.reinvocation_patch(changed))
+
+    assert result["spec"]["containers"][0] == changed["spec"]["containers"][0]
+    assert env_of(result["spec"]["containers"][1])["KAFKA_BOOTSTRAP_SERVERS"] == (
+        "127.0.0.1:9092")
+    assert result["spec"]["initContainers"] == changed["spec"]["initContainers"]
+
+
+def test_a_pod_without_our_annotation_is_not_taken_for_a_reinvocation() -> None:
+    pod = deployment_pod()
+    once = apply(pod, patch_for(pod))
+    del once["metadata"]["annotations"][contract.INJECTED_ANNOTATION]
+
+    assert not pod_mutation.already_mutated(once)
+    assert not pod_mutation.already_mutated(deployment_pod())
+
+
+def test_the_agent_gets_cpu_and_memory_limits_by_default() -> None:
+    """A ResourceQuota on limits.cpu/limits.memory refuses a container without them, and
+    LimitRange defaults never reach a container a webhook adds (D6)."""
+    assert pod_mutation.agent_resources(make_spec()) == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "1", "memory": "512Mi"}}
+
+
+def test_a_missing_default_limit_is_never_below_the_request() -> None:
+    spec = make_spec(agent={"resources": {"requests": {"cpu": "2", "memory": "1Gi"},
+                                          "limits": {"cpu": "3"}}})
+
+    assert pod_mutation.agent_resources(spec)["limits"] == {"cpu": "3", "memory": "1Gi"}
+
+
+def test_limits_the_spec_sets_are_kept() -> None:
+    spec = make_spec(agent={"resources": {"limits": {"cpu": "250m", "memory": "256Mi"}}})
+
+    assert pod_mutation.agent_resources(spec)["limits"] == {"cpu": "250m", "memory": "256Mi"}
 
 
 def test_pod_without_spec_or_annotations_gets_them() -> None:

@@ -332,17 +332,65 @@ def test_audit_names_running_pods_without_an_agent() -> None:
 # Manifests
 
 
-def test_new_volume_is_owned_by_the_producer_sized_and_already_claimed() -> None:
+def test_new_volume_is_labelled_not_owned_sized_and_already_claimed() -> None:
+    """No owner reference: the finalizer owns the volume's lifecycle, and a foreground or
+    namespace deletion must not make the garbage collector delete it before its drain (D2)."""
     spec = make_spec(storage={"storageClassName": "replicated"})
 
     manifest = manifests.new_volume_manifest(PRODUCER, spec, "orders-buffer-1", "tok", NOW)
 
-    assert manifest["metadata"]["ownerReferences"][0]["uid"] == "dp-uid"
+    assert "ownerReferences" not in manifest["metadata"]
+    assert manifest["metadata"]["finalizers"] == [vp.VOLUME_FINALIZER]
     assert manifest["metadata"]["labels"] == {vp.POOL_LABEL: "orders"}
     assert manifest["metadata"]["annotations"][vp.CLAIM_TOKEN_ANNOTATION] == "tok"
     assert manifest["spec"]["storageClassName"] == "replicated"
     assert manifest["spec"]["resources"]["requests"]["storage"] == size_buffer(
         SizingInputs.from_spec(spec)).size_quantity
+
+
+def test_a_drain_job_is_owned_without_blocking_the_producers_deletion() -> None:
+    manifest = manifests.drain_job_manifest(
+        PRODUCER, make_spec(), "orders-buffer-1", POLICY, AgentImage())
+
+    (owner,) = manifest["metadata"]["ownerReferences"]
+    assert (owner["uid"], owner["blockOwnerDeletion"]) == ("dp-uid", False)
+
+
+def owned(volume: dict[str, Any], *references: dict[str, Any]) -> dict[str, Any]:
+    volume["metadata"]["ownerReferences"] = list(references)
+    return volume
+
+
+PRODUCER_REFERENCE = manifests.owner_reference(PRODUCER)
+OTHER_REFERENCE = {"apiVersion": "v1", "kind": "ConfigMap", "name": "keep", "uid": "c-1"}
+
+
+def test_the_pool_removes_the_owner_reference_older_versions_set() -> None:
+    volume = owned(pvc("v", backlog=vp.BACKLOG_EMPTY, released_at=ago(10)),
+                   PRODUCER_REFERENCE, OTHER_REFERENCE)
+
+    plan = vp.plan_pool([volume], [], [], NOW, POLICY)
+
+    (patch,) = plan.patches
+    assert patch.name == "v"
+    assert patch.patch == {"metadata": {"resourceVersion": "1",
+                                        "ownerReferences": [OTHER_REFERENCE]}}
+
+
+def test_an_in_use_volume_is_disowned_too_and_nothing_else_changes() -> None:
+    volume = owned(pvc("v", claim="t", claimed_at=ago(600)), PRODUCER_REFERENCE)
+
+    plan = vp.plan_pool([volume], [pod("p", "v")], [], NOW, POLICY)
+
+    assert [p.patch for p in plan.patches] == [
+        {"metadata": {"resourceVersion": "1", "ownerReferences": []}}]
+    assert not (plan.jobs_to_create or plan.volumes_to_delete)
+
+
+def test_a_volume_without_our_owner_reference_needs_no_patch() -> None:
+    volume = owned(pvc("v", backlog=vp.BACKLOG_EMPTY, released_at=ago(10)), OTHER_REFERENCE)
+
+    assert vp.plan_pool([volume], [], [], NOW, POLICY).idle
 
 
 def test_drain_job_runs_the_agent_drain_mode_on_the_volume() -> None:
