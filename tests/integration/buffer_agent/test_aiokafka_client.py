@@ -4,10 +4,11 @@ each codec, idempotent, headers with repeated names and null values, explicit pa
 timestamps, null and empty keys; byte-exact in Kafka (``support.client_records``, the standard
 the Java client is held to).
 
-What this branch's forwarder cannot keep (it decodes every stored record and produces it again
-through librdkafka) is a strict xfail each, and passes straight to the broker: the client's
-compression codec, CreateTime 0 and a NUL byte in a header name. The batch forwarder (issue 27,
-DESIGN.md 2.1) sends the client's batches as they are and keeps all three.
+What the per-record forwarder could not keep (it decoded every stored record and produced it
+again through librdkafka) is tested through the agent and straight to the broker alike: the
+client's compression codec, CreateTime 0 and a NUL byte in a header name. The batch forwarder
+(issue 27, DESIGN.md 2.1) sends the client's batches as they are and keeps all three (these
+tests were strict xfails before it).
 
 aiokafka 0.14 reports the first record's timestamp of a batch for every record of it
 (``ProducerBatch.done`` reassigns ``timestamp`` inside its loop over the records), so its reports
@@ -22,7 +23,6 @@ import dataclasses
 import time
 from collections import Counter
 from collections.abc import Iterator, Sequence
-from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaProducer
@@ -58,11 +58,6 @@ CODECS = {
     "lz4": COMPRESSION_LZ4,
     "zstd": COMPRESSION_ZSTD,
 }
-PER_RECORD_FORWARDER = (
-    "forward/ decodes the stored batches and produces every record again with confluent-kafka"
-    " (librdkafka); the batch forwarder (issue 27, DESIGN.md 2.1) sends the client's batches as"
-    " they are: "
-)
 
 
 @pytest.fixture(scope="module")
@@ -158,12 +153,7 @@ def test_aiokafka_producer_byte_exact_through_the_agent(
     ]
 
 
-def routes(reason: str) -> list[Any]:
-    """``direct`` (the control: must pass) and ``agent`` (a strict xfail for ``reason``)."""
-    return [
-        "direct",
-        pytest.param("agent", marks=pytest.mark.xfail(strict=True, reason=reason)),
-    ]
+ROUTES = ["direct", "agent"]  # the control, and through the agent
 
 
 def bootstrap_of(route: str, agent: AgentProcess, kafka_broker: KafkaBroker) -> str:
@@ -193,9 +183,7 @@ def records_in(kafka_broker: KafkaBroker, topic: str, count: int) -> list[Stored
         time.sleep(0.2)
 
 
-@pytest.mark.parametrize(
-    "route", routes(PER_RECORD_FORWARDER + "librdkafka writes them uncompressed")
-)
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("codec", [codec for codec in CODECS if codec != "none"])
 def test_kafka_keeps_the_aiokafka_clients_compressed_batches(
     agent: AgentProcess, kafka_broker: KafkaBroker, new_topic: TopicFactory, codec: str, route: str
@@ -208,13 +196,7 @@ def test_kafka_keeps_the_aiokafka_clients_compressed_batches(
     assert {batch.header.compression for batch in batches} == {CODECS[codec]}
 
 
-@pytest.mark.parametrize(
-    "route",
-    routes(
-        PER_RECORD_FORWARDER + "librdkafka takes timestamp 0 for 'now', so CreateTime 0 is"
-        " stored as the forwarding time"
-    ),
-)
+@pytest.mark.parametrize("route", ROUTES)
 def test_create_time_zero_is_kept(
     agent: AgentProcess, kafka_broker: KafkaBroker, new_topic: TopicFactory, route: str
 ) -> None:
@@ -230,13 +212,7 @@ def test_create_time_zero_is_kept(
     ]
 
 
-@pytest.mark.parametrize(
-    "route",
-    routes(
-        PER_RECORD_FORWARDER + "librdkafka takes header names as C strings, so 'a\\x00b' is"
-        " stored as 'a'"
-    ),
-)
+@pytest.mark.parametrize("route", ROUTES)
 def test_nul_in_a_header_name_is_kept(
     agent: AgentProcess, kafka_broker: KafkaBroker, new_topic: TopicFactory, route: str
 ) -> None:

@@ -123,12 +123,8 @@ def test_idempotent_java_producer_byte_exact_through_the_agent(
     assert len(agent_run.outcomes) == SAMPLE_RECORDS
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="forward/ decodes the stored batches and produces the records again with"
-    " confluent-kafka, uncompressed; the forwarder being written keeps the client's batches"
-    " (DESIGN.md 2.1)",
-)
+# A strict xfail through the per-record forwarder (it stored the records uncompressed); the
+# batch forwarder keeps the client's batches as they are (issue 27).
 @pytest.mark.parametrize("codec", [codec for codec in CODECS if codec != "none"])
 def test_kafka_keeps_the_java_clients_compressed_batches(
     java_classes: Path,
