@@ -62,7 +62,7 @@ def test_a_pods_annotations_set_its_agents_resources_fsync_and_log_level(
     agent = result["spec"]["initContainers"][0]
 
     assert agent["resources"] == {"requests": {"cpu": "250m", "memory": "128Mi"},
-                                  "limits": {"memory": "1Gi"}}
+                                  "limits": {"cpu": "1", "memory": "1Gi"}}
     assert "--fsync=always" in agent["args"]
     assert "--log-level=DEBUG" in agent["args"]
     spec = reconcile.parse_spec(durable_producer()["spec"])
