@@ -7,7 +7,9 @@ each test). A fault hits the cluster while the agent forwards; then the clients 
 drains, and a consumer reads the topic. Each test asserts that no record the agent acknowledged
 is lost, damaged or out of its client's order, and counts the duplicates: the forwarder is an
 idempotent producer, so a leader failover must not make any beyond what the agent counted as
-possible (it counted none in these runs).
+possible (it counted none in these runs). A topic deleted under its backlog (slow: the
+forwarder waits 60 s for a deleted topic to come back) is graded on the other topic and on the
+dead-letter budget.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from confluent_kafka.admin import AdminClient
 
 from durable_producer.local.agent_process import AgentProcess
 from support.broker import KafkaCluster, consume_all
@@ -197,3 +200,77 @@ def test_a_topic_with_a_small_max_message_bytes(
     )
     run.check()
     assert run.errors("MESSAGE_TOO_LARGE") == 0
+
+
+@pytest.mark.slow
+def test_a_topic_deleted_while_its_backlog_forwards(
+    kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """A backlog for two topics is stored while Kafka is out of reach; one topic is deleted;
+    then the agent forwards. The other topic's records all arrive (and new ones keep flowing)
+    while the deleted topic's batches wait ``unknown_topic_wait_s`` (60 s) and then go to the
+    dead-letter area, which stays within ``--dead-letter-max-bytes``: the batches that do not
+    fit wait in the WAL."""
+    keep = new_topic(3, bootstrap=kafka_cluster.bootstrap)
+    doomed = new_topic(3, bootstrap=kafka_cluster.bootstrap)
+    budget = 1 << 20
+    agent = AgentProcess(
+        tmp_path / "volume",
+        "127.0.0.1:1",  # unreachable: everything stays in the WAL
+        extra_args=[
+            "--default-partitions",
+            "3",
+            "--drain-timeout",
+            "1",
+            "--dead-letter-max-bytes",
+            str(budget),
+        ],
+        log_path=tmp_path / "agent.log",
+    )
+    with agent:
+        stored = [
+            ProducerLoad("k1", agent.bootstrap, keep, 3, RATE).start(),
+            ProducerLoad("d1", agent.bootstrap, doomed, 3, 3 * RATE).start(),
+        ]
+        time.sleep(4.0)
+        assert [load.stop() for load in stored] == [0, 0]
+        agent.kill()
+        admin = AdminClient({"bootstrap.servers": kafka_cluster.bootstrap})
+        admin.delete_topics([doomed])[doomed].result(timeout=30)
+        wait_for(lambda: doomed not in kafka_cluster.topics(), timeout=30, what="the deletion")
+
+        agent.kafka_bootstrap = kafka_cluster.bootstrap
+        agent.start()
+        fresh = ProducerLoad("k2", agent.bootstrap, keep, 3, RATE).start()
+        time.sleep(4.0)
+        assert fresh.stop() == 0
+        keep_loads = [stored[0], fresh]
+        acked = sum(len(load.acked) for load in keep_loads)
+        consumed = consume_all(kafka_cluster.bootstrap, keep, expected=acked, timeout=60)
+        result = grade(consumed, keep_loads)
+        print(f"\nkept topic: {result.summary()}")
+        assert not result.lost and not result.damaged and not result.order_violations
+        assert result.duplicates == 0
+
+        letters = tmp_path / "volume" / "dead-letter"
+        wait_for(
+            lambda: (
+                agent.metrics().get(
+                    'durable_agent_dead_letters_total{reason="UNKNOWN_TOPIC_OR_PARTITION"}', 0
+                )
+                > 0
+            ),
+            timeout=120,
+            interval=1.0,
+            what=f"dead letters for the deleted topic; log:\n{agent.log_tail()}",
+        )
+        time.sleep(3.0)
+        size = sum(path.stat().st_size for path in letters.rglob("*") if path.is_file())
+        doomed_records = len(stored[1].acked)
+        lettered = agent.metrics()[
+            'durable_agent_dead_letters_total{reason="UNKNOWN_TOPIC_OR_PARTITION"}'
+        ]
+        print(f"dead letters: {lettered:.0f} of {doomed_records} records, {size} bytes")
+        assert size <= budget
+        assert 0 < lettered < doomed_records, "the budget stopped the letters, not the backlog"
+        assert agent.is_ready(), "the agent still serves"
