@@ -22,7 +22,7 @@ The agent's VmRSS (``/proc/PID/status``) is sampled every 0.1 s throughout; at e
 boundary the kernel's peak (VmHWM) is reset (``/proc/PID/clear_refs``) so that the printed
 kernel peak belongs to that phase and catches spikes between samples.
 
-    .venv/bin/python benchmarks/catch_up_memory_bench.py              # ~600 MiB, ~3-5 minutes
+    .venv/bin/python benchmarks/catch_up_memory_bench.py              # ~600 MiB, about a minute
     .venv/bin/python benchmarks/catch_up_memory_bench.py --frames 100 --skip-restore
 """
 
