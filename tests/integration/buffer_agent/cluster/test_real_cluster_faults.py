@@ -203,6 +203,24 @@ def test_a_topic_with_a_small_max_message_bytes(
 
 
 @pytest.mark.slow
+def test_a_rolling_restart_of_every_broker_while_forwarding(
+    kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """An upgrade's rolling restart: each broker in turn shuts down in a controlled way (its
+    leaderships move), starts, and rejoins every ISR before the next goes, all while the agent
+    forwards. Slow: three broker restarts with their ISR catch-up take about a minute."""
+    topic = new_topic(3, bootstrap=kafka_cluster.bootstrap)
+
+    def roll(loads: list[ProducerLoad]) -> None:
+        acked = sum(len(load.acked) for load in loads)
+        kafka_cluster.rolling_restart([topic])
+        assert sum(len(load.acked) for load in loads) > acked, "ingest went on throughout"
+
+    run = forward_through_fault(tmp_path, kafka_cluster, topic, 3, roll)
+    run.check()
+
+
+@pytest.mark.slow
 def test_a_topic_deleted_while_its_backlog_forwards(
     kafka_cluster: KafkaCluster, new_topic: TopicFactory, tmp_path: Path
 ) -> None:
