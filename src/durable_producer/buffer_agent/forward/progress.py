@@ -4,15 +4,18 @@ The contiguous watermark of the ``AckTracker`` is written as the WAL checkpoint 
 ``checkpoint_interval_s``, on stop, and as soon as the frames replayed after a start or
 reset are delivered; the WAL deletes whole segments below it.
 
-Duplicates are counted conservatively. The forwarder persists a *sent high-water mark*
-(one past the last frame handed to the Kafka client) and, for information, the delivered
-one in ``state/forwarder.hint`` every ``hint_interval_s`` (no fsync) and at every
-checkpoint and stop (fdatasync). On start, every record of a frame between the checkpoint
-and the sent mark is counted as a replayed (possible) duplicate: Kafka may have it even if
-the acknowledgement never arrived. A producer reset counts the same way. The count is an
-upper bound on the duplicates in Kafka, except for records sent within the last
-``hint_interval_s`` before a crash; duplicates themselves are bounded by one checkpoint
-interval of traffic plus what was in flight.
+The hint marks what a restart must treat with care. The forwarder persists a *sent
+high-water mark* (one past the last frame handed to a Produce request) and, for information,
+the delivered one in ``state/forwarder.hint`` every ``hint_interval_s`` (no fsync) and at
+every checkpoint and stop (fdatasync). On start, the frames between the checkpoint and the
+sent mark are *replayed*: Kafka may hold them already. With the producer identity kept on the
+volume (``state/producer-identity``, identity.py) they are re-sent under the same producer
+id, epoch and sequences, after asking each partition's leader what it holds
+(DescribeProducers), so the brokers drop the copies they have: no duplicate. Only where that
+identity is lost or the broker has forgotten the producer does the forwarder take a new one,
+and then every replayed record counts as a possible duplicate (``cause="restart"``;
+forwarder.py). Records sent within the last ``hint_interval_s`` before a crash may escape
+that count.
 
 **A full disk never stops the forwarder.** The hint is a preallocated two-slot file
 rewritten in place, like the WAL checkpoint (``wal/slot_file.py``; bytes in
