@@ -17,7 +17,23 @@ from typing import Any
 
 from kafka.partitioner.default import murmur2
 
+from durable_producer.buffer_agent.kafka.record_batch import (
+    COMPRESSION_GZIP,
+    COMPRESSION_LZ4,
+    COMPRESSION_NONE,
+    COMPRESSION_SNAPPY,
+    COMPRESSION_ZSTD,
+)
 from durable_producer.local.topics import ConsumedRecord, consume_all
+
+# A client's codec name -> the batch attribute's compression bits, for every client test.
+CODECS = {
+    "none": COMPRESSION_NONE,
+    "gzip": COMPRESSION_GZIP,
+    "snappy": COMPRESSION_SNAPPY,
+    "lz4": COMPRESSION_LZ4,
+    "zstd": COMPRESSION_ZSTD,
+}
 
 SAMPLE_PARTITIONS = 4
 SAMPLE_RECORDS = 400

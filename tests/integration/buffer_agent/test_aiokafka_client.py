@@ -27,17 +27,11 @@ from collections.abc import Iterator, Sequence
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from durable_producer.buffer_agent.kafka.record_batch import (
-    COMPRESSION_GZIP,
-    COMPRESSION_LZ4,
-    COMPRESSION_NONE,
-    COMPRESSION_SNAPPY,
-    COMPRESSION_ZSTD,
-)
 from durable_producer.local.agent_process import AgentProcess
 from support.broker import KafkaBroker
 from support.client_records import (
     BASE_TIMESTAMP_MS,
+    CODECS,
     KEEP_OLD_TIMESTAMPS,
     SAMPLE_PARTITIONS,
     ClientRecord,
@@ -51,13 +45,6 @@ from support.raw_fetch import StoredRecord, stored_batches, stored_records
 
 pytestmark = pytest.mark.integration
 
-CODECS = {
-    "none": COMPRESSION_NONE,
-    "gzip": COMPRESSION_GZIP,
-    "snappy": COMPRESSION_SNAPPY,
-    "lz4": COMPRESSION_LZ4,
-    "zstd": COMPRESSION_ZSTD,
-}
 
 
 @pytest.fixture(scope="module")

@@ -18,16 +18,10 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer as ConfluentProducer
 
-from durable_producer.buffer_agent.kafka.record_batch import (
-    COMPRESSION_GZIP,
-    COMPRESSION_LZ4,
-    COMPRESSION_NONE,
-    COMPRESSION_SNAPPY,
-    COMPRESSION_ZSTD,
-)
 from durable_producer.local.agent_process import AgentProcess
 from support.broker import KafkaBroker, consume_all, create_topic
 from support.client_records import (
+    CODECS,
     KEEP_OLD_TIMESTAMPS,
     SAMPLE_PARTITIONS,
     SAMPLE_RECORDS,
@@ -43,13 +37,6 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-CODECS = {
-    "none": COMPRESSION_NONE,
-    "gzip": COMPRESSION_GZIP,
-    "snappy": COMPRESSION_SNAPPY,
-    "lz4": COMPRESSION_LZ4,
-    "zstd": COMPRESSION_ZSTD,
-}
 
 
 @pytest.fixture(scope="module")
