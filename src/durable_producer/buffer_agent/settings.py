@@ -116,7 +116,12 @@ COMMON_OPTIONS: tuple[Option, ...] = (
     *options_of(AgentConfig, "data_dir"),
     *options_of(KafkaConnectionSettings),
     *options_of(
-        ForwarderConfig, "checkpoint_interval_s", "dead_letter_after_s", "dead_letter_max_bytes"
+        ForwarderConfig,
+        "checkpoint_interval_s",
+        "request_timeout_s",
+        "dead_letter_after_s",
+        "dead_letter_max_bytes",
+        "unknown_topic_wait_s",
     ),
     *options_of(AgentConfig, "log_level", "log_format"),
 )

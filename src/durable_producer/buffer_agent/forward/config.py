@@ -32,7 +32,15 @@ class ForwarderConfig:
     max_merge_bytes: int = 1_000_000
     """Largest batch made by merging small uncompressed client batches (within the topic's
     ``max.message.bytes``, 1,048,588 by default; halved for a topic that refuses it)."""
-    request_timeout_s: float = 30.0
+    request_timeout_s: float = field(
+        default=30.0,
+        metadata=option(
+            "seconds Kafka may hold a Produce request (its acks=all timeout) before the forwarder"
+            " retries it; a request a leader holds blocks its connection that long",
+            flag="--request-timeout",
+            parse=positive_float,
+        ),
+    )
     # Records Kafka refuses with a "permanent" error are retried this long before they are
     # dead-lettered: long enough for ACL and topic-config changes to reach every broker
     # (seconds, rarely a minute) with a margin; a refusal that lasts longer is a
@@ -54,7 +62,15 @@ class ForwarderConfig:
             parse=positive_int,
         ),
     )
-    unknown_topic_wait_s: float = 60.0
+    unknown_topic_wait_s: float = field(
+        default=60.0,
+        metadata=option(
+            "seconds the records of a topic Kafka does not know (deleted, not yet created) wait"
+            " for it before they go to the dead-letter area",
+            flag="--unknown-topic-wait",
+            parse=non_negative_float,
+        ),
+    )
     retry_backoff_s: float = 0.1
     retry_backoff_max_s: float = 5.0
     # No delivery for this long while records wait: the forwarder's state says why (health).
