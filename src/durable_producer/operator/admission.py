@@ -230,21 +230,21 @@ def _admit(
                 f"pod cannot get the buffer agent of DurableProducer {namespace}/{producer_name}:"
                 f" {'; '.join(found)}"
             )
-        claim = pod_mutation.claimed_volume(pod)
-        if claim is None:
-            now = datetime.now(UTC)
-            try:
-                claim = (
-                    claims.preview_volume(producer, namespace, now, config.pool)
-                    if dryrun
-                    else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
-                )
-            except (*API_FAILURES, kopf.AdmissionError) as error:
-                metrics.claim_failed(namespace, producer_name)
-                if isinstance(error, kopf.AdmissionError):
-                    raise  # claims' own refusal: conflicting claims, retry
-                doing = f"claim a buffer volume for DurableProducer {producer_name}"
-                raise api_failure(error, doing, namespace, budget) from error
+        # Not a reinvocation, so a claim the pod already names is another pod's (a copy of
+        # an admitted pod's manifest): this pod gets its own (D6).
+        now = datetime.now(UTC)
+        try:
+            claim = (
+                claims.preview_volume(producer, namespace, now, config.pool)
+                if dryrun
+                else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
+            )
+        except (*API_FAILURES, kopf.AdmissionError) as error:
+            metrics.claim_failed(namespace, producer_name)
+            if isinstance(error, kopf.AdmissionError):
+                raise  # claims' own refusal: conflicting claims, retry
+            doing = f"claim a buffer volume for DurableProducer {producer_name}"
+            raise api_failure(error, doing, namespace, budget) from error
     warnings = ["dry run: no buffer volume was claimed"] if dryrun else []
     ops = pod_mutation.mutation_patch(
         pod, producer_name, effective, claim, config.agent_image, pod_overrides.log_level

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.operator import handout, manifests, reconcile, volume_pool
+from durable_producer.operator import handout, manifests, pod_key, reconcile, volume_pool
 from durable_producer.operator.api_access import POOL_USER_AGENT
 from durable_producer.operator.cluster import cluster
 from durable_producer.operator.locks import producer_lock
@@ -40,7 +40,7 @@ def claim_volume(
     """Claim a pool volume for ``pod`` (its own earlier claim first), or create a new one."""
     name = str(producer["metadata"]["name"])
     token = uuid.uuid4().hex
-    key = handout.claim_key(pod) if pod is not None else None
+    key = pod_key.claim_key(pod) if pod is not None else None
     fit = VolumeFit.from_spec(spec)
     conflicted: set[str] = set()
     api = cluster(POOL_USER_AGENT)

@@ -11,12 +11,12 @@ refuses (409) the second.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from durable_producer.operator import volume_fit
 from durable_producer.operator.kube_objects import Object, format_time, name_of
+from durable_producer.operator.pod_key import ClaimKey
 from durable_producer.operator.settings import PoolPolicy
 from durable_producer.operator.volume_fit import VolumeFit
 from durable_producer.operator.volume_pool import (
@@ -39,27 +39,6 @@ CLAIM_SETTLE_SECONDS = 10.0
 """A claim made for a generated pod name is reused only this long after it was made: before,
 it may belong to a sibling pod (same controller, same generateName) whose admission is still
 under way after the webhook answered; a refused pod's retry comes after the refusal."""
-
-
-@dataclass(frozen=True)
-class ClaimKey:
-    """Who a claim is for: the same value for every attempt to create the same pod."""
-
-    value: str
-    one_pod: bool  # a fixed name: no other live pod can share it
-
-
-def claim_key(pod: Object) -> ClaimKey | None:
-    """The pod's controller and name (or generateName); None when the pod has neither."""
-    metadata = pod.get("metadata") or {}
-    owners = metadata.get("ownerReferences") or []
-    owner = next((o for o in owners if o.get("controller")), owners[0] if owners else {})
-    owner_part = f"{owner.get('kind', '')}/{owner.get('uid', '')}" if owner else "-"
-    if metadata.get("name"):
-        return ClaimKey(f"{owner_part}/{metadata['name']}", one_pod=True)
-    if metadata.get("generateName"):
-        return ClaimKey(f"{owner_part}/{metadata['generateName']}*", one_pod=False)
-    return None
 
 
 def _candidates(
@@ -161,5 +140,3 @@ def claim_patch(
 def claim_is_ours(pvc: Object, token: str) -> bool:
     """Read-after-write check that our claim, not a concurrent one, is on the PVC."""
     return annotations_of(pvc).get(CLAIM_TOKEN_ANNOTATION) == token
-
-

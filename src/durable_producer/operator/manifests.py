@@ -16,9 +16,9 @@ from typing import Any
 
 from durable_producer.contract import API_VERSION, BUFFER_VOLUME_NAME, KIND
 from durable_producer.operator import pod_mutation
-from durable_producer.operator.handout import ClaimKey
 from durable_producer.operator.kube_objects import Object, format_time
 from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.pod_key import ClaimKey
 from durable_producer.operator.settings import AgentImage, PoolPolicy
 from durable_producer.operator.volume_fit import STORAGE_CLASS_ANNOTATION, VolumeFit
 from durable_producer.operator.volume_pool import (

@@ -26,7 +26,7 @@ from durable_producer.contract import (
     METRICS_HOST,
     PRODUCER_LABEL,
 )
-from durable_producer.operator import sizing
+from durable_producer.operator import pod_key, sizing
 from durable_producer.operator.injection_hash import sidecar_hash
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.quantities import parse_quantity
@@ -302,15 +302,21 @@ def _with_bootstrap_env(container: dict[str, Any], address: str) -> dict[str, An
 
 
 def injected_summary(
-    producer: str, spec: DurableProducerSpec, claim_name: str, agent_image: AgentImage
+    producer: str,
+    spec: DurableProducerSpec,
+    claim_name: str,
+    agent_image: AgentImage,
+    admitted_as: str | None,
 ) -> str:
-    """The value of the injected annotation: what was added, for humans and audits."""
+    """The value of the injected annotation: what was added, for humans and audits, and for
+    which pod (``pod_key.admitted_as``: a reinvocation finds its own pod there, a copy not)."""
     return json.dumps(
         {
             "producer": producer,
             "agentImage": agent_image.image_for(spec.agent),
             "volume": claim_name,
             "bootstrap": bootstrap_address(spec),
+            "pod": admitted_as,
         },
         sort_keys=True,
         separators=(",", ":"),
@@ -362,7 +368,9 @@ def mutated_pod(
         pod_spec["securityContext"] = security
 
     annotations = dict(metadata.get("annotations") or {})
-    annotations[INJECTED_ANNOTATION] = injected_summary(producer, spec, claim_name, agent_image)
+    annotations[INJECTED_ANNOTATION] = injected_summary(
+        producer, spec, claim_name, agent_image, pod_key.admitted_as(pod)
+    )
     annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
     annotations[AGENT_HASH_ANNOTATION] = sidecar_hash(sidecar)
     metadata["annotations"] = annotations
@@ -407,10 +415,18 @@ def mutation_patch(
 
 
 def already_mutated(pod: Mapping[str, Any]) -> bool:
-    """Whether an earlier pass of the webhook mutated this pod: our annotation, the agent and
-    the buffer volume are there (a reinvocation, or a pod created from an admitted one)."""
+    """Whether an earlier pass of the webhook mutated this very pod (a reinvocation): our
+    annotation names this pod (``pod_key.admitted_as``), and the agent and the buffer volume
+    are there. A pod created from a copy of an admitted pod's manifest carries the other pod's
+    annotation and claim: it is mutated again, with a volume of its own."""
+    if not is_injected(pod):
+        return False
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    return INJECTED_ANNOTATION in annotations and is_injected(pod)
+    try:
+        recorded = json.loads(str(annotations.get(INJECTED_ANNOTATION)))["pod"]
+    except (ValueError, TypeError, KeyError):
+        return False
+    return recorded is not None and recorded == pod_key.admitted_as(pod)
 
 
 def reinvocation_patch(pod: Mapping[str, Any]) -> list[JsonPatchOp]:

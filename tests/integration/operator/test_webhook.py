@@ -49,6 +49,13 @@ def deployment_pod() -> dict[str, Any]:
     return pod
 
 
+def placed(webhook: ChartOperator, pod: dict[str, Any]) -> dict[str, Any]:
+    """The pod in the test's namespace, as ``review`` sends it: the webhook records the pod's
+    namespace in its annotation."""
+    pod["metadata"]["namespace"] = webhook.namespace
+    return pod
+
+
 def expected(pod: dict[str, Any], claim: str) -> dict[str, Any]:
     return pod_mutation.mutated_pod(pod, "orders", SPEC, claim, INSTALLED_AGENT_IMAGE)
 
@@ -56,7 +63,7 @@ def expected(pod: dict[str, Any], claim: str) -> dict[str, Any]:
 def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
     webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
-    pod = deployment_pod()
+    pod = placed(webhook, deployment_pod())
 
     response = webhook.review(pod)
     result = patched(pod, response)
@@ -83,7 +90,7 @@ def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
 def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: ChartOperator) -> None:
     migrate = {"name": "migrate", "image": "shop/migrate:1", "command": ["migrate"],
                "restartPolicy": "Always"}
-    pod = opted_in_pod("with-init", initContainers=[copy.deepcopy(migrate)])
+    pod = placed(webhook, opted_in_pod("with-init", initContainers=[copy.deepcopy(migrate)]))
 
     result = patched(pod, webhook.review(pod))
 
@@ -97,7 +104,7 @@ def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: ChartOpera
 def test_reinvocation_after_another_webhook_changed_the_pod(
     webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
-    pod = opted_in_pod("reinvoked")
+    pod = placed(webhook, opted_in_pod("reinvoked"))
     first = patched(pod, webhook.review(pod))
     # Another mutating webhook runs after ours and adds a proxy; IfNeeded re-invokes ours.
     changed = copy.deepcopy(first)
@@ -119,7 +126,7 @@ def test_reinvocation_after_another_webhook_changed_the_pod(
 def test_dry_run_mutates_but_claims_and_creates_nothing(
     webhook: ChartOperator, kube_api: KubeApi
 ) -> None:
-    pod = opted_in_pod("dry")
+    pod = placed(webhook, opted_in_pod("dry"))
 
     response = webhook.review(pod, dry_run=True)
     result = patched(pod, response)

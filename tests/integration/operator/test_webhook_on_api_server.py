@@ -158,6 +158,33 @@ def test_the_reinvocation_of_the_webhook_leaves_the_pod_as_it_is(
     assert answered.get("mutated") == 1, answered
 
 
+def test_a_pod_created_from_an_admitted_pods_manifest_gets_its_own_volume(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """A copy of an admitted pod's manifest (an exported pod turned into a new one, ``kubectl
+    debug --copy-to``) carries our annotation, the agent and the first pod's claim. It is not
+    a reinvocation: it gets a volume of its own, not the one the first pod runs on (D6)."""
+    producer(kube_api)
+    start_chart_operator()
+    first = kube_api.run_pod(opted_in_pod("first"))
+    copied = json.loads(json.dumps(first))
+    copied["metadata"] = {
+        "name": "copy",
+        "labels": first["metadata"].get("labels", {}),
+        "annotations": first["metadata"].get("annotations", {}),
+    }
+    copied["spec"].pop("nodeName", None)
+    copied.pop("status", None)
+
+    second = kube_api.run_pod(copied)
+
+    claims = [pod_mutation.claimed_volume(pod) for pod in (first, second)]
+    print(f"\nclaims: {claims}")
+    assert None not in claims and claims[0] != claims[1], claims
+    summary = json.loads(second["metadata"]["annotations"][contract.INJECTED_ANNOTATION])
+    assert summary["volume"] == claims[1]
+
+
 def admission_results(metrics_url: str) -> dict[str, float]:
     with urllib.request.urlopen(metrics_url, timeout=5) as response:
         text = response.read().decode()

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from durable_producer.operator import handout
+from durable_producer.operator import handout, pod_key
 from durable_producer.operator import volume_pool as vp
 from durable_producer.operator.kube_objects import format_time
 from durable_producer.operator.settings import PoolPolicy
@@ -47,16 +47,16 @@ def claimed(name: str, key: handout.ClaimKey, age: float, phase: str = "Pending"
 
 
 def test_the_key_names_the_controller_and_the_pod() -> None:
-    named = handout.claim_key(pod(name="orders-0"))
-    generated = handout.claim_key(pod(generate_name="orders-5d8f-"))
+    named = pod_key.claim_key(pod(name="orders-0"))
+    generated = pod_key.claim_key(pod(generate_name="orders-5d8f-"))
 
     assert named == handout.ClaimKey("ReplicaSet/rs-uid/orders-0", one_pod=True)
     assert generated == handout.ClaimKey("ReplicaSet/rs-uid/orders-5d8f-*", one_pod=False)
-    assert handout.claim_key({"metadata": {}}) is None
+    assert pod_key.claim_key({"metadata": {}}) is None
 
 
 def test_a_retry_of_a_named_pod_reuses_its_claim_at_once() -> None:
-    key = handout.claim_key(pod(name="orders-0"))
+    key = pod_key.claim_key(pod(name="orders-0"))
     assert key is not None
     volumes = [claimed("mine", key, 0.2),
                claimed("someone-elses", handout.ClaimKey("ReplicaSet/x/other", True), 0.2)]
@@ -70,7 +70,7 @@ def test_a_retry_of_a_named_pod_reuses_its_claim_at_once() -> None:
 
 
 def test_a_generated_name_reuses_a_claim_only_once_siblings_had_time_to_be_created() -> None:
-    key = handout.claim_key(pod(generate_name="orders-5d8f-"))
+    key = pod_key.claim_key(pod(generate_name="orders-5d8f-"))
     assert key is not None
     young = [claimed("v", key, handout.CLAIM_SETTLE_SECONDS - 1)]
     settled = [claimed("v", key, handout.CLAIM_SETTLE_SECONDS)]
@@ -80,7 +80,7 @@ def test_a_generated_name_reuses_a_claim_only_once_siblings_had_time_to_be_creat
 
 
 def test_a_claim_a_pod_mounts_or_that_expired_is_never_reused() -> None:
-    key = handout.claim_key(pod(name="orders-0"))
+    key = pod_key.claim_key(pod(name="orders-0"))
     assert key is not None
     mounted = [claimed("v", key, 5)]
     expired = [claimed("v", key, POLICY.claim_grace_seconds + 1)]

@@ -103,6 +103,7 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
     assert json.loads(annotations[contract.INJECTED_ANNOTATION]) == {
         "producer": "orders", "agentImage": "registry.example/agent:1.2.3",
         "volume": CLAIM, "bootstrap": "127.0.0.1:9092",
+        "pod": "shop/ReplicaSet/u-1/orders-7d9f8-*",
     }
     # Everything else untouched.
     assert result["metadata"]["ownerReferences"] == pod["metadata"]["ownerReferences"]
@@ -285,6 +286,38 @@ def test_a_pod_without_our_annotation_is_not_taken_for_a_reinvocation() -> None:
 
     assert not pod_mutation.already_mutated(once)
     assert not pod_mutation.already_mutated(deployment_pod())
+
+
+def test_a_pod_made_from_an_admitted_pods_manifest_is_not_taken_for_a_reinvocation() -> None:
+    """A copy of an admitted pod (its manifest exported and created again under another name,
+    ``kubectl debug --copy-to``, or in another namespace) carries the first pod's annotation,
+    agent and claim: it is mutated again, with the claim it is given (D6)."""
+    once = apply(deployment_pod(), patch_for(deployment_pod()))
+    renamed = copy.deepcopy(once)
+    renamed["metadata"] = {**renamed["metadata"], "name": "orders-debug"}
+    del renamed["metadata"]["generateName"], renamed["metadata"]["ownerReferences"]
+    elsewhere = copy.deepcopy(once)
+    elsewhere["metadata"]["namespace"] = "staging"
+
+    assert pod_mutation.already_mutated(once)
+    for copied in (renamed, elsewhere):
+        assert not pod_mutation.already_mutated(copied)
+        again = apply(copied, patch_for(copied, claim="orders-buffer-2"))
+        assert pod_mutation.claimed_volume(again) == "orders-buffer-2"
+        assert [c["name"] for c in again["spec"]["initContainers"]] == ["durable-agent"]
+        recorded = json.loads(again["metadata"]["annotations"][contract.INJECTED_ANNOTATION])
+        assert recorded["volume"] == "orders-buffer-2"
+        assert pod_mutation.already_mutated(again)
+
+
+def test_an_annotation_without_the_pod_it_was_made_for_is_not_a_reinvocation() -> None:
+    """Pods admitted by a version that did not record the pod: a copy of one is mutated."""
+    once = apply(deployment_pod(), patch_for(deployment_pod()))
+    summary = json.loads(once["metadata"]["annotations"][contract.INJECTED_ANNOTATION])
+    del summary["pod"]
+    once["metadata"]["annotations"][contract.INJECTED_ANNOTATION] = json.dumps(summary)
+
+    assert not pod_mutation.already_mutated(once)
 
 
 def test_the_agent_gets_cpu_and_memory_limits_by_default() -> None:
