@@ -26,6 +26,7 @@ from durable_producer.operator.volume_pool import (
     CLAIM_KEY_ANNOTATION,
     CLAIM_TOKEN_ANNOTATION,
     CLAIMED_AT_ANNOTATION,
+    DRAIN_FAILURES_ANNOTATION,
     RELEASED_AT_ANNOTATION,
     VolumeState,
     annotations_of,
@@ -119,13 +120,15 @@ def claim_patch(
 ) -> dict[str, Any]:
     """Merge patch claiming a PVC; guarded by the resourceVersion that was read.
 
-    The pod may write to the volume from now on, so its backlog becomes unknown.
+    The pod may write to the volume from now on, so its backlog becomes unknown; its agent
+    forwards what earlier drains could not, so their failures no longer delay the next drain.
     """
     annotations: dict[str, Any] = {
         CLAIM_TOKEN_ANNOTATION: token,
         CLAIMED_AT_ANNOTATION: format_time(now),
         RELEASED_AT_ANNOTATION: None,
         BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
+        DRAIN_FAILURES_ANNOTATION: None,
     }
     if key is not None:
         annotations[CLAIM_KEY_ANNOTATION] = key.value

@@ -378,14 +378,36 @@ def _plan_free(
     if not fits and context.fit is not None and volume_fit.can_expand(pvc, context.fit):
         plan.volumes_to_expand.append(name)  # it fits once grown; a new pod may replay it
         return updates
-    drain_grace = 0.0 if (context.deleting or not fits) else context.policy.drain_grace_seconds
-    if released_for >= drain_grace:
+    failures = drain_failures(pvc)
+    if released_for >= drain_delay(context.policy, failures, urgent=context.deleting or not fits):
         token = drain_request_token(pvc, context.stamp)
         plan.jobs_to_create.append(name)  # only once this patch is in (pool_actions)
         plan.drain_requests[name] = token
         updates[DRAIN_JOB_ANNOTATION] = drain_job_name(name)
         updates[DRAIN_REQUEST_ANNOTATION] = token
     return updates
+
+
+def drain_failures(pvc: Object) -> int:
+    """Drains of the volume that failed in a row (none since the last success)."""
+    try:
+        return max(0, int(annotations_of(pvc).get(DRAIN_FAILURES_ANNOTATION) or 0))
+    except ValueError:
+        return 0
+
+
+def drain_delay(policy: PoolPolicy, failures: int, *, urgent: bool) -> float:
+    """Seconds a free volume that may hold backlog waits after its release before a drain.
+
+    The first drain waits the drain grace, for a new pod that would replay the volume (none
+    when ``urgent``: its producer is being deleted, or the volume no longer fits its spec).
+    After ``failures`` failed drains (Kafka down for hours, say) the wait doubles each time, up
+    to ``drain_retry_max_seconds``: meanwhile the volume stays free, and a new pod takes it and
+    replays the backlog instead of the pool growing by a volume per pod."""
+    if failures <= 0:
+        return 0.0 if urgent else policy.drain_grace_seconds
+    doubled = max(policy.drain_grace_seconds, 1.0) * 2.0 ** min(failures - 1, 32)
+    return min(doubled, policy.drain_retry_max_seconds)
 
 
 def _plan_deleted(plan: PoolPlan, pvc: Object, state: VolumeState, context: _Context) -> None:
@@ -439,10 +461,12 @@ def _plan_draining(plan: PoolPlan, pvc: Object, context: _Context) -> dict[str, 
             RELEASED_AT_ANNOTATION: context.stamp,
             DRAIN_FAILURES_ANNOTATION: None,
         }
-    failures = int(annotations.get(DRAIN_FAILURES_ANNOTATION) or 0) + 1
+    failures = drain_failures(pvc) + 1
+    retry = drain_delay(context.policy, failures, urgent=False)
     plan.problems.append(
         f"drain Job {job_name} for volume {name} failed ({failures} time(s)); it is retried"
-        f" after the drain grace period: check the Job's logs and the Kafka connection"
+        f" in {retry:.0f}s (each failure doubles the wait): check the Job's logs and the"
+        " Kafka connection"
     )
     return {
         DRAIN_JOB_ANNOTATION: None,

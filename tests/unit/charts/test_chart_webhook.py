@@ -193,12 +193,13 @@ def test_bad_webhook_and_pool_values_are_refused(values: dict[str, Any], message
 
 def test_pool_timings_reach_the_operator(default_objects: list[dict[str, Any]]) -> None:
     env = env_of(render_chart({"pool": {"claimGraceSeconds": 7, "drainGraceSeconds": 8,
-                                        "idleTtlSeconds": 9, "drainTimeoutSeconds": 10}}))
+                                        "idleTtlSeconds": 9, "drainTimeoutSeconds": 10,
+                                        "drainRetryMaxSeconds": 11}}))
 
     policy = settings.PoolPolicy.from_environ(env)
 
     assert (policy.claim_grace_seconds, policy.drain_grace_seconds, policy.idle_ttl_seconds,
-            policy.drain_timeout_seconds) == (7, 8, 9, 10)
+            policy.drain_timeout_seconds, policy.drain_retry_max_seconds) == (7, 8, 9, 10, 11)
     assert settings.PoolPolicy.from_environ(env_of(default_objects)) == (
         settings.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
                                idle_ttl_seconds=900, drain_timeout_seconds=600))

@@ -119,6 +119,7 @@ def test_claim_patch_is_guarded_by_the_resource_version_and_marks_backlog_unknow
         vp.CLAIMED_AT_ANNOTATION: format_time(NOW),
         vp.RELEASED_AT_ANNOTATION: None,
         vp.BACKLOG_ANNOTATION: "unknown",
+        vp.DRAIN_FAILURES_ANNOTATION: None,
     }
 
 
@@ -513,3 +514,35 @@ def test_status_volume_counts_cover_every_state() -> None:
     assert pool_status.status_volume_counts(counts) == {
         "inUse": 2, "claimed": 0, "free": 0, "draining": 1}
     assert len(pool_status.status_volume_counts({})) == len(vp.VolumeState)
+
+
+def test_each_failed_drain_doubles_the_wait_before_the_next_up_to_the_cap() -> None:
+    """A days-long Kafka outage: a drain retried every grace period keeps the volume Draining
+    nearly all the time, so each new pod gets a new volume (D9). The wait doubles per failure."""
+    policy = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300,
+                        drain_retry_max_seconds=200)
+
+    def drains_after(seconds: float, failures: int) -> bool:
+        volume = pvc("v", released_at=ago(seconds), backlog="unknown",
+                     failures=str(failures) if failures else None)
+        return vp.plan_pool([volume], [], [], NOW, policy).jobs_to_create == ["v"]
+
+    waits = {failures: next(s for s in range(0, 1000, 5) if drains_after(s, failures))
+             for failures in range(6)}
+
+    assert waits == {0: 30, 1: 30, 2: 60, 3: 120, 4: 200, 5: 200}
+
+
+def test_a_failed_drain_names_the_next_wait() -> None:
+    volume = pvc("v", released_at=ago(100), backlog="unknown", drain_job="v-drain", failures="2")
+    failed = job("v-drain", conditions=[{"type": "Failed", "status": "True"}])
+
+    (problem,) = vp.plan_pool([volume], [], [failed], NOW, POLICY).problems
+
+    assert "failed (3 time(s))" in problem and "retried in 120s" in problem
+
+
+def test_a_claim_clears_the_failed_drains() -> None:
+    patch = handout.claim_patch(pvc("v", failures="4"), "token", NOW)
+
+    assert patch["metadata"]["annotations"][vp.DRAIN_FAILURES_ANNOTATION] is None
