@@ -17,7 +17,14 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.operator import handout, manifests, pod_key, reconcile, volume_pool
+from durable_producer.operator import (
+    drain_placement,
+    handout,
+    manifests,
+    pod_key,
+    reconcile,
+    volume_pool,
+)
 from durable_producer.operator.api_access import POOL_USER_AGENT
 from durable_producer.operator.cluster import cluster
 from durable_producer.operator.locks import producer_lock
@@ -41,6 +48,7 @@ def claim_volume(
     name = str(producer["metadata"]["name"])
     token = uuid.uuid4().hex
     key = pod_key.claim_key(pod) if pod is not None else None
+    placement = drain_placement.recorded(pod) if pod is not None else None
     fit = VolumeFit.from_spec(spec)
     conflicted: set[str] = set()
     api = cluster(POOL_USER_AGENT)
@@ -61,12 +69,16 @@ def claim_volume(
                 volume = volume_pool.volume_name(name, token[:8])
                 api.create_volume(
                     namespace,
-                    manifests.new_volume_manifest(producer, spec, volume, token, now, key=key),
+                    manifests.new_volume_manifest(
+                        producer, spec, volume, token, now, key=key, placement=placement
+                    ),
                 )
                 return volume
             volume = str(candidate["metadata"]["name"])
             try:
-                api.patch_volume(namespace, volume, handout.claim_patch(candidate, token, now, key))
+                api.patch_volume(
+                    namespace, volume, handout.claim_patch(candidate, token, now, key, placement)
+                )
             except ApiException as error:
                 if error.status in (404, 409):
                     conflicted.add(volume)  # taken or deleted meanwhile: the next one

@@ -27,6 +27,7 @@ from durable_producer.operator.volume_pool import (
     CLAIM_TOKEN_ANNOTATION,
     CLAIMED_AT_ANNOTATION,
     DRAIN_FAILURES_ANNOTATION,
+    PLACEMENT_ANNOTATION,
     RELEASED_AT_ANNOTATION,
     VolumeState,
     annotations_of,
@@ -116,7 +117,11 @@ def reusable_claim(
 
 
 def claim_patch(
-    pvc: Object, token: str, now: datetime, key: ClaimKey | None = None
+    pvc: Object,
+    token: str,
+    now: datetime,
+    key: ClaimKey | None = None,
+    placement: str | None = None,
 ) -> dict[str, Any]:
     """Merge patch claiming a PVC; guarded by the resourceVersion that was read.
 
@@ -129,6 +134,7 @@ def claim_patch(
         RELEASED_AT_ANNOTATION: None,
         BACKLOG_ANNOTATION: BACKLOG_UNKNOWN,
         DRAIN_FAILURES_ANNOTATION: None,
+        PLACEMENT_ANNOTATION: placement,  # drain_placement.recorded; None clears an old one
     }
     if key is not None:
         annotations[CLAIM_KEY_ANNOTATION] = key.value

@@ -29,6 +29,7 @@ from durable_producer.operator.volume_pool import (
     CLAIMED_AT_ANNOTATION,
     DRAIN_REQUEST_LABEL,
     DRAIN_VOLUME_LABEL,
+    PLACEMENT_ANNOTATION,
     POOL_LABEL,
     VOLUME_FINALIZER,
     drain_job_name,
@@ -55,8 +56,10 @@ def new_volume_manifest(
     now: datetime,
     *,
     key: ClaimKey | None = None,
+    placement: str | None = None,
 ) -> dict[str, Any]:
-    """A new pool PVC, created already claimed by the pod being admitted.
+    """A new pool PVC, created already claimed by the pod being admitted (``key``, where it
+    may run: ``placement``, drain_placement.recorded).
 
     It records the storage class asked for (volume_fit.py) and carries the pool's finalizer,
     so it goes only when the operator lets it (volume_pool.py). Found by its label, not by an
@@ -78,6 +81,8 @@ def new_volume_manifest(
     }
     if key is not None:
         annotations[CLAIM_KEY_ANNOTATION] = key.value
+    if placement is not None:
+        annotations[PLACEMENT_ANNOTATION] = placement
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
@@ -113,11 +118,13 @@ def drain_job_manifest(
     agent_image: AgentImage,
     *,
     request: str | None = None,
+    placement: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A Job running the agent in drain mode on one volume: exit 0 once all reached Kafka.
 
     ``request``: the volume's drain request token (volume_pool.drain_request_token), as a
-    label: only a Job carrying the volume's current token counts (review D1)."""
+    label: only a Job carrying the volume's current token counts (review D1). ``placement``:
+    the pod spec fields that let it run where the volume's pod ran (drain_placement.py)."""
     metadata = producer.get("metadata") or {}
     labels = {POOL_LABEL: metadata.get("name"), DRAIN_VOLUME_LABEL: pvc_name}
     if request:
@@ -147,6 +154,7 @@ def drain_job_manifest(
                     "automountServiceAccountToken": False,
                     "securityContext": drain_pod_security_context(),
                     **pull_secrets,
+                    **(placement or {}),
                     "containers": [container],
                     "volumes": [
                         {

@@ -26,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from durable_producer.operator import (
     agent_scrape,
     agent_versions,
+    drain_placement,
     manifests,
     metrics,
     pool_status,
@@ -175,6 +176,7 @@ def run_pool(
             manifest = manifests.drain_job_manifest(
                 producer, spec, volume, config.pool, config.agent_image,
                 request=plan.drain_requests.get(volume),
+                placement=drain_placement.pod_fields(by_name.get(volume, {})),
             )  # fmt: skip
             logger.info("starting drain Job %s for volume %s", manifest["metadata"]["name"], volume)
             _create_drain_job(api, namespace, volume, manifest, plan)

@@ -57,6 +57,8 @@ DRAIN_JOB_ANNOTATION = f"{GROUP}/drain-job"
 DRAIN_REQUEST_ANNOTATION = f"{GROUP}/drain-request"
 DRAIN_REQUEST_LABEL = DRAIN_REQUEST_ANNOTATION  # the same token on the Job
 DRAIN_FAILURES_ANNOTATION = f"{GROUP}/drain-failures"
+PLACEMENT_ANNOTATION = f"{GROUP}/drain-placement"
+"""The claiming pod's tolerations, nodeSelector and node affinity, for drain Jobs (JSON)."""
 VOLUME_FINALIZER = f"{GROUP}/buffer-protection"
 ABANDON_ANNOTATION = f"{GROUP}/abandon-backlog"
 """On a DurableProducer, ``"true"``: let volumes go without draining them (see docs)."""

@@ -17,6 +17,7 @@ import pytest
 
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.metrics_server import MetricsServer
+from durable_producer.local.kube import fake_node
 from durable_producer.local.ports import free_port
 from durable_producer.operator import api_access, pod_mutation
 from durable_producer.operator import volume_pool as vp
@@ -349,3 +350,40 @@ def test_a_failed_drain_job_degrades_the_producer_and_is_retried(
 
     wait_for(fresh_job, timeout=60, what="a new drain Job")
     assert volume in kube_api.items(kube_api.pvcs_path)
+
+
+def test_a_drain_job_runs_where_the_volumes_pod_could(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """A pod on a dedicated, tainted node pool (tolerations and a nodeSelector): its volume's
+    drain Job gets them, and the real scheduler puts the drain pod on that pool. Before, the
+    drain pod had neither, and on a cluster where only that pool can reach the volume (a zonal
+    or node-local disk) it stayed Pending until its deadline, retried for ever (D9)."""
+    node = fake_node(f"spot-{kube_api.namespace}")
+    node["metadata"]["labels"]["pool"] = "spot"
+    node["spec"] = {"taints": [{"key": "pool", "value": "spot", "effect": "NoSchedule"}]}
+    status, answer = kube_api.call("POST", "/api/v1/nodes", node)
+    assert status == 201, answer
+    try:
+        kube_api.create(durable_producer())
+        start_chart_operator(**FAST_POOL)
+        toleration = {"key": "pool", "operator": "Equal", "value": "spot",
+                      "effect": "NoSchedule"}
+        running = kube_api.run_pod(opted_in_pod("on-spot", tolerations=[toleration],
+                                                nodeSelector={"pool": "spot"}))
+        assert running["spec"]["nodeName"] == node["metadata"]["name"]
+        volume = pod_mutation.claimed_volume(running)
+        kube_api.delete_pod("on-spot")
+
+        def drain_pod() -> dict[str, Any] | None:
+            return next((pod for pod in kube_api.items(kube_api.pods_path).values()
+                         if (pod["metadata"].get("labels") or {}).get(vp.DRAIN_VOLUME_LABEL)
+                         == volume and (pod.get("spec") or {}).get("nodeName")), None)
+
+        scheduled = wait_for(drain_pod, timeout=90, interval=0.5,
+                             what="the drain Job's pod to be scheduled")
+        print(f"\ndrain pod on {scheduled['spec']['nodeName']}")
+        assert scheduled["spec"]["nodeName"] == node["metadata"]["name"]
+        assert scheduled["spec"]["tolerations"][0] == toleration
+    finally:
+        kube_api.call("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")

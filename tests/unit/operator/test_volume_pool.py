@@ -120,6 +120,7 @@ def test_claim_patch_is_guarded_by_the_resource_version_and_marks_backlog_unknow
         vp.RELEASED_AT_ANNOTATION: None,
         vp.BACKLOG_ANNOTATION: "unknown",
         vp.DRAIN_FAILURES_ANNOTATION: None,
+        vp.PLACEMENT_ANNOTATION: None,
     }
 
 
@@ -431,7 +432,8 @@ def test_lifecycle_document_draws_every_state_and_lists_every_annotation() -> No
     for annotation in (vp.CLAIM_TOKEN_ANNOTATION, vp.CLAIMED_AT_ANNOTATION,
                        vp.RELEASED_AT_ANNOTATION, vp.BACKLOG_ANNOTATION,
                        vp.DRAIN_JOB_ANNOTATION, vp.DRAIN_FAILURES_ANNOTATION,
-                       vp.CLAIM_KEY_ANNOTATION, volume_fit.STORAGE_CLASS_ANNOTATION,
+                       vp.CLAIM_KEY_ANNOTATION, vp.PLACEMENT_ANNOTATION,
+                       volume_fit.STORAGE_CLASS_ANNOTATION,
                        volume_fit.EXPANSION_REFUSED_ANNOTATION, vp.VOLUME_FINALIZER,
                        vp.ABANDON_ANNOTATION):
         assert f"`{annotation}`" in doc, annotation
