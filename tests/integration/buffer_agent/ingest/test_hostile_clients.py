@@ -4,9 +4,11 @@
 the agent allocated the announced 4 MiB for each, 62 MB -> 1.3 GB RSS, never returned; past
 the 16 KiB staging buffer, the announced size is taken only while half the request budget
 stays free), 50 send garbage and 20
-trickle a request at one byte a second. The producer's throughput stays within 2x of
-normal, the agent's RSS under a stated bound, nothing acknowledged is lost, and RSS returns
-near its baseline once the hostile clients leave (docs/benchmarks.md, "Hostile clients").
+trickle a request at one byte a second. In rounds of a phase alone then a phase under attack
+(each begun with the forwarder idle), the producer's median throughput under attack stays
+within 2x of its median alone, the RSS the attack adds stays under a stated bound, RSS returns
+near its level before the attack once the hostile clients leave, and nothing acknowledged is
+lost (docs/benchmarks.md, "Hostile clients").
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import statistics
 import struct
 import threading
 import time
@@ -31,16 +34,33 @@ pytestmark = pytest.mark.integration
 
 TOPIC = "hostile"
 PARTITIONS = 4
-RECORDS = 100_000
+RECORDS = 30_000
+"""Records of one phase (alone or under attack)."""
+ROUNDS = 3
+"""Rounds of a phase alone then one under attack; throughputs are compared by their medians.
+
+One phase of 100,000 records each, alone then under attack, decided nothing on a shared
+2-core machine: with a busy loop or other integration tests beside it, the rate alone ranged
+from 47,000 to 301,000 rec/s between runs (and 57,000-148,000 under attack, uncorrelated with
+it: librdkafka's batches grow when its requests are answered late), and 2 of 20 such runs
+failed the 2x ratio with no hostile cost at all (137,686 alone vs 51,448 under attack)."""
 HALF_SENT, GARBAGE, SLOW = 300, 50, 20
-RSS_BOUND_MB = 160
-"""Baseline (~75 MB with the forwarder and glibc's kept free heap) + the 64 MiB request
-budget + per-connection buffers; measured peaks were 85-95 MB with every half-sent request
-inside the staging buffer, 135-142 MB with a third past it (up to half the budget then holds
-announced sizes, 109-111 MB when every request's memory followed its bytes)."""
+ATTACK_RSS_BOUND_MB = 64 * 1.048576 + (HALF_SENT + GARBAGE + SLOW) * 16 / 1024 + 8
+"""What the attack may add to RSS over its level just before (the forwarder idle): the 64 MiB
+request-memory budget (67.1 MB), every hostile connection's 16 KiB staging buffer (5.8 MB),
+and 8 MB for the forwarder's read-ahead of the phase under attack beyond what the phase
+alone already made the heap keep (a phase is ~7 MB of batches). Measured additions: 48-54 MB
+(up to half the budget holds announced sizes, 45.6 MB of requests held at the peak); one
+82 MB with 100,000-record phases when the forwarder lagged by most of the phase under attack.
+The absolute peak (up to 155 MB seen) is no bound: the level before it is the forwarder's
+read-ahead (up to 64 MiB) and glibc's kept free heap, decided by how far Kafka lags. Allocating
+the announced 4 MiB per half-sent connection again would add ~1.2 GB."""
 RSS_RETURN_MARGIN_MB = 8
-"""The agent trims its heap within ~10 s of a burst of closed connections; measured after
-it: 6-8 MB *below* the baseline, which still held glibc's kept free heap."""
+"""The agent trims its heap 2-10 s after a burst of closed connections; measured after it, with
+100,000-record phases: from 6 MB below to 4 MB above the level before the attack, which
+already held glibc's kept free heap. RSS also creeps with records stored (58-105 bytes a
+record over 200,000-record runs, not given back by a trim), so a phase is 30,000 records
+(~2-3 MB of it)."""
 
 
 def rss_mb(pid: int) -> float:
@@ -148,43 +168,71 @@ def agent(tmp_path: Path) -> Iterator[tuple[AgentProcess, str]]:
             yield process, broker.bootstrap
 
 
+def forwarded_all(process: AgentProcess) -> bool:
+    """Every record ingested is acknowledged by Kafka (metrics are published once a second)."""
+    metrics = process.metrics()
+    return (
+        metrics["durable_agent_forwarded_records_total"]
+        >= metrics["durable_agent_ingest_records_total"]
+    )
+
+
 def test_hostile_clients_cost_neither_memory_nor_throughput_nor_records(
     agent: tuple[AgentProcess, str],
 ) -> None:
     process, broker = agent
     assert process.process is not None
     pid = process.process.pid
-    produce(process.bootstrap, b"warm-up", RECORDS // 4)
-    normal_rate, acknowledged = produce(process.bootstrap, b"normal", RECORDS)
-    time.sleep(1.0)
-    baseline_mb = rss_mb(pid)
+    produce(process.bootstrap, b"warm-up", RECORDS)
+    acknowledged: set[bytes] = set()
+    rates: dict[str, list[float]] = {"alone": [], "attack": []}
 
-    with Hostiles(process.bootstrap, pid) as hostiles:
-        time.sleep(1.0)
-        hostile_rate, during = produce(process.bootstrap, b"hostile", RECORDS)
-        peak_mb = max(hostiles.peak_rss_mb, rss_mb(pid))
-    acknowledged |= during
+    def idle() -> None:  # each phase starts from the same state: the forwarder caught up
+        wait_for(lambda: forwarded_all(process), timeout=60, interval=0.2, what="forwarder idle")
 
-    print(
-        f"normal {normal_rate:,.0f} rec/s, under attack {hostile_rate:,.0f} rec/s;"
-        f" RSS baseline {baseline_mb:.1f} MB, peak {peak_mb:.1f} MB"
-    )
-    assert hostile_rate >= normal_rate / 2
-    assert peak_mb < RSS_BOUND_MB
+    for round_ in range(ROUNDS):
+        idle()
+        rate, values = produce(process.bootstrap, b"alone%d" % round_, RECORDS)
+        rates["alone"].append(rate)
+        acknowledged |= values
+        idle()
+        before_mb = rss_mb(pid)
+        with Hostiles(process.bootstrap, pid) as hostiles:
+            time.sleep(1.0)
+            rate, values = produce(process.bootstrap, b"attack%d" % round_, RECORDS)
+            peak_mb = max(hostiles.peak_rss_mb, rss_mb(pid))
+        rates["attack"].append(rate)
+        acknowledged |= values
+        print(
+            f"round {round_}: alone {rates['alone'][-1]:,.0f} rec/s, under attack {rate:,.0f}"
+            f" rec/s; RSS before {before_mb:.1f} MB, peak {peak_mb:.1f} MB"
+            f" (+{peak_mb - before_mb:.1f})"
+        )
+        assert peak_mb - before_mb < ATTACK_RSS_BOUND_MB
 
-    def hostiles_gone() -> bool:  # metrics are published once a second
-        metrics = process.metrics()
-        dropped = sum(v for k, v in metrics.items() if k.startswith("durable_agent_ingest_drop"))
-        return metrics["durable_agent_ingest_connections"] == 0 and dropped >= HALF_SENT + GARBAGE
+        def hostiles_gone(dropped_before: float = round_ * (HALF_SENT + GARBAGE)) -> bool:
+            metrics = process.metrics()
+            dropped = sum(
+                v for k, v in metrics.items() if k.startswith("durable_agent_ingest_drop")
+            )
+            return (
+                metrics["durable_agent_ingest_connections"] == 0
+                and dropped >= dropped_before + HALF_SENT + GARBAGE
+            )
 
-    wait_for(hostiles_gone, timeout=30, interval=0.5, what="every hostile connection closed")
-    wait_for(
-        lambda: rss_mb(pid) <= baseline_mb + RSS_RETURN_MARGIN_MB,
-        timeout=30,
-        interval=0.5,
-        what=f"RSS back within {RSS_RETURN_MARGIN_MB} MB of the {baseline_mb:.1f} MB baseline",
-    )
-    print(f"RSS after the hostile clients left: {rss_mb(pid):.1f} MB")
+        wait_for(hostiles_gone, timeout=30, interval=0.5, what="every hostile connection closed")
+        wait_for(
+            lambda limit=before_mb + RSS_RETURN_MARGIN_MB: rss_mb(pid) <= limit,
+            timeout=30,
+            interval=0.5,
+            what=f"RSS back within {RSS_RETURN_MARGIN_MB} MB of {before_mb:.1f} MB",
+        )
+        print(f"round {round_}: RSS after the hostile clients left: {rss_mb(pid):.1f} MB")
 
-    values = {r.value for r in consume_all(broker, TOPIC, expected=len(acknowledged) + 25_000)}
+    alone, attack = statistics.median(rates["alone"]), statistics.median(rates["attack"])
+    print(f"median alone {alone:,.0f} rec/s, under attack {attack:,.0f} rec/s")
+    assert attack >= alone / 2
+
+    expected = len(acknowledged) + RECORDS  # and the warm-up
+    values = {r.value for r in consume_all(broker, TOPIC, expected=expected)}
     assert acknowledged <= values, f"{len(acknowledged - values)} acknowledged records lost"
