@@ -24,7 +24,7 @@ pytestmark = pytest.mark.integration
 CONNECTIONS = 4
 REQUESTS_EACH = 500_000
 SEND_SECONDS = 12.0
-RSS_BOUND_MB = 160  # the hostile-clients bound (test_hostile_clients.py): baseline + budget
+RSS_BOUND_MB = 160  # baseline (70-100 MB: read-ahead, kept free heap) + the 64 MiB budget
 
 # One sender process per connection (no GIL between them): ApiVersions v0 requests (the
 # smallest there is: header v1 with a null client id, 10 bytes), in bursts, never reading; a
