@@ -199,13 +199,32 @@ class Cluster:
             namespace, _as_body(manifest), **_call_options()
         )
 
-    def delete_volume(self, namespace: str, name: str, resource_version: str | None) -> None:
+    def read_volume(self, namespace: str, name: str) -> JsonObject | None:
+        try:
+            response = self.core.read_namespaced_persistent_volume_claim(
+                name, namespace, **_call_options()
+            )
+        except ApiException as error:
+            if error.status == 404:
+                return None
+            raise
+        found: JsonObject = _json(response)
+        return found
+
+    def delete_volume(
+        self, namespace: str, name: str, resource_version: str | None
+    ) -> JsonObject | None:
+        """Delete the PVC if it is still at ``resource_version``; the object as the API server
+        answered (marked deleted while a finalizer holds it), or None."""
         options = kubernetes.client.V1DeleteOptions(
             preconditions=kubernetes.client.V1Preconditions(resource_version=resource_version)
         )
-        self.core.delete_namespaced_persistent_volume_claim(
-            name, namespace, body=options, **_call_options()
+        answer = _json(
+            self.core.delete_namespaced_persistent_volume_claim(
+                name, namespace, body=options, **_call_options()
+            )
         )
+        return answer if isinstance(answer, dict) and answer.get("kind") != "Status" else None
 
     def create_job(self, namespace: str, manifest: JsonObject) -> None:
         self.batch.create_namespaced_job(namespace, _as_body(manifest), **_call_options())
@@ -221,7 +240,7 @@ class Cluster:
         """A StorageClass (cluster-scoped), or None when there is none of that name."""
         storage = kubernetes.client.StorageV1Api(self.core.api_client)
         try:
-            response = storage.read_storage_class(name, _preload_content=False)
+            response = storage.read_storage_class(name, **_call_options())
         except ApiException as error:
             if error.status == 404:
                 return None

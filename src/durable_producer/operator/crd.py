@@ -134,6 +134,22 @@ def storage_size_rule(spec: JsonSchema) -> JsonSchema:
     }
 
 
+LABEL_VALUE_MAX_LENGTH = 63
+"""Kubernetes' limit on a label value; the DurableProducer's name is one (pods' and volumes'
+``durable.dev/producer`` and pool labels)."""
+
+
+def name_length_rule() -> JsonSchema:
+    """CEL: a name longer than a label value is refused at create, not found unusable later
+    (every pod labelled with it refused, no volume labelled for it) (review D10)."""
+    return {
+        "rule": f"size(self.metadata.name) <= {LABEL_VALUE_MAX_LENGTH}",
+        "message": f"metadata.name must be at most {LABEL_VALUE_MAX_LENGTH} characters: pods"
+        " name their DurableProducer in a label, and a label value is at most"
+        f" {LABEL_VALUE_MAX_LENGTH} characters",
+    }
+
+
 def resource_schema() -> JsonSchema:
     """The openAPIV3Schema of the whole DurableProducer object."""
     spec = model_schema(model.DurableProducerSpec)
@@ -145,6 +161,7 @@ def resource_schema() -> JsonSchema:
         "type": "object",
         "description": "Durable producer-side buffering in front of Kafka for opted-in pods.",
         "required": ["spec"],
+        "x-kubernetes-validations": [name_length_rule()],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},

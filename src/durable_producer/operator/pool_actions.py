@@ -118,17 +118,41 @@ def _create_drain_job(
         )
 
 
+RELEASE_ATTEMPTS = 3
+"""Tries to remove our finalizer from a volume just deleted (each after a fresh read)."""
+
+
 def _delete_volume(api: Cluster, namespace: str, pvc: Mapping[str, Any]) -> None:
-    """Remove our finalizer, then delete; both guarded, so a volume claimed meanwhile stays."""
+    """Delete, guarded by the version read (a volume claimed meanwhile stays, finalizer and
+    all), then remove our finalizer from the deleted volume, which no claim can take any more.
+
+    The other order left a window: with the finalizer gone and the delete then refused (409)
+    because a pod had claimed the volume, the live volume was unprotected until the next run
+    put the finalizer back (review D10). The release is guarded too (a merge patch replaces
+    the finalizer list): refused because the PVC changed (Kubernetes' own pvc-protection
+    finalizer going), it is tried again on the volume as it is now; still refused, the next
+    run lets a deleted volume with nothing on it go."""
     name = str(pvc["metadata"]["name"])
+    version = (pvc.get("metadata") or {}).get("resourceVersion")
     try:
-        released = api.patch_volume(namespace, name, volume_pool.release_patch(pvc))
+        current = api.delete_volume(namespace, name, version)
     except ApiException as error:
         if error.status in (404, 409):
             return
         raise
-    version = (released.get("metadata") or {}).get("resourceVersion")
-    ignore_statuses(partial(api.delete_volume, namespace, name, version), 404, 409)
+    for _ in range(RELEASE_ATTEMPTS):
+        finalizers = ((current or {}).get("metadata") or {}).get("finalizers") or []
+        if current is None or volume_pool.VOLUME_FINALIZER not in finalizers:
+            return
+        try:
+            api.patch_volume(namespace, name, volume_pool.release_patch(current))
+            return
+        except ApiException as error:
+            if error.status == 404:
+                return
+            if error.status != 409:
+                raise
+        current = api.read_volume(namespace, name)
 
 
 def run_pool(

@@ -103,6 +103,19 @@ def test_invalid_specs_are_refused_by_the_api_server_with_the_message_users_see(
     assert kube_api.get("refused") is None
 
 
+def test_a_name_longer_than_a_label_value_is_refused(kube_api: KubeApi) -> None:
+    """D10: a 64-character name was accepted, and every pod naming it in its label refused."""
+    longest, too_long = "p" * 63, "p" * 64
+
+    status, answer = kube_api.try_create(durable_producer(too_long))
+
+    assert status == 422, answer
+    assert "metadata.name must be at most 63 characters" in answer["message"]
+    assert ApiServerValidation(crd.resource_schema(), crd.strict_schema(
+        crd.resource_schema())).errors(durable_producer(too_long))
+    kube_api.create(durable_producer(longest))
+
+
 def test_a_capped_condition_message_is_what_the_api_server_takes(kube_api: KubeApi) -> None:
     """D7: a message over the CRD's limit made the API server refuse the whole status write.
     The operator caps messages at MAX_CONDITION_MESSAGE: the API server takes that many

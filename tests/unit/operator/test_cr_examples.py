@@ -277,7 +277,7 @@ def test_cel_rules_mirror_model_only_checks() -> None:
         message = model.limit_below_request_message(resource)
         assert any(message in bad.model_says for bad in BAD_SPECS.values())
     rules = {r.rule for r in API_SERVER.cel.rules}
-    assert len(rules) == 4, rules  # ports, cpu and memory limits, storage size
+    assert len(rules) == 5, rules  # name length, ports, cpu and memory limits, storage size
 
 
 def test_a_size_the_cel_rule_lets_through_is_still_refused_by_the_operator() -> None:

@@ -173,7 +173,7 @@ def test_every_cel_rule_compiles_with_a_cel_library() -> None:
     rules = CelRules(crd.resource_schema())  # compiles each rule and messageExpression
 
     assert {rule.path for rule in rules.rules} == {
-        ".spec", ".spec.agent.resources", ".spec.agent.ports"}
+        "<root>", ".spec", ".spec.agent.resources", ".spec.agent.ports"}
 
 
 def test_storage_size_rule_never_refuses_a_size_the_agent_budget_accepts() -> None:
