@@ -27,7 +27,7 @@ from durable_producer.contract import (
     METRICS_HOST,
     PRODUCER_LABEL,
 )
-from durable_producer.operator import pod_key, sizing
+from durable_producer.operator import mesh, pod_key, sizing
 from durable_producer.operator.injection_hash import sidecar_hash
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.quantities import parse_quantity
@@ -363,7 +363,8 @@ def mutated_pod(
     log_level: str | None = None,
 ) -> dict[str, Any]:
     """The pod as it should be admitted: a deep copy with the agent, env and volume in place,
-    and the hash of the injected sidecar (injection_hash.py) in an annotation."""
+    the hash of the injected sidecar (injection_hash.py) in an annotation, and the agent's
+    metrics port in the meshes' inbound exclusions (mesh.py)."""
     result: dict[str, Any] = copy.deepcopy(dict(pod))
     metadata = result.setdefault("metadata", {})
     pod_spec = result.setdefault("spec", {})
@@ -401,7 +402,10 @@ def mutated_pod(
     )
     annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
     annotations[AGENT_HASH_ANNOTATION] = sidecar_hash(sidecar)
-    metadata["annotations"] = annotations
+    # Kubelet's probes and the operator's scrape reach the agent past a mesh proxy (D4).
+    metadata["annotations"] = mesh.with_inbound_port_excluded(
+        annotations, spec.agent.ports.metrics
+    )
     return result
 
 

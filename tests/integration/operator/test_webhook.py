@@ -118,6 +118,21 @@ def test_pod_with_a_native_sidecar_gets_the_agent_after_it(webhook: ChartOperato
     assert result["spec"]["initContainers"][0] == proxy
 
 
+def test_a_pod_gets_the_agents_metrics_port_excluded_from_mesh_interception(
+    webhook: ChartOperator,
+) -> None:
+    """D4 (c): merged into the pod's own exclusions, once (a second review changes nothing)."""
+    pod = placed(webhook, opted_in_pod("excluded"))
+    pod["metadata"]["annotations"] = {"traffic.sidecar.istio.io/excludeInboundPorts": "8080"}
+
+    result = patched(pod, webhook.review(pod))
+
+    annotations = result["metadata"]["annotations"]
+    assert annotations["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080,9644"
+    assert annotations["config.linkerd.io/skip-inbound-ports"] == "9644"
+    assert patched(result, webhook.review(result)) == result
+
+
 def test_reinvocation_after_another_webhook_changed_the_pod(
     webhook: ChartOperator, kube_api: KubeApi
 ) -> None:

@@ -86,12 +86,17 @@ def test_a_pod_with_a_native_mesh_proxy_runs_with_the_agent_right_after_the_prox
         {"name": "mesh-proxy", "image": "mesh/proxy:1", "restartPolicy": "Always"},
         {"name": "migrate", "image": "shop/migrate:1"},
     ])
+    pod["metadata"]["annotations"] = {"traffic.sidecar.istio.io/excludeInboundPorts": "15020"}
 
     running = kube_api.run_pod(pod)
 
     assert [c["name"] for c in running["spec"]["initContainers"]] == [
         "mesh-init", "mesh-proxy", AGENT, "migrate"]
     assert pod_mutation.claimed_volume(running) is not None
+    # D4 (c): probes and scrapes of the agent's metrics port pass the proxy by.
+    annotations = running["metadata"]["annotations"]
+    assert annotations["traffic.sidecar.istio.io/excludeInboundPorts"] == "15020,9644"
+    assert annotations["config.linkerd.io/skip-inbound-ports"] == "9644"
 
 
 def test_a_dry_run_create_is_mutated_but_claims_nothing(

@@ -226,6 +226,35 @@ def test_a_copied_pod_with_its_agent_before_a_proxy_gets_the_agent_moved_after_i
     assert patch_for(again) == []
 
 
+ISTIO_EXCLUDE = "traffic.sidecar.istio.io/excludeInboundPorts"
+LINKERD_SKIP = "config.linkerd.io/skip-inbound-ports"
+
+
+def test_the_agents_metrics_port_is_excluded_from_mesh_inbound_interception() -> None:
+    """D4 (c): kubelet's probes of the agent and the operator's scrape are plain HTTP from
+    outside the mesh; Istio rewrites probes only for spec.containers, and under STRICT mTLS
+    its proxy refuses them. Both meshes' exclusion lists get the agent's metrics port."""
+    pod = deployment_pod()
+
+    annotations = apply(pod, patch_for(pod))["metadata"]["annotations"]
+
+    assert annotations[ISTIO_EXCLUDE] == "9644"
+    assert annotations[LINKERD_SKIP] == "9644"
+
+
+def test_the_metrics_port_is_merged_into_existing_exclusions_once() -> None:
+    pod = deployment_pod()
+    pod["metadata"]["annotations"] = {ISTIO_EXCLUDE: "8080, 15020,", LINKERD_SKIP: "9000-9999"}
+    spec = make_spec(agent={"ports": {"metrics": 9700}})
+
+    once = apply(pod, patch_for(pod, spec))
+
+    assert once["metadata"]["annotations"][ISTIO_EXCLUDE] == "8080,15020,9700"
+    assert once["metadata"]["annotations"][LINKERD_SKIP] == "9000-9999"  # covered already
+    assert patch_for(once, spec) == []
+    assert once["spec"]["initContainers"][0]["ports"][0]["containerPort"] == 9700
+
+
 def test_app_bootstrap_env_is_overridden_not_duplicated() -> None:
     pod = deployment_pod()
     pod["spec"]["containers"][0]["env"].append(
@@ -493,8 +522,10 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
             st.sampled_from(["fsGroup", "runAsUser"]), st.integers(0, 5000), max_size=2))
     metadata: dict[str, Any] = {"labels": {contract.PRODUCER_LABEL: "orders"}}
     if draw(st.booleans()):
-        metadata["annotations"] = draw(st.dictionaries(st.sampled_from(["a", "b/c", "d~e"]),
-                                                       st.text(max_size=3), max_size=2))
+        metadata["annotations"] = draw(st.dictionaries(
+            st.sampled_from(["a", "b/c", "d~e", ISTIO_EXCLUDE]),
+            st.one_of(st.text(max_size=3), st.just("15020,9644"), st.just(" 80 , ")),
+            max_size=2))
     return {"metadata": metadata, "spec": spec, **draw(st.dictionaries(
         st.sampled_from(["status", "x-top"]), scalars, max_size=1))}
 
