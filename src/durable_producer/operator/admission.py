@@ -195,7 +195,8 @@ def _admit(
         # A reinvocation (reinvocationPolicy IfNeeded): the API server calls us again after
         # other webhooks or its in-tree plugins changed the pod. Whatever they changed (an
         # image mirror rewriting the agent's image, LimitRanger's defaults) stays; only
-        # containers added since our first pass get the bootstrap env.
+        # containers added since our first pass get the bootstrap env, and the agent is moved
+        # (unchanged) after a native sidecar another webhook appended behind it (D4).
         return AdmissionAnswer(pod_mutation.reinvocation_patch(body))
     if overrides.opted_out(body):
         return AdmissionAnswer(

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.contract import API_VERSION, BUFFER_VOLUME_NAME, KIND
-from durable_producer.operator import pod_mutation
+from durable_producer.operator import mesh, pod_mutation
 from durable_producer.operator.kube_objects import Object, format_time
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.pod_key import ClaimKey
@@ -124,7 +124,9 @@ def drain_job_manifest(
 
     ``request``: the volume's drain request token (volume_pool.drain_request_token), as a
     label: only a Job carrying the volume's current token counts (review D1). ``placement``:
-    the pod spec fields that let it run where the volume's pod ran (drain_placement.py)."""
+    the pod spec fields that let it run where the volume's pod ran (drain_placement.py). Its
+    pods are kept out of service meshes (mesh.DRAIN_POD_ANNOTATIONS): an injected proxy that
+    never exits would keep the Job from ever completing (review D4)."""
     metadata = producer.get("metadata") or {}
     labels = {POOL_LABEL: metadata.get("name"), DRAIN_VOLUME_LABEL: pvc_name}
     if request:
@@ -147,7 +149,10 @@ def drain_job_manifest(
             "backoffLimit": 2,
             "activeDeadlineSeconds": 3 * (policy.drain_timeout_seconds + 60),
             "template": {
-                "metadata": {"labels": labels},
+                "metadata": {
+                    "labels": labels,
+                    "annotations": dict(mesh.DRAIN_POD_ANNOTATIONS),
+                },
                 "spec": {
                     "restartPolicy": "Never",
                     # The agent talks to Kafka only: no Kubernetes API token in the pod.

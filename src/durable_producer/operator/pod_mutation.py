@@ -3,7 +3,8 @@
 The admission handler (admission.py) only fetches the inputs and answers with these
 operations. Pods are handled as raw dicts so that no field we do not know (a container's
 ``restartPolicy``, a newer API field) is ever dropped, and every step is "replace or append
-by name", so a second pass over an already mutated pod yields no operations at all.
+by name" (the agent: "put right after the last other native sidecar", ``with_agent_placed``),
+so a second pass over an already mutated pod yields no operations at all.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from durable_producer.contract import (
     METRICS_HOST,
     PRODUCER_LABEL,
 )
-from durable_producer.operator import pod_key, sizing
+from durable_producer.operator import mesh, pod_key, sizing
 from durable_producer.operator.injection_hash import sidecar_hash
 from durable_producer.operator.model import DurableProducerSpec
 from durable_producer.operator.quantities import parse_quantity
@@ -282,21 +283,51 @@ def producer_name(pod: Mapping[str, Any]) -> str | None:
     return str(name) if name else None
 
 
-def _upsert_by_name(items: list[Any] | None, item: dict[str, Any], *, first: bool) -> list[Any]:
-    """The list with the same-named entry replaced in place, or the item added."""
+def _upsert_by_name(items: list[Any] | None, item: dict[str, Any]) -> list[Any]:
+    """The list with the same-named entry replaced in place, or the item appended."""
     result = list(items or [])
     for index, existing in enumerate(result):
         if isinstance(existing, dict) and existing.get("name") == item["name"]:
             result[index] = item
             return result
-    return [item, *result] if first else [*result, item]
+    return [*result, item]
+
+
+def _is_other_native_sidecar(container: Any) -> bool:
+    return (
+        isinstance(container, dict)
+        and container.get("restartPolicy") == "Always"
+        and container.get("name") != AGENT_CONTAINER_NAME
+    )
+
+
+def with_agent_placed(init_containers: list[Any] | None, agent: dict[str, Any]) -> list[Any]:
+    """The init containers with the agent right after the last other native sidecar
+    (``restartPolicy: Always``: a mesh proxy, a log shipper), or first when there is none.
+
+    Native sidecars start in order and stop in reverse order: after every proxy, the agent
+    starts with the pod's network ready and stops before the proxy does, so its final drain
+    still reaches Kafka (D4). Ordinary init containers after the last sidecar stay after the
+    agent; those before it (a mesh's iptables setup) stay before it. The others keep their
+    order, and an agent already in the list is moved there, so a second pass finds it in place.
+    """
+    others = [
+        container
+        for container in init_containers or []
+        if not (isinstance(container, dict) and container.get("name") == AGENT_CONTAINER_NAME)
+    ]
+    position = 1 + max(
+        (index for index, container in enumerate(others) if _is_other_native_sidecar(container)),
+        default=-1,
+    )
+    return [*others[:position], agent, *others[position:]]
 
 
 def _with_bootstrap_env(container: dict[str, Any], address: str) -> dict[str, Any]:
     updated = dict(container)
     env = list(container.get("env") or [])
     for name in (BOOTSTRAP_ENV, BOOTSTRAP_TWIN_ENV):
-        env = _upsert_by_name(env, {"name": name, "value": address}, first=False)
+        env = _upsert_by_name(env, {"name": name, "value": address})
     updated["env"] = env
     return updated
 
@@ -332,14 +363,13 @@ def mutated_pod(
     log_level: str | None = None,
 ) -> dict[str, Any]:
     """The pod as it should be admitted: a deep copy with the agent, env and volume in place,
-    and the hash of the injected sidecar (injection_hash.py) in an annotation."""
+    the hash of the injected sidecar (injection_hash.py) in an annotation, and the agent's
+    metrics port in the meshes' inbound exclusions (mesh.py)."""
     result: dict[str, Any] = copy.deepcopy(dict(pod))
     metadata = result.setdefault("metadata", {})
     pod_spec = result.setdefault("spec", {})
     sidecar = agent_sidecar(spec, agent_image, log_level)
-    pod_spec["initContainers"] = _upsert_by_name(
-        pod_spec.get("initContainers"), sidecar, first=True
-    )
+    pod_spec["initContainers"] = with_agent_placed(pod_spec.get("initContainers"), sidecar)
     address = bootstrap_address(spec)
     pod_spec["containers"] = [
         _with_bootstrap_env(container, address) for container in pod_spec.get("containers") or []
@@ -347,10 +377,9 @@ def mutated_pod(
     volumes = _upsert_by_name(
         pod_spec.get("volumes"),
         {"name": BUFFER_VOLUME_NAME, "persistentVolumeClaim": {"claimName": claim_name}},
-        first=False,
     )
     for secret_volume in secret_volumes(spec):
-        volumes = _upsert_by_name(volumes, secret_volume, first=False)
+        volumes = _upsert_by_name(volumes, secret_volume)
     pod_spec["volumes"] = volumes
     pull_secrets = image_pull_secrets(pod_spec.get("imagePullSecrets"), agent_image)
     if pull_secrets is not None:
@@ -373,7 +402,10 @@ def mutated_pod(
     )
     annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
     annotations[AGENT_HASH_ANNOTATION] = sidecar_hash(sidecar)
-    metadata["annotations"] = annotations
+    # Kubelet's probes and the operator's scrape reach the agent past a mesh proxy (D4).
+    metadata["annotations"] = mesh.with_inbound_port_excluded(
+        annotations, spec.agent.ports.metrics
+    )
     return result
 
 
@@ -436,7 +468,10 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
     webhooks and the API server's in-tree plugins (run again before a reinvocation) may have
     changed them on purpose (a registry mirror, LimitRange defaults, a policy's
     securityContext). Only app containers added after our pass (no bootstrap env at all) get
-    the agent's address, read from our annotation. Empty when nothing was added.
+    the agent's address, read from our annotation; and a native sidecar added after our pass
+    behind the agent (a mesh proxy a later webhook appended) gets the agent moved after it,
+    unchanged (``with_agent_placed``: the agent must stop before the proxy). Empty when
+    nothing was added.
     """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     try:
@@ -445,6 +480,20 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
         return []
     if not isinstance(address, str) or not address:
         return []
+    ops: list[JsonPatchOp] = []
+    init_containers = list((pod.get("spec") or {}).get("initContainers") or [])
+    agent = next(
+        (
+            container
+            for container in init_containers
+            if isinstance(container, dict) and container.get("name") == AGENT_CONTAINER_NAME
+        ),
+        None,
+    )
+    if agent is not None:
+        placed = with_agent_placed(init_containers, agent)
+        if placed != init_containers:
+            ops.append({"op": "add", "path": "/spec/initContainers", "value": placed})
     containers = list((pod.get("spec") or {}).get("containers") or [])
     updated = [
         container
@@ -452,9 +501,9 @@ def reinvocation_patch(pod: Mapping[str, Any]) -> list[JsonPatchOp]:
         else _with_bootstrap_env(container, address)
         for container in containers
     ]
-    if updated == containers:
-        return []
-    return [{"op": "add", "path": "/spec/containers", "value": updated}]
+    if updated != containers:
+        ops.append({"op": "add", "path": "/spec/containers", "value": updated})
+    return ops
 
 
 def _has_bootstrap_env(container: Mapping[str, Any]) -> bool:

@@ -155,6 +155,31 @@ def test_an_orphaned_volume_is_drained_then_reclaimed_after_its_ttl(
              what="the drained volume to be deleted after its TTL")
 
 
+def test_the_pods_of_a_drain_job_are_kept_out_of_service_meshes(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """D4 (a): the pods the real Job controller makes for a drain carry the annotations that
+    keep Istio's and Linkerd's injectors away (a proxy in an ordinary container never exits,
+    and the Job would never complete)."""
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    volume = run(kube_api, "gone")
+    job_name = vp.drain_job_name(volume)
+
+    kube_api.delete_pod("gone")
+    drain_pod = wait_for(lambda: next((p for p in kube_api.items(kube_api.pods_path).values()
+                                       if p["metadata"]["name"].startswith(job_name)), None),
+                         timeout=60, what="the drain Job's pod")
+
+    annotations = drain_pod["metadata"].get("annotations") or {}
+    assert annotations.get("sidecar.istio.io/inject") == "false", annotations
+    assert annotations.get("linkerd.io/inject") == "disabled", annotations
+    wait_for(lambda: job_name in kube_api.finish_drains(), timeout=60,
+             what="the drain pod to exit 0")
+    wait_for(lambda: job_name not in kube_api.items(kube_api.jobs_path), timeout=60,
+             what="the drain Job to complete and go")
+
+
 def test_an_empty_volume_whose_claim_never_got_a_pod_is_reclaimed_without_a_drain(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:

@@ -88,8 +88,7 @@ def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
 
 
 def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: ChartOperator) -> None:
-    migrate = {"name": "migrate", "image": "shop/migrate:1", "command": ["migrate"],
-               "restartPolicy": "Always"}
+    migrate = {"name": "migrate", "image": "shop/migrate:1", "command": ["migrate"]}
     pod = placed(webhook, opted_in_pod("with-init", initContainers=[copy.deepcopy(migrate)]))
 
     result = patched(pod, webhook.review(pod))
@@ -99,6 +98,39 @@ def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: ChartOpera
     assert result == expected(pod, claim)
     assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent", "migrate"]
     assert result["spec"]["initContainers"][1] == migrate
+
+
+def test_pod_with_a_native_sidecar_gets_the_agent_after_it(webhook: ChartOperator) -> None:
+    """D4 (b): a native sidecar (a mesh proxy) stops after the agent, which needs it for its
+    final drain: the agent goes after it, before the ordinary init containers after it."""
+    proxy = {"name": "mesh-proxy", "image": "mesh/proxy:1", "restartPolicy": "Always"}
+    migrate = {"name": "migrate", "image": "shop/migrate:1", "command": ["migrate"]}
+    pod = placed(webhook, opted_in_pod("with-proxy", initContainers=[
+        copy.deepcopy(proxy), copy.deepcopy(migrate)]))
+
+    result = patched(pod, webhook.review(pod))
+
+    claim = pod_mutation.claimed_volume(result)
+    assert claim is not None
+    assert result == expected(pod, claim)
+    assert [c["name"] for c in result["spec"]["initContainers"]] == [
+        "mesh-proxy", "durable-agent", "migrate"]
+    assert result["spec"]["initContainers"][0] == proxy
+
+
+def test_a_pod_gets_the_agents_metrics_port_excluded_from_mesh_interception(
+    webhook: ChartOperator,
+) -> None:
+    """D4 (c): merged into the pod's own exclusions, once (a second review changes nothing)."""
+    pod = placed(webhook, opted_in_pod("excluded"))
+    pod["metadata"]["annotations"] = {"traffic.sidecar.istio.io/excludeInboundPorts": "8080"}
+
+    result = patched(pod, webhook.review(pod))
+
+    annotations = result["metadata"]["annotations"]
+    assert annotations["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080,9644"
+    assert annotations["config.linkerd.io/skip-inbound-ports"] == "9644"
+    assert patched(result, webhook.review(result)) == result
 
 
 def test_reinvocation_after_another_webhook_changed_the_pod(

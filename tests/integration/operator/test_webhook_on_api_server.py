@@ -74,6 +74,31 @@ def test_a_pod_created_through_the_api_server_gets_its_agent_and_a_volume_and_ru
         "attachedPods") == 1, timeout=60, what="status.attachedPods = 1")
 
 
+def test_a_pod_with_a_native_mesh_proxy_runs_with_the_agent_right_after_the_proxy(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """D4 (b): native sidecars stop in reverse order, so an agent before the mesh proxy would
+    make its final drain after the proxy is gone. Created through the real API server (its
+    validation of native sidecars included) and run by kwok."""
+    ready_producer(kube_api, start_chart_operator)
+    pod = opted_in_pod("meshed", initContainers=[
+        {"name": "mesh-init", "image": "mesh/init:1"},
+        {"name": "mesh-proxy", "image": "mesh/proxy:1", "restartPolicy": "Always"},
+        {"name": "migrate", "image": "shop/migrate:1"},
+    ])
+    pod["metadata"]["annotations"] = {"traffic.sidecar.istio.io/excludeInboundPorts": "15020"}
+
+    running = kube_api.run_pod(pod)
+
+    assert [c["name"] for c in running["spec"]["initContainers"]] == [
+        "mesh-init", "mesh-proxy", AGENT, "migrate"]
+    assert pod_mutation.claimed_volume(running) is not None
+    # D4 (c): probes and scrapes of the agent's metrics port pass the proxy by.
+    annotations = running["metadata"]["annotations"]
+    assert annotations["traffic.sidecar.istio.io/excludeInboundPorts"] == "15020,9644"
+    assert annotations["config.linkerd.io/skip-inbound-ports"] == "9644"
+
+
 def test_a_dry_run_create_is_mutated_but_claims_nothing(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:

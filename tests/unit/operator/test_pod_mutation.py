@@ -170,10 +170,9 @@ def test_secret_volumes_reference_the_spec_secrets_only() -> None:
     assert "durable-kafka-ca" not in volumes
 
 
-def test_existing_init_container_is_kept_after_the_agent_with_every_field() -> None:
+def test_an_ordinary_init_container_is_kept_after_the_agent_with_every_field() -> None:
     pod = deployment_pod()
-    migrate = {"name": "migrate", "image": "shop/migrate:1", "restartPolicy": "Always",
-               "futureField": {"kept": True}}
+    migrate = {"name": "migrate", "image": "shop/migrate:1", "futureField": {"kept": True}}
     pod["spec"]["initContainers"] = [copy.deepcopy(migrate)]
 
     result = apply(pod, patch_for(pod))
@@ -181,6 +180,79 @@ def test_existing_init_container_is_kept_after_the_agent_with_every_field() -> N
     names = [c["name"] for c in result["spec"]["initContainers"]]
     assert names == [contract.AGENT_CONTAINER_NAME, "migrate"]
     assert result["spec"]["initContainers"][1] == migrate
+
+
+def init_container(name: str, *, sidecar: bool = False) -> dict[str, Any]:
+    return {"name": name, "image": f"{name}:1", **({"restartPolicy": "Always"} if sidecar else {})}
+
+
+def init_names(pod: dict[str, Any]) -> list[str]:
+    return [c["name"] for c in pod["spec"].get("initContainers", [])]
+
+
+def test_the_agent_comes_after_native_sidecars_and_before_the_init_containers_after_them(
+) -> None:
+    """D4 (b): native sidecars stop in reverse order. The agent must stop before a mesh proxy
+    (its final drain needs the pod's network), so it starts after every sidecar already there;
+    a mesh's own ordinary init container (iptables setup) stays before the proxy."""
+    pod = deployment_pod()
+    pod["spec"]["initContainers"] = [
+        init_container("mesh-init"), init_container("mesh-proxy", sidecar=True),
+        init_container("migrate")]
+    shipper = deployment_pod()
+    shipper["spec"]["initContainers"] = [
+        init_container("log-shipper", sidecar=True), init_container("setup"),
+        init_container("mesh-proxy", sidecar=True), init_container("migrate")]
+
+    assert init_names(apply(pod, patch_for(pod))) == [
+        "mesh-init", "mesh-proxy", contract.AGENT_CONTAINER_NAME, "migrate"]
+    assert init_names(apply(shipper, patch_for(shipper))) == [
+        "log-shipper", "setup", "mesh-proxy", contract.AGENT_CONTAINER_NAME, "migrate"]
+
+
+def test_a_copied_pod_with_its_agent_before_a_proxy_gets_the_agent_moved_after_it() -> None:
+    """A copy of an admitted pod made by a version that put the agent first."""
+    pod = deployment_pod()
+    pod["spec"]["initContainers"] = [init_container("mesh-proxy", sidecar=True)]
+    once = apply(pod, patch_for(pod))
+    (agent,) = [c for c in once["spec"]["initContainers"]
+                if c["name"] == contract.AGENT_CONTAINER_NAME]
+    once["spec"]["initContainers"] = [agent, init_container("mesh-proxy", sidecar=True)]
+    once["metadata"]["namespace"] = "staging"  # not a reinvocation: mutated again
+
+    again = apply(once, patch_for(once))
+
+    assert init_names(again) == ["mesh-proxy", contract.AGENT_CONTAINER_NAME]
+    assert patch_for(again) == []
+
+
+ISTIO_EXCLUDE = "traffic.sidecar.istio.io/excludeInboundPorts"
+LINKERD_SKIP = "config.linkerd.io/skip-inbound-ports"
+
+
+def test_the_agents_metrics_port_is_excluded_from_mesh_inbound_interception() -> None:
+    """D4 (c): kubelet's probes of the agent and the operator's scrape are plain HTTP from
+    outside the mesh; Istio rewrites probes only for spec.containers, and under STRICT mTLS
+    its proxy refuses them. Both meshes' exclusion lists get the agent's metrics port."""
+    pod = deployment_pod()
+
+    annotations = apply(pod, patch_for(pod))["metadata"]["annotations"]
+
+    assert annotations[ISTIO_EXCLUDE] == "9644"
+    assert annotations[LINKERD_SKIP] == "9644"
+
+
+def test_the_metrics_port_is_merged_into_existing_exclusions_once() -> None:
+    pod = deployment_pod()
+    pod["metadata"]["annotations"] = {ISTIO_EXCLUDE: "8080, 15020,", LINKERD_SKIP: "9000-9999"}
+    spec = make_spec(agent={"ports": {"metrics": 9700}})
+
+    once = apply(pod, patch_for(pod, spec))
+
+    assert once["metadata"]["annotations"][ISTIO_EXCLUDE] == "8080,15020,9700"
+    assert once["metadata"]["annotations"][LINKERD_SKIP] == "9000-9999"  # covered already
+    assert patch_for(once, spec) == []
+    assert once["spec"]["initContainers"][0]["ports"][0]["containerPort"] == 9700
 
 
 def test_app_bootstrap_env_is_overridden_not_duplicated() -> None:
@@ -277,6 +349,37 @@ def test_a_reinvocation_gives_the_bootstrap_env_only_to_containers_added_since()
     assert env_of(result["spec"]["containers"][1])["KAFKA_BOOTSTRAP_SERVERS"] == (
         "127.0.0.1:9092")
     assert result["spec"]["initContainers"] == changed["spec"]["initContainers"]
+
+
+def test_a_reinvocation_moves_the_agent_after_a_native_proxy_a_later_webhook_appended(
+) -> None:
+    """D4 (b): a mesh webhook called after ours appended its proxy as a native sidecar behind
+    the agent; the agent is moved after it as it is (another webhook's edit of it kept)."""
+    once = apply(deployment_pod(), patch_for(deployment_pod()))
+    changed = copy.deepcopy(once)
+    changed["spec"]["initContainers"][0]["image"] = "mirror.internal/agent:1.2.3"
+    changed["spec"]["initContainers"] += [init_container("mesh-init"),
+                                          init_container("mesh-proxy", sidecar=True)]
+
+    ops = pod_mutation.reinvocation_patch(changed)
+    result = apply(changed, ops)
+
+    assert [op["path"] for op in ops] == ["/spec/initContainers"]
+    assert init_names(result) == ["mesh-init", "mesh-proxy", contract.AGENT_CONTAINER_NAME]
+    assert result["spec"]["initContainers"][2] == changed["spec"]["initContainers"][0]
+    assert pod_mutation.already_mutated(result)
+    assert pod_mutation.reinvocation_patch(result) == []
+
+
+def test_a_reinvocation_after_istio_put_its_native_proxy_first_changes_nothing() -> None:
+    """Istio's native-sidecar mode moves its own init containers to the front when its webhook
+    runs after ours: the agent is then already after the proxy."""
+    once = apply(deployment_pod(), patch_for(deployment_pod()))
+    changed = copy.deepcopy(once)
+    changed["spec"]["initContainers"][:0] = [init_container("istio-init"),
+                                             init_container("istio-proxy", sidecar=True)]
+
+    assert pod_mutation.reinvocation_patch(changed) == []
 
 
 def test_a_pod_without_our_annotation_is_not_taken_for_a_reinvocation() -> None:
@@ -379,8 +482,8 @@ def test_drain_arguments_are_accepted_by_the_real_agent_cli() -> None:
 
 names = st.text(alphabet="abcdefghij-", min_size=1, max_size=6)
 scalars = st.one_of(st.integers(-5, 5), st.booleans(), st.text(max_size=4), st.none())
-unknown_fields = st.dictionaries(st.sampled_from(["x-extra", "restartPolicy", "ports"]), scalars,
-                                 max_size=2)
+unknown_fields = st.dictionaries(st.sampled_from(["x-extra", "restartPolicy", "ports"]),
+                                 st.one_of(scalars, st.just("Always")), max_size=2)
 env_lists = st.lists(
     st.fixed_dictionaries({"name": st.sampled_from(
         ["A", "B", "KAFKA_BOOTSTRAP_SERVERS", "DURABLE_PRODUCER_BOOTSTRAP"]),
@@ -419,8 +522,10 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
             st.sampled_from(["fsGroup", "runAsUser"]), st.integers(0, 5000), max_size=2))
     metadata: dict[str, Any] = {"labels": {contract.PRODUCER_LABEL: "orders"}}
     if draw(st.booleans()):
-        metadata["annotations"] = draw(st.dictionaries(st.sampled_from(["a", "b/c", "d~e"]),
-                                                       st.text(max_size=3), max_size=2))
+        metadata["annotations"] = draw(st.dictionaries(
+            st.sampled_from(["a", "b/c", "d~e", ISTIO_EXCLUDE]),
+            st.one_of(st.text(max_size=3), st.just("15020,9644"), st.just(" 80 , ")),
+            max_size=2))
     return {"metadata": metadata, "spec": spec, **draw(st.dictionaries(
         st.sampled_from(["status", "x-top"]), scalars, max_size=1))}
 
@@ -439,6 +544,15 @@ def test_patch_gives_the_desired_pod_and_applying_twice_equals_once(pod: dict[st
     for key in ("initContainers", "containers", "volumes"):
         item_names = [item["name"] for item in once["spec"].get(key, [])]
         assert len(item_names) == len(set(item_names)), key
+    # The agent right after the last other native sidecar; the others in their order.
+    inits = once["spec"]["initContainers"]
+    agent_at = init_names(once).index(contract.AGENT_CONTAINER_NAME)
+    sidecars_at = [i for i, c in enumerate(inits)
+                   if c.get("restartPolicy") == "Always" and i != agent_at]
+    assert agent_at == 1 + max(sidecars_at, default=-1)
+    assert [c for c in inits if c["name"] != contract.AGENT_CONTAINER_NAME] == [
+        c for c in pod["spec"].get("initContainers", [])
+        if c["name"] != contract.AGENT_CONTAINER_NAME]
     # No field of the input is lost: every original container is still there, only env added.
     for original in pod["spec"]["containers"]:
         (kept,) = [c for c in once["spec"]["containers"] if c["name"] == original["name"]]

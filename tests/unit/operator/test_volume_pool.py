@@ -410,6 +410,18 @@ def test_drain_job_runs_the_agent_drain_mode_on_the_volume() -> None:
     assert contract.PRODUCER_LABEL not in manifest["spec"]["template"]["metadata"]["labels"]
 
 
+def test_drain_pods_are_kept_out_of_service_meshes() -> None:
+    """D4 (a): a proxy injected into a drain pod as an ordinary container never exits, so the
+    Job would never complete (it would hit activeDeadlineSeconds and count as failed)."""
+    manifest = manifests.drain_job_manifest(
+        PRODUCER, make_spec(), "orders-buffer-1", POLICY, AgentImage(), request="r-1")
+    template = manifest["spec"]["template"]
+
+    assert template["metadata"]["annotations"] == {
+        "sidecar.istio.io/inject": "false", "linkerd.io/inject": "disabled"}
+    assert template["metadata"]["labels"][vp.DRAIN_REQUEST_LABEL] == "r-1"
+
+
 def test_volume_names_stay_short_enough_for_job_names() -> None:
     name = vp.volume_name("x" * 250, "abcdef12")
 
