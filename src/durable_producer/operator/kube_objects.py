@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 Object = Mapping[str, Any]
+FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 """An object as read (not modified here)."""
 JsonObject = dict[str, Any]
 """An object, manifest or patch as built or decoded here."""

@@ -29,11 +29,10 @@ from durable_producer.operator.conditions import (
     REASON_VOLUMES_BELOW_SPEC,
     capped_message,
 )
-from durable_producer.operator.kube_objects import Object, name_of
+from durable_producer.operator.kube_objects import FINISHED_POD_PHASES, Object, name_of
 from durable_producer.operator.quantities import format_bytes
 from durable_producer.operator.volume_pool import (
     ABANDON_ANNOTATION,
-    FINISHED_POD_PHASES,
     VOLUME_FINALIZER,
     PoolPlan,
     VolumeState,

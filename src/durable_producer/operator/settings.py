@@ -177,6 +177,9 @@ class PoolPolicy:
     idle_ttl_seconds: float = 900.0
     drain_timeout_seconds: int = 600
     pending_volume_seconds: float = 300.0
+    agent_start_grace_seconds: float = 120.0
+    """How long an opted-in pod may take to get its agent running (image pull, volume attach
+    and mount) before Degraded names it (agent_start.py)."""
     drain_retry_max_seconds: float = 3600.0
     """After each failed drain the next waits twice as long as the last (from the drain
     grace), at most this long: a long Kafka outage does not keep every free volume Draining."""
@@ -205,6 +208,7 @@ POOL_ENV: dict[str, str] = {
     "drain_timeout_seconds": "DURABLE_PRODUCER_POOL_DRAIN_TIMEOUT_SECONDS",
     "pending_volume_seconds": "DURABLE_PRODUCER_POOL_PENDING_VOLUME_SECONDS",
     "drain_retry_max_seconds": "DURABLE_PRODUCER_POOL_DRAIN_RETRY_MAX_SECONDS",
+    "agent_start_grace_seconds": "DURABLE_PRODUCER_POOL_AGENT_START_GRACE_SECONDS",
 }
 
 

@@ -41,8 +41,14 @@ from enum import StrEnum
 from typing import Any
 
 from durable_producer.contract import GROUP, KIND
-from durable_producer.operator import pod_mutation, volume_fit
-from durable_producer.operator.kube_objects import Object, format_time, name_of, parse_time
+from durable_producer.operator import agent_start, pod_mutation, volume_fit
+from durable_producer.operator.kube_objects import (
+    FINISHED_POD_PHASES,
+    Object,
+    format_time,
+    name_of,
+    parse_time,
+)
 from durable_producer.operator.settings import PoolPolicy
 from durable_producer.operator.volume_fit import VolumeFit
 
@@ -67,7 +73,6 @@ BACKLOG_EMPTY = "empty"
 BACKLOG_UNKNOWN = "unknown"
 
 VOLUME_NAME_PREFIX_LENGTH = 40
-FINISHED_POD_PHASES = frozenset({"Succeeded", "Failed"})
 
 
 class VolumeState(StrEnum):
@@ -315,6 +320,9 @@ def plan_pool(
         disown = producer_owned(pvc)
         if updates or protect or disown:
             plan.patches.append(_patch(pvc, updates, protect=protect, disown=disown))
+    stuck = agent_start.agents_not_starting(pods, now, policy.agent_start_grace_seconds)
+    if stuck:
+        plan.problems.append(agent_start.problem(stuck, policy.agent_start_grace_seconds))
     return plan
 
 

@@ -412,3 +412,42 @@ def test_a_drain_job_runs_where_the_volumes_pod_could(
         assert scheduled["spec"]["tolerations"][0] == toleration
     finally:
         kube_api.call("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
+
+
+def test_a_pod_whose_agent_cannot_start_degrades_the_producer(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """D8: a pod whose agent waits (here a missing Secret: CreateContainerConfigError, as the
+    kubelet reports it) left the DurableProducer Ready and not Degraded. The pod is bound to
+    a node no kwok runs, so the status written here is the only one it gets."""
+    node = fake_node(f"quiet-{kube_api.namespace}")
+    del node["metadata"]["annotations"]  # not kwok's: nobody else writes the pod's status
+    status, answer = kube_api.call("POST", "/api/v1/nodes", node)
+    assert status == 201, answer
+    try:
+        kube_api.create(durable_producer())
+        start_chart_operator(**FAST_POOL, DURABLE_PRODUCER_POOL_AGENT_START_GRACE_SECONDS="1")
+        status, created = kube_api.create_pod(opted_in_pod("stuck",
+                                                           nodeName=node["metadata"]["name"]))
+        assert status == 201, created
+        reason = 'secret "kafka-credentials" not found'
+        status, answer = kube_api.call(
+            "PATCH", f"{kube_api.pods_path}/stuck/status",
+            {"status": {"phase": "Pending", "initContainerStatuses": [{
+                "name": "durable-agent", "image": "agent", "imageID": "", "ready": False,
+                "restartCount": 0, "state": {"waiting": {
+                    "reason": "CreateContainerConfigError", "message": reason}}}]}},
+            content_type="application/strategic-merge-patch+json")
+        assert status == 200, answer
+
+        condition = wait_for(
+            lambda: (found := degraded(kube_api)).get("status") == "True"
+            and "stuck (CreateContainerConfigError" in found.get("message", "") and found,
+            timeout=60, interval=0.5, what="Degraded naming the pod and the kubelet's reason")
+        print(f"\n{condition['message']}")
+        assert reason in condition["message"]
+        kube_api.delete_pod("stuck")
+        wait_for(lambda: degraded(kube_api).get("status") != "True", timeout=60, interval=0.5,
+                 what="Degraded cleared once the pod is gone")
+    finally:
+        kube_api.call("DELETE", f"/api/v1/nodes/{node['metadata']['name']}")
