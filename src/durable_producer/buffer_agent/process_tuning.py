@@ -17,8 +17,8 @@ RETAINED_FREE_HEAP_BYTES = 64 << 20
 HEAP_ALLOCATION_LIMIT_BYTES = 16 << 20
 """Blocks up to this size (every produce request the default limits allow) come from the heap."""
 TRIM_AFTER_PEAK_BYTES = 16 << 20
-"""A memory peak since the last ``release_free_memory`` (the ingress's request memory, the
-forwarder's read-ahead) that makes the next quiet moment release again."""
+"""Bytes since the last ``release_free_memory`` that make the next quiet moment release
+again: the ingress's request-memory peak, the stored batches the forwarder delivered."""
 TRIM_INTERVAL_S = 10.0
 """At most one ``release_free_memory`` this often, per caller."""
 _M_TRIM_THRESHOLD = -1

@@ -132,8 +132,8 @@ class Forwarder:
         """The previous run's identity could not be used: its frames are sent again under a
         new producer id (possible duplicates)."""
         self._unacked_bytes = 0
-        self._unacked_peak = 0
-        """The most ``_unacked_bytes`` since freed memory was last released."""
+        self._released_at_bytes = 0
+        """``forwarded_bytes`` when freed memory was last released."""
         self._next_release = 0.0
         self._letters_waiting = False
         self._letters_due = 0.0
@@ -421,7 +421,6 @@ class Forwarder:
             return False
         for frame in frames:
             self._take(frame)
-        self._unacked_peak = max(self._unacked_peak, self._unacked_bytes)
         end = frames[-1].offset + 1
         if end > self._sent_below:
             self._sent_below = end
@@ -429,13 +428,14 @@ class Forwarder:
         return True
 
     def _release_after_burst(self, now: float) -> None:
-        """Everything read is acknowledged: after a burst (a catch-up's read-ahead), give the
-        freed heap back to the kernel (``process_tuning``: glibc otherwise keeps up to 64 MiB
-        of it, and the freed batches were scattered over more), at most every
-        TRIM_INTERVAL_S."""
-        if self._unacked_peak < TRIM_AFTER_PEAK_BYTES or now < self._next_release:
+        """Everything read is acknowledged: after a burst (at least TRIM_AFTER_PEAK_BYTES
+        delivered since the last release: a catch-up, a busy spell), give the freed heap back
+        to the kernel (``process_tuning``: glibc otherwise keeps up to 64 MiB of it, and the
+        freed batches were scattered over more), at most every TRIM_INTERVAL_S."""
+        delivered = self._counts.forwarded_bytes
+        if delivered - self._released_at_bytes < TRIM_AFTER_PEAK_BYTES or now < self._next_release:
             return
-        self._unacked_peak = 0
+        self._released_at_bytes = delivered
         self._next_release = now + TRIM_INTERVAL_S
         release_free_memory()
 
