@@ -16,6 +16,11 @@ RETAINED_FREE_HEAP_BYTES = 64 << 20
 """Free heap glibc keeps for reuse before it returns pages to the kernel."""
 HEAP_ALLOCATION_LIMIT_BYTES = 16 << 20
 """Blocks up to this size (every produce request the default limits allow) come from the heap."""
+TRIM_AFTER_PEAK_BYTES = 16 << 20
+"""Bytes since the last ``release_free_memory`` that make the next quiet moment release
+again: the ingress's request-memory peak, the stored batches the forwarder delivered."""
+TRIM_INTERVAL_S = 10.0
+"""At most one ``release_free_memory`` this often, per caller."""
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 
@@ -52,9 +57,9 @@ def release_free_memory() -> bool:
     """Hand free heap pages back to the kernel now (glibc's ``malloc_trim``).
 
     ``keep_freed_memory`` makes glibc keep freed request buffers for reuse; after a burst
-    that will not come back (hundreds of connections closed, a request-memory peak) the
-    ingress calls this so the process returns near its baseline. False where the C library
-    is not glibc.
+    that will not come back (hundreds of connections closed, a request-memory peak; the
+    forwarder's read-ahead after a catch-up) the ingress and the forwarder call this so the
+    process returns near its baseline. False where the C library is not glibc.
     """
     if platform.libc_ver()[0] != "glibc":
         return False

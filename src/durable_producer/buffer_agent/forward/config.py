@@ -27,8 +27,11 @@ class ForwarderConfig:
         ),
     )
     hint_interval_s: float = 1.0
-    max_in_flight_bytes: int = 64 * 1024 * 1024
-    """Stored batches read from the WAL and not yet acknowledged (read ahead stops here)."""
+    max_in_flight_bytes: int = 32 * 1024 * 1024
+    """Stored batches read from the WAL and not yet acknowledged (read ahead stops here). The
+    forwarder's memory while catching up is about this beyond the agent's baseline (Kafka's
+    producer buffers as much by default, ``buffer.memory``); 64 MiB kept a catch-up of 1 MiB
+    client batches above 128 MiB RSS for no measured gain in rate (docs/benchmarks.md)."""
     max_merge_bytes: int = 1_000_000
     """Largest batch made by merging small uncompressed client batches (within the topic's
     ``max.message.bytes``, 1,048,588 by default; halved for a topic that refuses it)."""

@@ -54,6 +54,11 @@ from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Se
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.process_tuning import (
+    TRIM_AFTER_PEAK_BYTES,
+    TRIM_INTERVAL_S,
+    release_free_memory,
+)
 from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
 from durable_producer.buffer_agent.wal.state_file import StateDamage
 
@@ -127,6 +132,9 @@ class Forwarder:
         """The previous run's identity could not be used: its frames are sent again under a
         new producer id (possible duplicates)."""
         self._unacked_bytes = 0
+        self._released_at_bytes = 0
+        """``forwarded_bytes`` when freed memory was last released."""
+        self._next_release = 0.0
         self._letters_waiting = False
         self._letters_due = 0.0
         self._sent_below = 0
@@ -285,6 +293,7 @@ class Forwarder:
                 continue
             sender.wake.clear()
             if self._tracker.idle and not sender.busy and not self._letters_waiting:
+                self._release_after_burst(mono)
                 await loop.run_in_executor(
                     None, self._wal.wait_for_append, appended_before, _IDLE_WAIT_S
                 )
@@ -417,6 +426,18 @@ class Forwarder:
             self._sent_below = end
             self._write_identity()  # before any of them is sent: a crash never hides a send
         return True
+
+    def _release_after_burst(self, now: float) -> None:
+        """Everything read is acknowledged: after a burst (at least TRIM_AFTER_PEAK_BYTES
+        delivered since the last release: a catch-up, a busy spell), give the freed heap back
+        to the kernel (``process_tuning``: glibc otherwise keeps up to 64 MiB of it, and the
+        freed batches were scattered over more), at most every TRIM_INTERVAL_S."""
+        delivered = self._counts.forwarded_bytes
+        if delivered - self._released_at_bytes < TRIM_AFTER_PEAK_BYTES or now < self._next_release:
+            return
+        self._released_at_bytes = delivered
+        self._next_release = now + TRIM_INTERVAL_S
+        release_free_memory()
 
     def _take(self, frame: Frame) -> None:
         key = (frame.topic, frame.partition)

@@ -58,7 +58,11 @@ from durable_producer.buffer_agent.kafka.protocol import (
     peek_header,
 )
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
-from durable_producer.buffer_agent.process_tuning import release_free_memory
+from durable_producer.buffer_agent.process_tuning import (
+    TRIM_AFTER_PEAK_BYTES,
+    TRIM_INTERVAL_S,
+    release_free_memory,
+)
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
 from durable_producer.buffer_agent.wal.state_file import StateDamage
 
@@ -66,10 +70,7 @@ log = logging.getLogger(__name__)
 
 TRIM_AFTER_CLOSED = 32
 """Connections closed since the last trim that make the next close schedule one."""
-TRIM_AFTER_PEAK_BYTES = 16 << 20
-"""A request-memory peak since the last trim that makes the next close schedule one."""
 TRIM_DELAY_S = 2.0
-TRIM_INTERVAL_S = 10.0
 
 _Handler = Callable[[Request], Awaitable[Any]]
 """An API's handler: a kio response entity to encode, bytes already encoded, or None."""

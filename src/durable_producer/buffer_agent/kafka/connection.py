@@ -4,7 +4,10 @@
 SCRAM-SHA-256/512 through SaslHandshake v1 and SaslAuthenticate, ``sasl.py``) and learns the
 broker's API version ranges. ``request`` sends one request and returns a future of the response
 body's bytes: requests are pipelined and Kafka answers a connection's requests in order, so the
-responses are matched first in, first out (the correlation id is checked). Any failure of the
+responses are matched first in, first out (the correlation id is checked). One writer task
+puts the requests on the socket in order, a part at a time, waiting for the socket between
+parts (``_write_loop``): a request's parts (the stored batches) are neither joined nor copied
+whole into the transport's buffer, which holds about one part at a time. Any failure of the
 connection fails every pending request with ``BrokerUnreachable`` and closes it; the owner
 (``cluster_client``) opens a new one when it next needs that broker.
 
@@ -81,10 +84,14 @@ class BrokerConnection:
         self._reader = reader
         self._writer = writer
         self._pending: deque[tuple[int, bool, asyncio.Future[bytes]]] = deque()
+        self._outbox: deque[list[bytes | memoryview]] = deque()
+        self._outbox_ready = asyncio.Event()
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
         self.closed = False
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
+        loop = asyncio.get_running_loop()
+        self._read_task = loop.create_task(self._read_loop())
+        self._write_task = loop.create_task(self._write_loop())
 
     @classmethod
     async def open(
@@ -143,7 +150,7 @@ class BrokerConnection:
             header += b"\x00"
         parts = [body] if isinstance(body, bytes) else body
         size = len(header) + sum(len(part) for part in parts)
-        self._writer.writelines([_SIZE.pack(size), header, *parts])
+        self._send([_SIZE.pack(size) + header, *parts])
         # The ApiVersions response header is always v0, whatever the request's version.
         flexible_response = flexible and api_key != API_API_VERSIONS
         self._pending.append((self._correlation, flexible_response, future))
@@ -152,9 +159,36 @@ class BrokerConnection:
     def raw_request(self, frame: bytes) -> asyncio.Future[bytes]:
         """A SASL v0 token (no Kafka header): answered by a size-prefixed token."""
         future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._writer.write(_SIZE.pack(len(frame)) + frame)
+        self._send([_SIZE.pack(len(frame)) + frame])
         self._pending.append((-1, False, future))
         return future
+
+    def _send(self, parts: list[bytes | memoryview]) -> None:
+        """Queue a request's parts for ``_write_loop`` (requests go out in this order)."""
+        self._outbox.append(parts)
+        self._outbox_ready.set()
+
+    async def _write_loop(self) -> None:
+        """Write the queued requests in order, a part at a time; after each part, wait while
+        the transport's buffer is above its high-water mark. Python 3.11's ``writelines``
+        joins the parts into one copy of the request, and whatever the socket does not take at
+        once is copied again into the transport's buffer: with five requests of a few MiB in
+        flight that was tens of MiB of copies of batches the forwarder already holds."""
+        writer, outbox, ready = self._writer, self._outbox, self._outbox_ready
+        try:
+            while True:
+                while not outbox:
+                    if self.closed:
+                        return
+                    ready.clear()
+                    await ready.wait()
+                for part in outbox.popleft():
+                    if self.closed:
+                        break
+                    writer.write(part)
+                    await writer.drain()
+        except Exception as error:  # the connection is lost (drain raises what the reader saw)
+            self._fail(error)
 
     @property
     def in_flight(self) -> int:
@@ -199,6 +233,8 @@ class BrokerConnection:
             else BrokerUnreachable(f"connection to {self.address} lost: {error or type(error)}")
         )
         self.closed = True
+        self._outbox.clear()
+        self._outbox_ready.set()
         while self._pending:
             future = self._pending.popleft()[2]
             if not future.done():
@@ -210,6 +246,7 @@ class BrokerConnection:
         if not self.closed:
             self._fail(BrokerUnreachable(f"connection to {self.address} closed"))
         self._read_task.cancel()
+        self._write_task.cancel()
 
 
 def _skip_tagged_fields(data: bytes, pos: int) -> int:

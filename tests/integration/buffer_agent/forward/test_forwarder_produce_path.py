@@ -1,5 +1,6 @@
 """The forwarder's batch path against Apache Kafka: the read-ahead budget, merging of small
-client batches within a topic's ``max.message.bytes``, and a merged batch Kafka refuses.
+client batches within a topic's ``max.message.bytes``, a merged batch Kafka refuses, and the
+freed heap given back after a burst.
 
 A stored client batch goes out as it is; consecutive small uncompressed ones of a partition
 are merged into one batch (``kafka/_batch_merge.c``). These tests pin what that must never
@@ -13,14 +14,17 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward import forwarder as forwarder_module
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.process_tuning import TRIM_AFTER_PEAK_BYTES
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import KafkaBroker, consume_all
 from support.kafka_fixtures import TopicFactory
 from support.raw_fetch import stored_batches
+from support.waiting import wait_for
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
@@ -111,3 +115,41 @@ def test_one_record_batches_are_merged_within_the_topic_limit(
     assert max(batch.header.size for batch in batches) <= limit
     assert forwarder.stats().dead_letters == 0
     assert list_dead_letters(tmp_path / "dead-letter") == []
+
+
+def test_freed_memory_is_given_back_once_a_burst_is_delivered(
+    kafka_broker: KafkaBroker,
+    new_topic: TopicFactory,
+    wal: WriteAheadLog,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A catch-up reads up to the read-ahead window of stored batches; once all of it is
+    acknowledged and the forwarder is idle, the heap they were freed into goes back to the
+    kernel (once: later idle moments without a new burst release nothing)."""
+    released: list[int] = []
+    monkeypatch.setattr(forwarder_module, "release_free_memory", lambda: released.append(1) or True)
+    topic = new_topic(1)
+    value = b"v" * 100_000
+    frames = TRIM_AFTER_PEAK_BYTES // (4 * len(value)) + 4  # > the threshold, 4 records a frame
+    for frame in range(frames):
+        records = [
+            SampleRecord(key=b"%d/%d" % (frame, i), value=value, timestamp_ms=1_000 + frame)
+            for i in range(4)
+        ]
+        wal.append(topic, 0, build_batch(records), len(records))
+    forwarder = Forwarder(
+        wal,
+        {"bootstrap.servers": kafka_broker.bootstrap},
+        dead_letters=DeadLetterStore(tmp_path / "dead-letter"),
+        state_dir=tmp_path / "state",
+        config=ForwarderConfig(checkpoint_interval_s=0.2),
+    ).start()
+    try:
+        wait_for(lambda: forwarder.stats().forwarded_records == frames * 4, timeout=60)
+        wait_for(lambda: released, timeout=10, what="freed memory released after the burst")
+        wal.append(topic, 0, build_batch([_record(0, 0)]), 1)  # a small one: no new burst
+        wait_for(lambda: forwarder.stats().forwarded_records == frames * 4 + 1, timeout=30)
+    finally:
+        forwarder.stop()
+    assert released == [1]
