@@ -58,9 +58,10 @@ the announced 4 MiB per half-sent connection again would add ~1.2 GB."""
 RSS_RETURN_MARGIN_MB = 8
 """The agent trims its heap 2-10 s after a burst of closed connections; measured after it, with
 100,000-record phases: from 6 MB below to 4 MB above the level before the attack, which
-already held glibc's kept free heap. RSS also creeps with records stored (58-105 bytes a
-record over 200,000-record runs, not given back by a trim), so a phase is 30,000 records
-(~2-3 MB of it)."""
+already held glibc's kept free heap. RSS rises with the first records stored (58-105 bytes
+a record over 200,000-record runs, not given back by a trim) and then levels off: it is the
+forwarder thread's glibc arena, which ``malloc_trim`` does not shrink (docs/benchmarks.md,
+"RSS vs records stored"); a phase is 30,000 records to keep that rise small."""
 
 
 def rss_mb(pid: int) -> float:
