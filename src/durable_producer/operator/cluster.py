@@ -102,6 +102,18 @@ def _json(response: Any) -> Any:
     return json.loads(response.data or b"null")
 
 
+def _read_or_none(read: Callable[[], Any]) -> JsonObject | None:
+    """One object as raw JSON, or None when there is none of that name (404)."""
+    try:
+        response = read()
+    except ApiException as error:
+        if error.status == 404:
+            return None
+        raise
+    found: JsonObject = _json(response)
+    return found
+
+
 def _labelled(response: Any, label: str, value: str) -> list[JsonObject]:
     # Filter again here: selectors are a server feature some test servers lack.
     items = (_json(response) or {}).get("items") or []
@@ -200,16 +212,11 @@ class Cluster:
         )
 
     def read_volume(self, namespace: str, name: str) -> JsonObject | None:
-        try:
-            response = self.core.read_namespaced_persistent_volume_claim(
+        return _read_or_none(
+            lambda: self.core.read_namespaced_persistent_volume_claim(
                 name, namespace, **_call_options()
             )
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        found: JsonObject = _json(response)
-        return found
+        )
 
     def delete_volume(
         self, namespace: str, name: str, resource_version: str | None
@@ -239,26 +246,14 @@ class Cluster:
     def get_storage_class(self, name: str) -> JsonObject | None:
         """A StorageClass (cluster-scoped), or None when there is none of that name."""
         storage = kubernetes.client.StorageV1Api(self.core.api_client)
-        try:
-            response = storage.read_storage_class(name, **_call_options())
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        found: JsonObject = _json(response)
-        return found
+        return _read_or_none(lambda: storage.read_storage_class(name, **_call_options()))
 
     # ------------------------------------------------------------------ ConfigMaps
 
     def read_configmap(self, namespace: str, name: str) -> JsonObject | None:
-        try:
-            response = self.core.read_namespaced_config_map(name, namespace, **_call_options())
-        except ApiException as error:
-            if error.status == 404:
-                return None
-            raise
-        found: JsonObject = _json(response)
-        return found
+        return _read_or_none(
+            lambda: self.core.read_namespaced_config_map(name, namespace, **_call_options())
+        )
 
     def create_configmap(self, namespace: str, manifest: JsonObject) -> None:
         self.core.create_namespaced_config_map(namespace, _as_body(manifest), **_call_options())
