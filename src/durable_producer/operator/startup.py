@@ -25,6 +25,11 @@ from durable_producer.operator.settings import (
 )
 
 FINALIZER = f"{GROUP}/finalizer"
+# A DurableProducer marked for deletion keeps kopf's finalizer until its timers (pool, resync)
+# have exited. A timer's run in progress (a sync function in a thread) cannot exit at once, and
+# kopf looks again only after settings.background.cancellation_polling: 60 s by default, so a
+# deletion that met a pool run waited a minute for nothing. Look again after a second.
+TIMER_EXIT_POLL_SECONDS = 1.0
 _NANOSECONDS_PER_MICROSECOND = 1000
 
 
@@ -64,6 +69,7 @@ def configure_kopf(
     settings.watching.connect_timeout = tuning.connect_timeout
     settings.networking.request_timeout = tuning.request_timeout
     settings.networking.connect_timeout = tuning.connect_timeout
+    settings.background.cancellation_polling = TIMER_EXIT_POLL_SECONDS
     settings.admission.managed = None
     if not config.features.volume_pool:
         # No volumes to give: the webhook is not served (the chart renders no configuration).

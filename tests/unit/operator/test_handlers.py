@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import threading
 from pathlib import Path
 
 import kopf
@@ -149,3 +150,48 @@ def test_without_a_certificate_the_webhook_server_serves_nothing(
 
     with pytest.raises(TimeoutError):  # it never offers kopf a client configuration
         asyncio.run(first_config())
+
+
+def test_a_deletion_that_meets_a_timer_run_looks_again_within_seconds_not_a_minute() -> None:
+    """kopf keeps the finalizer until the object's timers have exited. A timer whose sync run
+    is in progress (in a thread) cannot exit at once; kopf's stop_daemons then answers how long
+    to wait before it looks again. With kopf's default that was 60 s, so deleting a
+    DurableProducer while a pool run was going took a minute longer than needed (a fresh
+    clone's CI: the producer did not go within 60 s). Run on kopf's own stopping code."""
+    from kopf._cogs.aiokits import aioenums
+    from kopf._core.engines import daemons
+    from kopf._core.intents import handlers as kopf_handlers
+
+    settings = kopf.OperatorSettings()
+    config = OperatorConfig()
+    startup.configure_kopf(settings, config, logging.getLogger("test"))
+    registry = kopf.OperatorRegistry()
+    handlers.register_feature_handlers(config, registry, logging.getLogger("test"))
+    timers = [
+        handler
+        for handler in registry._spawning.get_all_handlers()
+        if isinstance(handler, kopf_handlers.TimerHandler)
+    ]
+    assert {timer.id for timer in timers} == {handlers.POOL_TIMER_ID, handlers.RESYNC_ID}
+
+    async def delete_during_timer_runs() -> list[float]:
+        release = threading.Event()
+        running = {
+            timer.id: daemons.Daemon(
+                task=asyncio.create_task(asyncio.to_thread(release.wait, 10)),
+                logger=logging.getLogger("test"),
+                handler=timer,
+                stopper=aioenums.FlagSetter(),
+            )
+            for timer in timers
+        }
+        try:
+            return list(await daemons.stop_daemons(settings=settings, daemons=running))
+        finally:
+            release.set()
+            await asyncio.gather(*(daemon.task for daemon in running.values()))
+
+    delays = asyncio.run(delete_during_timer_runs())
+
+    assert delays, "the timers were still running: kopf must look again"
+    assert max(delays) <= 2.0, delays
