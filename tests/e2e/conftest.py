@@ -25,6 +25,7 @@ from e2e.kind_support import (
     wait_until,
 )
 from e2e.prerequisites import kind_binary, missing_prerequisites, skip_reason
+from support.outcome import call_failed
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -38,24 +39,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
-    report = yield
-    if report.when == "call":
-        item.stash[CALL_FAILED] = report.failed
-    return report
-
-
-CALL_FAILED = pytest.StashKey[bool]()
-
-
 @pytest.fixture(autouse=True)
 def diagnostics_on_failure(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[None]:
     """After a failed e2e test, save the cluster's pods, events and operator log to a file."""
     yield
-    if request.node.stash.get(CALL_FAILED, False) and "kind_cluster" in request.fixturenames:
+    if call_failed(request) and "kind_cluster" in request.fixturenames:
         path = tmp_path_factory.getbasetemp() / f"diagnostics-{request.node.name}.txt"
         path.write_text(request.getfixturevalue("kind_cluster").diagnostics())
         warnings.warn(f"{request.node.nodeid} failed: cluster diagnostics in {path}", stacklevel=1)

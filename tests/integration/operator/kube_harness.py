@@ -35,6 +35,7 @@ from durable_producer.operator import model
 from integration.operator.operator_harness import OPERATOR_START_TIMEOUT_SECONDS, OperatorProcess
 from integration.operator.test_webhook_harness import AGENT_IMAGE, WebhookOperator
 from support.kube_cluster import AuditedRequest, Cluster, audited_requests
+from support.outcome import call_failed
 from support.tools import CHART_DIR, helm_binary
 from support.waiting import wait_for
 
@@ -45,6 +46,7 @@ from support.waiting import wait_for
 CLAIM_GRACE = "10"
 TEST_OPERATOR_ENV = {"DURABLE_PRODUCER_POOL_INTERVAL_SECONDS": "0.5", "PYTHONUNBUFFERED": "1"}
 HELM_TIMEOUT_SECONDS = 180
+FAILED_LOG_LINES = 200  # of each operator replica, printed after a failed test
 WEBHOOK_SECRET = "operator-webhook-tls"
 
 
@@ -391,13 +393,17 @@ class ChartOperators:
 
 
 @pytest.fixture()
-def chart_operators(control_plane: Cluster, kube_namespace: str,
+def chart_operators(request: pytest.FixtureRequest, control_plane: Cluster, kube_namespace: str,
                     tmp_path: Path) -> Iterator[ChartOperators]:
     operators = ChartOperators(control_plane, kube_namespace, tmp_path)
     try:
         yield operators
     finally:
         operators.stop_all()
+        if call_failed(request):  # what the operators did, in the report of the failed test
+            for operator in operators.started:
+                print(f"--- {operator.replica}'s log (last {FAILED_LOG_LINES} lines) ---")
+                print("\n".join(operator.process.log().splitlines()[-FAILED_LOG_LINES:]))
 
 
 @pytest.fixture()
