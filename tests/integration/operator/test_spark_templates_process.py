@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from durable_producer import contract
-from durable_producer.operator import api_access, pod_mutation, spark_actions
-from durable_producer.operator.model import API_VERSION, KIND
+from durable_producer.operator.act import api_access, spark_actions
+from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.model.model import API_VERSION, KIND
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
 
