@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from durable_producer.contract import AGENT_HASH_ANNOTATION
-from durable_producer.operator.decide import overrides, pod_mutation, reconcile
+from durable_producer.operator.decide import agent_container, overrides, pod_mutation, reconcile
 from durable_producer.operator.decide.injection_hash import sidecar_hash
 from durable_producer.operator.decide.kube_objects import Object, name_of
 from durable_producer.operator.model.model import DurableProducerSpec
@@ -35,7 +35,9 @@ def expected_hash(
     effective = overrides.effective_spec(spec, pod_overrides)
     if isinstance(effective, str):
         return None
-    return sidecar_hash(pod_mutation.agent_sidecar(effective, agent_image, pod_overrides.log_level))
+    return sidecar_hash(
+        agent_container.agent_sidecar(effective, agent_image, pod_overrides.log_level)
+    )
 
 
 def outdated_pods(

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from durable_producer.operator.decide.kube_objects import Object
-from durable_producer.operator.decide.volume_pool import PLACEMENT_ANNOTATION, annotations_of
+from durable_producer.operator.decide.kube_objects import Object, annotations_of
+from durable_producer.operator.decide.volume_pool import PLACEMENT_ANNOTATION
 
 
 def recorded(pod: Object) -> str | None:

@@ -15,7 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.operator.decide import volume_fit
-from durable_producer.operator.decide.kube_objects import Object, format_time, name_of
+from durable_producer.operator.decide.kube_objects import (
+    Object,
+    annotations_of,
+    format_time,
+    name_of,
+)
 from durable_producer.operator.decide.pod_key import ClaimKey
 from durable_producer.operator.decide.volume_fit import VolumeFit
 from durable_producer.operator.decide.volume_pool import (
@@ -29,7 +34,6 @@ from durable_producer.operator.decide.volume_pool import (
     PLACEMENT_ANNOTATION,
     RELEASED_AT_ANNOTATION,
     VolumeState,
-    annotations_of,
     is_deleted,
     seconds_since,
     volume_state,

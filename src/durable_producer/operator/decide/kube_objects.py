@@ -23,6 +23,11 @@ def name_of(obj: Object) -> str:
     return str((obj.get("metadata") or {}).get("name") or "")
 
 
+def annotations_of(obj: Object) -> Mapping[str, str]:
+    """``metadata.annotations``, or {} when absent."""
+    return (obj.get("metadata") or {}).get("annotations") or {}
+
+
 def format_time(moment: datetime) -> str:
     """``moment`` as Kubernetes writes timestamps (RFC 3339, UTC, seconds), e.g.
     ``2026-01-01T00:00:00Z``."""

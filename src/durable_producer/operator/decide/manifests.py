@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.contract import API_VERSION, BUFFER_VOLUME_NAME, KIND, POOL_LABEL
-from durable_producer.operator.decide import mesh, pod_mutation
+from durable_producer.operator.decide import agent_container, mesh
 from durable_producer.operator.decide.kube_objects import Object, format_time
 from durable_producer.operator.decide.pod_key import ClaimKey
 from durable_producer.operator.decide.volume_fit import STORAGE_CLASS_ANNOTATION, VolumeFit
@@ -101,9 +101,9 @@ def drain_pod_security_context() -> dict[str, Any]:
     volume is made writable for the agent's group."""
     return {
         "runAsNonRoot": True,
-        "runAsUser": pod_mutation.AGENT_USER_ID,
-        "runAsGroup": pod_mutation.AGENT_USER_ID,
-        "fsGroup": pod_mutation.AGENT_USER_ID,
+        "runAsUser": agent_container.AGENT_USER_ID,
+        "runAsGroup": agent_container.AGENT_USER_ID,
+        "fsGroup": agent_container.AGENT_USER_ID,
         "fsGroupChangePolicy": "OnRootMismatch",
         "seccompProfile": {"type": "RuntimeDefault"},
     }
@@ -130,10 +130,10 @@ def drain_job_manifest(
     labels = {POOL_LABEL: metadata.get("name"), DRAIN_VOLUME_LABEL: pvc_name}
     if request:
         labels[DRAIN_REQUEST_LABEL] = request
-    container = pod_mutation.agent_base_container(
-        spec, pod_mutation.agent_drain_args(spec, policy.drain_timeout_seconds), agent_image
+    container = agent_container.agent_base_container(
+        spec, agent_container.agent_drain_args(spec, policy.drain_timeout_seconds), agent_image
     )
-    secrets = pod_mutation.image_pull_secrets(None, agent_image)
+    secrets = agent_container.image_pull_secrets(None, agent_image)
     pull_secrets = {"imagePullSecrets": secrets} if secrets else {}
     return {
         "apiVersion": "batch/v1",
@@ -165,7 +165,7 @@ def drain_job_manifest(
                             "name": BUFFER_VOLUME_NAME,
                             "persistentVolumeClaim": {"claimName": pvc_name},
                         },
-                        *pod_mutation.secret_volumes(spec),
+                        *agent_container.secret_volumes(spec),
                     ],
                 },
             },

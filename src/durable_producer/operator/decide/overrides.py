@@ -37,6 +37,7 @@ from durable_producer.contract import (
     MEMORY_REQUEST_ANNOTATION,
     POD_OVERRIDE_PREFIX,
 )
+from durable_producer.operator.decide.kube_objects import annotations_of
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.model.quantities import QUANTITY_PATTERN, parse_quantity
 
@@ -66,13 +67,9 @@ class PodOverrides:
     log_level: str | None = None
 
 
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
-
-
 def opted_out(pod: Mapping[str, Any]) -> bool:
     """Whether the pod says ``agent.durable.dev/inject: "false"`` (exactly that value)."""
-    return _annotations(pod).get(INJECT_ANNOTATION) == "false"
+    return annotations_of(pod).get(INJECT_ANNOTATION) == "false"
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...], problems: list[str]) -> str | None:
@@ -100,7 +97,7 @@ def _resources(annotations: Mapping[str, Any], problems: list[str]) -> dict[str,
 
 def pod_overrides(pod: Mapping[str, Any]) -> PodOverrides | list[str]:
     """The pod's overrides, or every problem with its ``agent.durable.dev/`` annotations."""
-    annotations = _annotations(pod)
+    annotations = annotations_of(pod)
     problems = [
         f"annotation {name} is not known (known: {', '.join(KNOWN_ANNOTATIONS)}): fix its"
         " spelling or remove it"

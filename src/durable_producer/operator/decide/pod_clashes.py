@@ -23,12 +23,9 @@ from durable_producer.contract import (
     BUFFER_VOLUME_NAME,
     INJECTED_ANNOTATION,
 )
-from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import agent_container, pod_mutation
+from durable_producer.operator.decide.kube_objects import annotations_of
 from durable_producer.operator.model.model import DurableProducerSpec
-
-
-def _annotations(pod: Mapping[str, Any]) -> Mapping[str, Any]:
-    return (pod.get("metadata") or {}).get("annotations") or {}
 
 
 def _containers(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
@@ -37,7 +34,7 @@ def _containers(pod: Mapping[str, Any], kind: str) -> list[Mapping[str, Any]]:
 
 def _ours(pod: Mapping[str, Any]) -> bool:
     """Whether the webhook already mutated this pod (a re-invocation)."""
-    return INJECTED_ANNOTATION in _annotations(pod)
+    return INJECTED_ANNOTATION in annotations_of(pod)
 
 
 def _container_clashes(pod: Mapping[str, Any]) -> Iterator[str]:
@@ -65,14 +62,14 @@ def _volume_clashes(pod: Mapping[str, Any], spec: DurableProducerSpec) -> Iterat
     buffer = volumes.get(BUFFER_VOLUME_NAME)
     if buffer is not None:
         claim = (buffer.get("persistentVolumeClaim") or {}).get("claimName")
-        recorded = _annotations(pod).get(BUFFER_VOLUME_ANNOTATION)
+        recorded = annotations_of(pod).get(BUFFER_VOLUME_ANNOTATION)
         if not (_ours(pod) and claim and claim == recorded):
             yield (
                 f"volume {BUFFER_VOLUME_NAME!r} has the name of the buffer volume the webhook"
                 " adds (a PersistentVolumeClaim from the DurableProducer's pool): rename the"
                 " volume"
             )
-    for wanted in pod_mutation.secret_volumes(spec):
+    for wanted in agent_container.secret_volumes(spec):
         existing = volumes.get(wanted["name"])
         if existing is not None and existing != wanted:
             yield (
@@ -116,9 +113,9 @@ def _port_clashes(pod: Mapping[str, Any], spec: DurableProducerSpec) -> Iterator
                         f" listens on in the same pod ({agent_ports[number]}): change"
                         f" {agent_ports[number]} in the DurableProducer or the container's port"
                     )
-                if port.get("name") == pod_mutation.METRICS_PORT_NAME:
+                if port.get("name") == agent_container.METRICS_PORT_NAME:
                     yield (
-                        f"container {name!r} names a port {pod_mutation.METRICS_PORT_NAME!r},"
+                        f"container {name!r} names a port {agent_container.METRICS_PORT_NAME!r},"
                         " the name of the agent's metrics port (port names are unique in a"
                         " pod): rename the port"
                     )

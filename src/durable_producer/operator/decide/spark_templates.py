@@ -7,7 +7,7 @@ what Spark cannot be told otherwise:
 - the agent's address in the Spark container's env (the webhook sets it too, but the
   template makes it visible before admission, e.g. to ``kubectl apply --dry-run``);
 - a termination grace period long enough for the agent to drain (the same minimum the
-  webhook enforces, ``pod_mutation.MINIMUM_GRACE_SECONDS``).
+  webhook enforces, ``agent_container.MINIMUM_GRACE_SECONDS``).
 
 The agent itself is not in the template: the webhook adds it, so the sidecar always matches
 the DurableProducer's current spec. spark_actions.py reads the existing ConfigMap, calls
@@ -33,7 +33,7 @@ from durable_producer.contract import (
     PRODUCER_LABEL,
     SPARK_TEMPLATES_CONFIGMAP_SUFFIX,
 )
-from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import agent_container, pod_mutation
 from durable_producer.operator.decide.kube_objects import Object
 from durable_producer.operator.decide.manifests import owner_reference
 from durable_producer.operator.model.model import DurableProducerSpec
@@ -79,7 +79,7 @@ def pod_template(producer_name: str, spec: DurableProducerSpec, container: str) 
         "kind": "Pod",
         "metadata": {"labels": {PRODUCER_LABEL: producer_name}},
         "spec": {
-            "terminationGracePeriodSeconds": pod_mutation.MINIMUM_GRACE_SECONDS,
+            "terminationGracePeriodSeconds": agent_container.MINIMUM_GRACE_SECONDS,
             "containers": [
                 {
                     "name": container,

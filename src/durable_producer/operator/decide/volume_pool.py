@@ -45,6 +45,7 @@ from durable_producer.operator.decide import agent_start, pod_mutation, volume_f
 from durable_producer.operator.decide.kube_objects import (
     FINISHED_POD_PHASES,
     Object,
+    annotations_of,
     format_time,
     name_of,
     parse_time,
@@ -79,10 +80,6 @@ class VolumeState(StrEnum):
     CLAIMED = "Claimed"
     FREE = "Free"
     DRAINING = "Draining"
-
-
-def annotations_of(obj: Object) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("annotations") or {}
 
 
 def seconds_since(text: str | None, now: datetime) -> float | None:

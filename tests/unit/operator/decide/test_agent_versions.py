@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from durable_producer import contract
-from durable_producer.operator.decide import agent_versions, pod_mutation
+from durable_producer.operator.decide import agent_container, agent_versions, pod_mutation
 from durable_producer.operator.decide.injection_hash import sidecar_hash
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
@@ -36,7 +36,7 @@ def admitted(name: str, image: AgentImage = OLD, annotations: dict[str, str] | N
 
 
 def test_the_hash_is_stable_and_sees_every_field() -> None:
-    container = pod_mutation.agent_sidecar(spec(), OLD)
+    container = agent_container.agent_sidecar(spec(), OLD)
     changed = copy.deepcopy(container)
     changed["resources"]["limits"]["memory"] = "1Gi"
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from durable_producer import contract, volume_budget
 from durable_producer.buffer_agent.cli import build_parser
-from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import agent_container, pod_mutation
 from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
@@ -95,8 +95,8 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
     assert spec["volumes"] == [
         {"name": "durable-buffer", "persistentVolumeClaim": {"claimName": CLAIM}}
     ]
-    assert spec["terminationGracePeriodSeconds"] == pod_mutation.MINIMUM_GRACE_SECONDS
-    assert spec["securityContext"] == {"fsGroup": pod_mutation.AGENT_USER_ID,
+    assert spec["terminationGracePeriodSeconds"] == agent_container.MINIMUM_GRACE_SECONDS
+    assert spec["securityContext"] == {"fsGroup": agent_container.AGENT_USER_ID,
                                        "fsGroupChangePolicy": "OnRootMismatch"}
     annotations = result["metadata"]["annotations"]
     assert annotations[contract.BUFFER_VOLUME_ANNOTATION] == CLAIM
@@ -112,7 +112,7 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
 
 
 def test_grace_period_outlives_the_agent_drain_deadline() -> None:
-    assert pod_mutation.MINIMUM_GRACE_SECONDS > pod_mutation.AGENT_DRAIN_TIMEOUT_SECONDS + 30
+    assert agent_container.MINIMUM_GRACE_SECONDS > agent_container.AGENT_DRAIN_TIMEOUT_SECONDS + 30
 
 
 def test_sidecar_arguments_are_accepted_by_the_real_agent_cli() -> None:
@@ -127,7 +127,7 @@ def test_sidecar_arguments_are_accepted_by_the_real_agent_cli() -> None:
             "sasl": {"mechanism": "SCRAM-SHA-512", "secretName": "kafka-user"},
         },
     )
-    container = pod_mutation.agent_sidecar(spec, AGENT_IMAGE)
+    container = agent_container.agent_sidecar(spec, AGENT_IMAGE)
 
     args = build_parser({}).parse_args(container["args"])
 
@@ -426,7 +426,7 @@ def test_an_annotation_without_the_pod_it_was_made_for_is_not_a_reinvocation() -
 def test_the_agent_gets_cpu_and_memory_limits_by_default() -> None:
     """A ResourceQuota on limits.cpu/limits.memory refuses a container without them, and
     LimitRange defaults never reach a container a webhook adds (D6)."""
-    assert pod_mutation.agent_resources(make_spec()) == {
+    assert agent_container.agent_resources(make_spec()) == {
         "requests": {"cpu": "100m", "memory": "128Mi"},
         "limits": {"cpu": "1", "memory": "512Mi"}}
 
@@ -435,13 +435,13 @@ def test_a_missing_default_limit_is_never_below_the_request() -> None:
     spec = make_spec(agent={"resources": {"requests": {"cpu": "2", "memory": "1Gi"},
                                           "limits": {"cpu": "3"}}})
 
-    assert pod_mutation.agent_resources(spec)["limits"] == {"cpu": "3", "memory": "1Gi"}
+    assert agent_container.agent_resources(spec)["limits"] == {"cpu": "3", "memory": "1Gi"}
 
 
 def test_limits_the_spec_sets_are_kept() -> None:
     spec = make_spec(agent={"resources": {"limits": {"cpu": "250m", "memory": "256Mi"}}})
 
-    assert pod_mutation.agent_resources(spec)["limits"] == {"cpu": "250m", "memory": "256Mi"}
+    assert agent_container.agent_resources(spec)["limits"] == {"cpu": "250m", "memory": "256Mi"}
 
 
 def test_pod_without_spec_or_annotations_gets_them() -> None:
@@ -464,17 +464,17 @@ def test_security_protocol(tls: bool, sasl: bool, expected: str) -> None:
     if sasl:
         kafka["sasl"] = {"mechanism": "PLAIN", "secretName": "s"}
 
-    assert pod_mutation.security_protocol(make_spec(kafka=kafka)) == expected
+    assert agent_container.security_protocol(make_spec(kafka=kafka)) == expected
 
 
 def test_drain_arguments_are_accepted_by_the_real_agent_cli() -> None:
-    args = build_parser({}).parse_args(pod_mutation.agent_drain_args(make_spec(), 300))
+    args = build_parser({}).parse_args(agent_container.agent_drain_args(make_spec(), 300))
 
     assert args.command == "drain"
     assert args.timeout == 300.0
     assert args.kafka_bootstrap == "kafka-0.kafka:9092,kafka-1.kafka:9092"
     always = make_spec(fsync={"policy": "always"})
-    drain = build_parser({}).parse_args(pod_mutation.agent_drain_args(always, 300))
+    drain = build_parser({}).parse_args(agent_container.agent_drain_args(always, 300))
     assert drain.fsync == "always"  # recovery reads the tail as the agent wrote it
 
 

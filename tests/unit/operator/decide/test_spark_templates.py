@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from durable_producer import contract
-from durable_producer.operator.decide import pod_mutation, spark_templates
+from durable_producer.operator.decide import agent_container, pod_mutation, spark_templates
 from durable_producer.operator.decide.spark_templates import TemplatesActionKind
 from durable_producer.operator.model.model import API_VERSION, KIND, DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
@@ -112,8 +112,8 @@ def test_executor_template_carries_label_env_and_drain_grace_period() -> None:
         "DURABLE_PRODUCER_BOOTSTRAP": "127.0.0.1:9092",
     }
     grace = executor["spec"]["terminationGracePeriodSeconds"]
-    assert grace == pod_mutation.MINIMUM_GRACE_SECONDS
-    assert grace > pod_mutation.AGENT_DRAIN_TIMEOUT_SECONDS
+    assert grace == agent_container.MINIMUM_GRACE_SECONDS
+    assert grace > agent_container.AGENT_DRAIN_TIMEOUT_SECONDS
     # The agent is not in the template: the webhook adds it from the current spec.
     assert "initContainers" not in executor["spec"]
     assert "volumes" not in executor["spec"]
@@ -143,7 +143,7 @@ def test_webhook_leaves_the_template_grace_period_and_env_as_they_are() -> None:
 
     mutated = pod_mutation.mutated_pod(pod, "orders", spec, "orders-buffer-1", AgentImage())
 
-    assert mutated["spec"]["terminationGracePeriodSeconds"] == pod_mutation.MINIMUM_GRACE_SECONDS
+    assert mutated["spec"]["terminationGracePeriodSeconds"] == agent_container.MINIMUM_GRACE_SECONDS
     assert mutated["spec"]["containers"][0]["env"] == pod["spec"]["containers"][0]["env"]
     assert pod_mutation.is_injected(mutated)
 
@@ -158,7 +158,7 @@ def test_spark_conf_helper_accepts_the_rendered_templates(tmp_path: Path) -> Non
 
     assert isinstance(files, PodTemplates) and files.driver is not None
     assert conf[EXECUTOR_CONTAINER_NAME] == "spark-kubernetes-executor"
-    assert conf[EXECUTOR_GRACE_PERIOD] == str(pod_mutation.MINIMUM_GRACE_SECONDS)
+    assert conf[EXECUTOR_GRACE_PERIOD] == str(agent_container.MINIMUM_GRACE_SECONDS)
     assert conf["spark.kubernetes.executor.label.durable.dev/producer"] == "orders"
 
 
