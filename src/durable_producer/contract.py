@@ -22,6 +22,8 @@ SHORT_NAMES: Final = ("dp",)
 # --------------------------------------------------------------------- labels and annotations
 PRODUCER_LABEL: Final = f"{GROUP}/producer"
 """Pods opt in with ``durable.dev/producer: <DurableProducer name>``."""
+POOL_LABEL: Final = f"{GROUP}/buffer-for"
+"""On a buffer volume (PVC) and its drain Jobs: the DurableProducer whose pool it is in."""
 INJECTED_ANNOTATION: Final = f"{GROUP}/injected"
 """Set by the webhook on every pod it attached an agent to."""
 BUFFER_VOLUME_ANNOTATION: Final = f"{GROUP}/buffer-volume"

@@ -20,8 +20,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from durable_producer.operator import crd, model
-from durable_producer.operator.pod_mutation import PRODUCER_LABEL
+from durable_producer.contract import PRODUCER_LABEL
+from durable_producer.operator import crd
+from durable_producer.operator.model import model
 from durable_producer.spark_integration.conf import PodTemplates, spark_conf
 from e2e import kind_support
 from e2e.prerequisites import missing_prerequisites, skip_reason

@@ -1,7 +1,7 @@
 {{/*
 RBAC rules, kept in one place so that ClusterRole (all namespaces) and Role (watched
 namespaces) grant exactly the same verbs. The base rules are the operator's
-KUBERNETES_API_ACCESS (src/durable_producer/operator/api_access.py), verb for verb; a test keeps
+KUBERNETES_API_ACCESS (src/durable_producer/operator/act/api_access.py), verb for verb; a test keeps
 them equal. rbac.features.* add the permissions of optional features, declared in the same
 module, flag by flag: FEATURE_API_ACCESS (podAudit, volumePool and drainJobs together are the
 volume pool's POOL_API_ACCESS; sparkPodTemplates is SPARK_TEMPLATES_API_ACCESS). The operator is

@@ -1,1 +1,2 @@
-"""The control plane: kopf handlers (thin) and pure reconcile/sizing logic."""
+"""The control plane: handlers.py (every kopf handler) at the door; act/ carries out what
+decide/ (pure) decides about model/ (the spec, its conditions and quantities)."""

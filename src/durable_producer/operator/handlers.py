@@ -58,17 +58,10 @@ import jsonpatch
 import kopf
 
 from durable_producer.contract import GROUP, PLURAL, PRODUCER_LABEL, VERSION
-from durable_producer.operator import (
-    admission,
-    http_endpoint,
-    metrics,
-    pause,
-    pool_actions,
-    reconcile,
-    spark_actions,
-    startup,
-)
-from durable_producer.operator.pool_status import REASON_POOL_PROBLEM
+from durable_producer.operator import http_endpoint, metrics, startup
+from durable_producer.operator.act import admission, pool_actions, spark_actions
+from durable_producer.operator.decide import pause, reconcile
+from durable_producer.operator.decide.pool_status import REASON_POOL_PROBLEM
 from durable_producer.operator.settings import OperatorConfig
 
 RESOURCE = (GROUP, VERSION, PLURAL)

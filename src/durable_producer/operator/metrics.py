@@ -32,8 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from durable_producer.operator import volume_pool
-from durable_producer.operator.kube_objects import Object, name_of
+from durable_producer.operator.decide import volume_pool
+from durable_producer.operator.decide.kube_objects import Object, name_of
 
 RESULT_SUCCESS: Final = "success"
 RESULT_RETRY: Final = "retry"

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from durable_producer.operator.model import (
+from durable_producer.operator.model.model import (
     AGENT_IMAGE_ENV,
     AGENT_IMAGE_PULL_POLICY_ENV,
     DEFAULT_AGENT_IMAGE,

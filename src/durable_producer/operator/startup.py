@@ -17,7 +17,8 @@ import logging
 import kopf
 
 from durable_producer.contract import GROUP
-from durable_producer.operator import admission, http_endpoint, metrics
+from durable_producer.operator import http_endpoint, metrics
+from durable_producer.operator.act import admission
 from durable_producer.operator.settings import (
     WEBHOOK_CERT_FILE_ENV,
     WEBHOOK_KEY_FILE_ENV,

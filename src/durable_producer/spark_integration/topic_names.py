@@ -1,7 +1,8 @@
 """Kafka's topic naming rule, checked before anything is written.
 
 Kafka accepts a topic name of 1 to 249 characters from ``[a-zA-Z0-9._-]``, other than ``.``
-and ``..`` (``org.apache.kafka.common.internals.Topic.validate``). The ``topic`` option is
+and ``..`` (``org.apache.kafka.common.internals.Topic.validate``; the rule itself is
+``durable_producer/topic_names.py``, shared with the agent). The ``topic`` option is
 checked on the driver; names from a ``topic`` column are checked in the task, once per
 distinct name (``TopicNameCheck``), so a bad name fails the task at once with a clear message
 instead of 30 s of metadata retries ending in "Unknown topic or partition".
@@ -9,20 +10,18 @@ instead of 30 s of metadata retries ending in "Unknown topic or partition".
 
 from __future__ import annotations
 
-import re
-
 from durable_producer.spark_integration.errors import InvalidTopicError
-
-MAX_TOPIC_NAME_LENGTH = 249
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]+")
-_ILLEGAL_CHARACTER = re.compile(r"[^a-zA-Z0-9._-]")
+from durable_producer.topic_names import ILLEGAL_TOPIC_CHARACTER as _ILLEGAL_CHARACTER
+from durable_producer.topic_names import LEGAL_TOPIC_NAME as _LEGAL
+from durable_producer.topic_names import MAX_TOPIC_NAME_LENGTH as MAX_TOPIC_NAME_LENGTH
+from durable_producer.topic_names import RESERVED_TOPIC_NAMES
 
 
 def topic_name_problem(name: str) -> str | None:
     """Why ``name`` is not a legal Kafka topic name, or ``None`` when it is."""
     if not name:
         return "it is empty"
-    if name in (".", ".."):
+    if name in RESERVED_TOPIC_NAMES:
         return f"{name!r} is reserved"
     if len(name) > MAX_TOPIC_NAME_LENGTH:
         return f"it is {len(name)} characters long (at most {MAX_TOPIC_NAME_LENGTH})"

@@ -31,7 +31,7 @@ from durable_producer.local.kube_client import KubeClient
 from durable_producer.local.kube_pki import CertificateAuthority
 from durable_producer.local.kube_processes import JOB_POD_EXIT_ANNOTATION
 from durable_producer.local.ports import LOOPBACK, free_port
-from durable_producer.operator import model
+from durable_producer.operator.model import model
 from integration.operator.operator_harness import OPERATOR_START_TIMEOUT_SECONDS, OperatorProcess
 from integration.operator.test_webhook_harness import AGENT_IMAGE, WebhookOperator
 from support.kube_cluster import AuditedRequest, Cluster, audited_requests

@@ -26,7 +26,8 @@ import jsonschema
 import kmock
 import pytest
 
-from durable_producer.operator import crd, model
+from durable_producer.operator import crd
+from durable_producer.operator.model import model
 
 NAMESPACE = "default"
 COLLECTION_PATH = f"/apis/{model.GROUP}/{model.VERSION}/namespaces/{NAMESPACE}/{model.PLURAL}"

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 from durable_producer.contract import GROUP
-from durable_producer.operator import crd, reconcile, startup
-from durable_producer.operator.conditions import MAX_CONDITION_MESSAGE
-from durable_producer.operator.model import API_VERSION, KIND, DurableProducerSpec
-from durable_producer.operator.sizing import SizingInputs, size_buffer
+from durable_producer.operator import crd, startup
+from durable_producer.operator.decide import reconcile
+from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
+from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE
+from durable_producer.operator.model.model import API_VERSION, KIND, DurableProducerSpec
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from support.crd_validation import ApiServerValidation
 from support.waiting import wait_for

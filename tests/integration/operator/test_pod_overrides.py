@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from durable_producer import contract
-from durable_producer.operator import agent_versions, reconcile
+from durable_producer.operator.decide import agent_versions, reconcile
 from durable_producer.operator.settings import AgentImage
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import AGENT_IMAGE, durable_producer, opted_in_pod

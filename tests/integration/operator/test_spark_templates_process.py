@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from durable_producer import contract
-from durable_producer.operator import api_access, pod_mutation, spark_actions
-from durable_producer.operator.model import API_VERSION, KIND
+from durable_producer.operator.act import api_access, spark_actions
+from durable_producer.operator.decide import agent_container
+from durable_producer.operator.model.model import API_VERSION, KIND
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
 
@@ -85,7 +86,8 @@ def test_templates_are_rendered_recorded_and_rerendered_on_spec_changes(
     assert list(configmap["data"]) == [contract.EXECUTOR_TEMPLATE_KEY]
     template = executor_template(configmap)
     assert template["metadata"]["labels"] == {contract.PRODUCER_LABEL: "orders"}
-    assert template["spec"]["terminationGracePeriodSeconds"] == (pod_mutation.MINIMUM_GRACE_SECONDS)
+    assert template["spec"]["terminationGracePeriodSeconds"] == (
+        agent_container.MINIMUM_GRACE_SECONDS)
     assert executor_env(configmap)["DURABLE_PRODUCER_BOOTSTRAP"] == "127.0.0.1:9092"
     (owner,) = configmap["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == (KIND, created["metadata"]["uid"])

@@ -18,9 +18,11 @@ import kubernetes
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.operator import handout, pool_actions
-from durable_producer.operator import volume_pool as vp
-from durable_producer.operator.cluster import Cluster
+from durable_producer.contract import POOL_LABEL
+from durable_producer.operator.act import pool_actions
+from durable_producer.operator.act.cluster import Cluster
+from durable_producer.operator.decide import handout
+from durable_producer.operator.decide import volume_pool as vp
 from integration.operator.kube_harness import KubeApi
 
 pytestmark = pytest.mark.integration
@@ -70,7 +72,7 @@ def test_a_volume_claimed_while_the_pool_deletes_it_keeps_its_finalizer(
 ) -> None:
     status, created = kube_api.call("POST", kube_api.pvcs_path, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "orders-buffer-1", "labels": {vp.POOL_LABEL: "orders"},
+        "metadata": {"name": "orders-buffer-1", "labels": {POOL_LABEL: "orders"},
                      "annotations": {vp.BACKLOG_ANNOTATION: vp.BACKLOG_EMPTY},
                      "finalizers": [vp.VOLUME_FINALIZER]},
         "spec": {"accessModes": ["ReadWriteOnce"],

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from durable_producer.operator import api_access, startup, volume_fit
-from durable_producer.operator import volume_pool as vp
+from durable_producer.operator import startup
+from durable_producer.operator.act import api_access
+from durable_producer.operator.decide import volume_fit
+from durable_producer.operator.decide import volume_pool as vp
 from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_volume_pool_process import (
     FAST_POOL,

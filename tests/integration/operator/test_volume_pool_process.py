@@ -17,10 +17,12 @@ import pytest
 
 from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.metrics_server import MetricsServer
+from durable_producer.contract import POOL_LABEL
 from durable_producer.local.kube import fake_node
 from durable_producer.local.ports import free_port
-from durable_producer.operator import api_access, pod_mutation
-from durable_producer.operator import volume_pool as vp
+from durable_producer.operator.act import api_access
+from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import volume_pool as vp
 from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
 from support.waiting import wait_for
@@ -53,7 +55,7 @@ def status_of(kube_api: KubeApi) -> dict[str, Any]:
 
 def pool_volume(name: str, annotations: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {
-        "name": name, "labels": {vp.POOL_LABEL: "orders"}, "annotations": annotations},
+        "name": name, "labels": {POOL_LABEL: "orders"}, "annotations": annotations},
         "spec": {"accessModes": ["ReadWriteOnce"],
                  "resources": {"requests": {"storage": "2Gi"}}}}
 
@@ -236,7 +238,7 @@ def test_a_complete_drain_job_left_from_an_earlier_drain_does_not_empty_the_volu
     start_chart_operator(**FAST_POOL)
     volume = run(kube_api, "writer")
     job_name = vp.drain_job_name(volume)
-    labels = {vp.POOL_LABEL: "orders", vp.DRAIN_VOLUME_LABEL: volume}
+    labels = {POOL_LABEL: "orders", vp.DRAIN_VOLUME_LABEL: volume}
     stale = {"apiVersion": "batch/v1", "kind": "Job",
              "metadata": {"name": job_name, "labels": labels},
              "spec": {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": {

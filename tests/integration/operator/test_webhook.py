@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from durable_producer import contract
-from durable_producer.operator import pod_mutation
-from durable_producer.operator import volume_pool as vp
-from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import volume_pool as vp
+from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage
 from integration.operator.kube_harness import ChartOperator, KubeApi
 from integration.operator.test_webhook_harness import (

@@ -16,8 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from durable_producer import contract
-from durable_producer.operator import pod_mutation
-from durable_producer.operator import volume_pool as vp
+from durable_producer.contract import POOL_LABEL
+from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import volume_pool as vp
 from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_operator_on_api_server import durable_producer
 from integration.operator.test_webhook_harness import admission_review, opted_in_pod
@@ -68,7 +69,7 @@ def test_a_pod_created_through_the_api_server_gets_its_agent_and_a_volume_and_ru
     assert list(volumes) == [claim]
     # Found by its label; no owner reference, so the garbage collector leaves it to the
     # finalizer (D2).
-    assert volumes[claim]["metadata"]["labels"] == {vp.POOL_LABEL: "orders"}
+    assert volumes[claim]["metadata"]["labels"] == {POOL_LABEL: "orders"}
     assert "ownerReferences" not in volumes[claim]["metadata"]
     wait_for(lambda: ((kube_api.get("orders") or {}).get("status") or {}).get(
         "attachedPods") == 1, timeout=60, what="status.attachedPods = 1")

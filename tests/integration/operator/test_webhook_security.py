@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from durable_producer.operator import api_access
+from durable_producer.operator.act import api_access
 from integration.operator.kube_harness import ChartOperator, ChartOperators, KubeApi
 from integration.operator.operator_harness import KubernetesApi
 from integration.operator.test_webhook_harness import (

@@ -23,7 +23,9 @@ from typing import Any
 import pytest
 
 from durable_producer import contract
-from durable_producer.operator import pod_mutation, spark_actions, volume_pool
+from durable_producer.contract import POOL_LABEL
+from durable_producer.operator.act import spark_actions
+from durable_producer.operator.decide import agent_container, pod_mutation
 from integration.operator.kube_harness import (
     ChartOperator,
     KubeApi,
@@ -138,7 +140,7 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
     labels = pod["metadata"]["labels"]
     assert labels[contract.PRODUCER_LABEL] == "orders"
     assert labels["spark-role"] == "executor"
-    assert pod["spec"]["terminationGracePeriodSeconds"] == pod_mutation.MINIMUM_GRACE_SECONDS
+    assert pod["spec"]["terminationGracePeriodSeconds"] == agent_container.MINIMUM_GRACE_SECONDS
     (spark_container,) = pod["spec"]["containers"]
     assert spark_container["name"] == "spark-kubernetes-executor"
     env = env_of(spark_container)
@@ -156,7 +158,7 @@ def test_spark_executors_from_rendered_templates_get_agent_and_pool_volume(
     claim = pod_mutation.claimed_volume(pod)
     pool = kube_api.items(kube_api.pvcs_path)
     assert claim in pool
-    assert pool[claim]["metadata"]["labels"][volume_pool.POOL_LABEL] == "orders"
+    assert pool[claim]["metadata"]["labels"][POOL_LABEL] == "orders"
 
 
 def test_the_conf_helper_trusts_the_clusters_ca_from_the_kubeconfig(

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from durable_producer.operator import api_access, settings
+from durable_producer.operator import settings
+from durable_producer.operator.act import api_access
 from support.tools import objects_of_kind, render_chart, single_object
 
 SELECTOR = {

@@ -11,7 +11,9 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from durable_producer.operator import api_access, model, settings
+from durable_producer.operator import settings
+from durable_producer.operator.act import api_access
+from durable_producer.operator.model import model
 from support.tools import (
     CHART_DIR,
     REPO_ROOT,

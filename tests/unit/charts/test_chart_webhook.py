@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from durable_producer.operator import admission, settings
+from durable_producer.operator import settings
+from durable_producer.operator.act import admission
 from support.tools import CHART_DIR, objects_of_kind, render_chart, run_helm, single_object
 
 NAMESPACE = "durable-system"

@@ -208,7 +208,7 @@ def test_healthcheck_probes_the_health_endpoint(component: str, health_url: str)
 
 
 def test_agent_image_exposes_the_metrics_port_the_operator_configures() -> None:
-    from durable_producer.operator import model
+    from durable_producer.operator.model import model
 
     metrics_port = model.AgentPorts().metrics
     (healthcheck,) = dockerfile_for("agent").final("HEALTHCHECK")

@@ -10,7 +10,8 @@ import jsonschema
 import pytest
 import yaml
 
-from durable_producer.operator import api_access, crd, startup
+from durable_producer.operator import crd, startup
+from durable_producer.operator.act import api_access
 from support.tools import CHART_DIR, REPO_ROOT
 
 INSTALL_DOC = REPO_ROOT / "docs" / "install.md"

@@ -11,8 +11,8 @@ import jsonpatch
 import kubernetes_validate
 import pytest
 
-from durable_producer.operator import manifests, pod_mutation
-from durable_producer.operator.model import DurableProducerSpec
+from durable_producer.operator.decide import agent_container, manifests, pod_mutation
+from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.settings import AgentImage, PoolPolicy
 from support.pod_security import BASELINE, pod_of, violations
 from support.tools import render_chart, single_object
@@ -75,7 +75,7 @@ def test_a_restricted_app_pod_stays_restricted_after_the_webhook(pod_level: bool
 
 def test_the_agent_sidecar_is_restricted_on_its_own() -> None:
     """Whatever the app pod sets at pod level, the sidecar carries every setting itself."""
-    sidecar = pod_mutation.agent_sidecar(SPEC, AGENT_IMAGE)
+    sidecar = agent_container.agent_sidecar(SPEC, AGENT_IMAGE)
     lone = {"spec": {"initContainers": [sidecar], "containers": []}}
 
     assert violations(lone) == []
@@ -109,7 +109,7 @@ def test_the_objects_the_operator_makes_validate_against_kubernetes_schemas(
     Spark templates ConfigMap (strict: an unknown or misplaced field is an error)."""
     from datetime import UTC, datetime
 
-    from durable_producer.operator import spark_templates
+    from durable_producer.operator.decide import spark_templates
 
     objects = [
         mutated(restricted_app_pod(pod_level=False)),

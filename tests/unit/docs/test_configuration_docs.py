@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from durable_producer.buffer_agent.settings import COMMON_OPTIONS, RUN_OPTIONS
-from durable_producer.operator.model import PATTERN_DESCRIPTIONS, DurableProducerSpec
-from durable_producer.operator.pod_mutation import agent_run_args
+from durable_producer.operator.decide.agent_container import agent_run_args
+from durable_producer.operator.model.model import PATTERN_DESCRIPTIONS, DurableProducerSpec
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_FILE = REPO_ROOT / "crds" / "durableproducers.durable.dev.yaml"

@@ -19,7 +19,8 @@ import yaml
 from prometheus_client.metrics_core import Metric
 
 from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.operator.pod_mutation import METRICS_PORT_NAME, PRODUCER_LABEL
+from durable_producer.contract import PRODUCER_LABEL
+from durable_producer.operator.decide.agent_container import METRICS_PORT_NAME
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 MONITORING = REPO_ROOT / "monitoring"

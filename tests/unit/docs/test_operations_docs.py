@@ -12,8 +12,8 @@ import yaml
 
 from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.operator.model import DEFAULT_AGENT_IMAGE
-from durable_producer.operator.pod_mutation import DATA_DIR
+from durable_producer.contract import DATA_DIR
+from durable_producer.operator.model.model import DEFAULT_AGENT_IMAGE
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DOCS = REPO_ROOT / "docs"

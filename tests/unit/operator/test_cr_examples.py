@@ -18,7 +18,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from durable_producer.operator import crd, model, reconcile
+from durable_producer.operator import crd
+from durable_producer.operator.decide import reconcile
+from durable_producer.operator.model import model
 from support.crd_validation import ApiServerValidation
 
 REPOSITORY = Path(__file__).resolve().parents[3]

@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from durable_producer.contract import DEFAULT_MAX_BATCH_BYTES
-from durable_producer.operator import crd, model
-from durable_producer.operator.quantities import MIB
-from durable_producer.operator.sizing import minimum_volume_bytes
+from durable_producer.operator import crd
+from durable_producer.operator.decide.sizing import minimum_volume_bytes
+from durable_producer.operator.model import model
+from durable_producer.operator.model.quantities import MIB
 from support.crd_validation import CelRules
 
 REPOSITORY = Path(__file__).resolve().parents[3]

@@ -11,7 +11,8 @@ from pathlib import Path
 import kopf
 import pytest
 
-from durable_producer.operator import admission, handlers, startup
+from durable_producer.operator import handlers, startup
+from durable_producer.operator.act import admission
 from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 
 OPERATOR_DIR = Path(handlers.__file__).parent
@@ -20,8 +21,8 @@ KOPF_REGISTRATION = re.compile(r"\bkopf\.(on\.\w+|timer|daemon|index)\(")
 
 def test_every_kopf_handler_is_declared_in_handlers_py() -> None:
     declaring = {
-        path.name
-        for path in OPERATOR_DIR.glob("*.py")
+        str(path.relative_to(OPERATOR_DIR))
+        for path in OPERATOR_DIR.rglob("*.py")
         if KOPF_REGISTRATION.search(path.read_text())
     }
 

@@ -17,7 +17,9 @@ import kopf
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from durable_producer.operator import admission, handlers, http_endpoint, metrics, volume_pool
+from durable_producer.operator import handlers, http_endpoint, metrics
+from durable_producer.operator.act import admission
+from durable_producer.operator.decide import volume_pool
 
 
 def sample(name: str, **labels: str) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable_producer.operator import model
+from durable_producer.operator.model import model
 from durable_producer.operator.settings import (
     AGENT_IMAGE_PULL_SECRETS_ENV,
     ALL_FEATURES,

@@ -15,8 +15,8 @@ import pytest
 import yaml
 
 from durable_producer.contract import BOOTSTRAP_TWIN_ENV, PRODUCER_LABEL
-from durable_producer.operator.model import DurableProducerSpec
-from durable_producer.operator.spark_templates import rendered_templates
+from durable_producer.operator.decide.spark_templates import rendered_templates
+from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.spark_integration.cli import main
 from durable_producer.spark_integration.conf import (
     DRIVER_TEMPLATE_KEY,

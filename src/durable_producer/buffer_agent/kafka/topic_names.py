@@ -9,12 +9,9 @@ delivery timeout.
 from __future__ import annotations
 
 import functools
-import re
 
-MAX_TOPIC_NAME_LENGTH = 249
-"""Kafka's limit: 255 minus room for a partition suffix in directory names."""
-
-_LEGAL = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+from durable_producer.topic_names import LEGAL_TOPIC_NAME as _LEGAL
+from durable_producer.topic_names import MAX_TOPIC_NAME_LENGTH as MAX_TOPIC_NAME_LENGTH
 
 
 def topic_name_problem(name: str | None) -> str | None:

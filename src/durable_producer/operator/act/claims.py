@@ -1,0 +1,111 @@
+"""Handing a pool volume to a pod being admitted: optimistic concurrency, with retries.
+
+handout.py decides which volume: the one claimed for an earlier attempt to create the same
+pod (refused after the webhook), else a free one that fits the spec. The webhook claims it
+with a merge patch carrying the resourceVersion it read; a concurrent claim of the same PVC
+makes the API server answer 409 (a deleted one 404), and the next one is tried. With none
+left a new PVC is created, already claimed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from durable_producer.operator.act.api_access import POOL_USER_AGENT
+from durable_producer.operator.act.cluster import cluster
+from durable_producer.operator.act.locks import producer_lock
+from durable_producer.operator.decide import (
+    drain_placement,
+    handout,
+    manifests,
+    pod_key,
+    reconcile,
+    volume_pool,
+)
+from durable_producer.operator.decide.volume_fit import VolumeFit
+from durable_producer.operator.model.model import DurableProducerSpec
+from durable_producer.operator.settings import PoolPolicy
+
+CLAIM_ATTEMPTS = 5
+
+
+def claim_volume(
+    producer: Mapping[str, Any],
+    spec: DurableProducerSpec,
+    namespace: str,
+    now: datetime,
+    policy: PoolPolicy,
+    *,
+    pod: Mapping[str, Any] | None = None,
+) -> str:
+    """Claim a pool volume for ``pod`` (its own earlier claim first), or create a new one."""
+    name = str(producer["metadata"]["name"])
+    token = uuid.uuid4().hex
+    key = pod_key.claim_key(pod) if pod is not None else None
+    placement = drain_placement.recorded(pod) if pod is not None else None
+    fit = VolumeFit.from_spec(spec)
+    conflicted: set[str] = set()
+    api = cluster(POOL_USER_AGENT)
+    with producer_lock(namespace, name):
+        for _ in range(CLAIM_ATTEMPTS):
+            volumes = api.pool_volumes(namespace, name)
+            pods = api.producer_pods(namespace, name)
+            candidate = None
+            if key is not None:
+                candidate = handout.reusable_claim(
+                    volumes, pods, key, now, policy, exclude=conflicted, fit=fit
+                )
+            if candidate is None:
+                candidate = handout.choose_volume(
+                    volumes, pods, now, policy, exclude=conflicted, fit=fit
+                )
+            if candidate is None:
+                volume = volume_pool.volume_name(name, token[:8])
+                api.create_volume(
+                    namespace,
+                    manifests.new_volume_manifest(
+                        producer, spec, volume, token, now, key=key, placement=placement
+                    ),
+                )
+                return volume
+            volume = str(candidate["metadata"]["name"])
+            try:
+                api.patch_volume(
+                    namespace, volume, handout.claim_patch(candidate, token, now, key, placement)
+                )
+            except ApiException as error:
+                if error.status in (404, 409):
+                    conflicted.add(volume)  # taken or deleted meanwhile: the next one
+                    continue
+                raise
+            return volume
+    raise kopf.AdmissionError(
+        f"could not claim a buffer volume for DurableProducer {namespace}/{name} after"
+        f" {CLAIM_ATTEMPTS} conflicting attempts; retry",
+        code=409,
+    )
+
+
+def preview_volume(
+    producer: Mapping[str, Any], namespace: str, now: datetime, policy: PoolPolicy
+) -> str:
+    """For dry-run requests: the volume a real request would likely get, claiming nothing."""
+    name = str(producer["metadata"]["name"])
+    api = cluster(POOL_USER_AGENT)
+    spec = reconcile.parse_spec(producer.get("spec"))
+    candidate = handout.choose_volume(
+        api.pool_volumes(namespace, name),
+        api.producer_pods(namespace, name),
+        now,
+        policy,
+        fit=None if isinstance(spec, str) else VolumeFit.from_spec(spec),
+    )
+    if candidate is not None:
+        return str(candidate["metadata"]["name"])
+    return volume_pool.volume_name(name, "dry-run")

@@ -1,0 +1,281 @@
+"""Carrying out the volume pool's plans against the API (volume_pool.py decides).
+
+``handle_pool_timer`` runs for every DurableProducer on the pool timer: releases volumes whose
+pods are gone, starts drain Jobs, finishes drains, grows or retires volumes too small for the
+spec, deletes idle empty volumes, reads the agents' backlog and says what to publish in the
+status. ``handle_deletion`` runs while a DurableProducer is being deleted: it drains every
+volume and deletes it, and holds the DurableProducer (the finalizer) until none is left.
+
+API errors that mean "already done" (404 on delete, 409 on create or on a guarded patch) are
+ignored: the next run sees the new state and plans again. A drain Job the API server forbids
+(403, e.g. in a namespace being deleted) is a problem the status names; the volume is held.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import partial
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from durable_producer.operator import metrics
+from durable_producer.operator.act import agent_scrape
+from durable_producer.operator.act.api_access import POOL_USER_AGENT, STORAGE_CLASSES_USER_AGENT
+from durable_producer.operator.act.cluster import Cluster, cluster, ignore_statuses
+from durable_producer.operator.act.locks import producer_lock
+from durable_producer.operator.decide import (
+    agent_versions,
+    drain_placement,
+    manifests,
+    pool_status,
+    reconcile,
+    volume_fit,
+    volume_pool,
+)
+from durable_producer.operator.decide.kube_objects import JsonObject
+from durable_producer.operator.decide.volume_fit import VolumeFit
+from durable_producer.operator.model.model import DurableProducerSpec
+from durable_producer.operator.settings import OperatorConfig
+
+
+@dataclass(frozen=True)
+class PoolRun:
+    """A plan that was carried out, and the volumes and pods it was made from."""
+
+    plan: volume_pool.PoolPlan
+    volumes: list[JsonObject]
+    pods: list[JsonObject]
+
+
+def api_error_text(error: ApiException) -> str:
+    """``HTTP 403 Forbidden: <the API server's message>`` for problem messages."""
+    message = ""
+    try:
+        message = str((json.loads(error.body or "{}") or {}).get("message") or "")
+    except (TypeError, ValueError):
+        message = str(error.body or "")
+    status = f"HTTP {error.status} {error.reason or ''}".rstrip()
+    return f"{status}: {message}" if message else status
+
+
+def volume_fit_for(
+    spec: DurableProducerSpec, volumes: list[JsonObject], logger: kopf.Logger
+) -> VolumeFit:
+    """The spec's fit, with the classes (of too-small volumes) that allow expansion."""
+    fit = VolumeFit.from_spec(spec)
+    expandable = set()
+    for name in sorted(volume_fit.classes_to_check(volumes, fit)):
+        try:
+            found = cluster(STORAGE_CLASSES_USER_AGENT).get_storage_class(name)
+        except ApiException as error:
+            logger.info("cannot read StorageClass %s (%s): volumes too small are retired",
+                        name, api_error_text(error))  # fmt: skip
+            continue
+        if volume_fit.allows_expansion(found):
+            expandable.add(name)
+    return VolumeFit.from_spec(spec, expandable)
+
+
+def _expand(
+    api: Cluster, namespace: str, name: str, fit: VolumeFit, plan: volume_pool.PoolPlan
+) -> None:
+    try:
+        api.patch_volume(namespace, name, volume_fit.expansion_patch(fit))
+    except ApiException as error:
+        if error.status in (404, 409):
+            return
+        if error.status not in (403, 422):
+            raise
+        plan.problems.append(
+            f"could not grow volume {name} to {fit.size_quantity} ({api_error_text(error)});"
+            " it is drained (if it may hold backlog) and deleted instead"
+        )
+        ignore_statuses(
+            partial(api.patch_volume, namespace, name, volume_fit.expansion_refused_patch(fit)),
+            404,
+        )
+
+
+def _create_drain_job(
+    api: Cluster, namespace: str, volume: str, manifest: JsonObject, plan: volume_pool.PoolPlan
+) -> None:
+    try:
+        api.create_job(namespace, manifest)
+    except ApiException as error:
+        if error.status == 409:
+            return
+        if error.status != 403:
+            raise
+        plan.held.append(volume)
+        plan.problems.append(
+            f"cannot create drain Job for volume {volume}, which may hold data not yet forwarded"
+            f" to Kafka: {api_error_text(error)}"
+        )
+
+
+RELEASE_ATTEMPTS = 3
+"""Tries to remove our finalizer from a volume just deleted (each after a fresh read)."""
+
+
+def _delete_volume(api: Cluster, namespace: str, pvc: Mapping[str, Any]) -> None:
+    """Delete, guarded by the version read (a volume claimed meanwhile stays, finalizer and
+    all), then remove our finalizer from the deleted volume, which no claim can take any more.
+
+    The other order left a window: with the finalizer gone and the delete then refused (409)
+    because a pod had claimed the volume, the live volume was unprotected until the next run
+    put the finalizer back (review D10). The release is guarded too (a merge patch replaces
+    the finalizer list): refused because the PVC changed (Kubernetes' own pvc-protection
+    finalizer going), it is tried again on the volume as it is now; still refused, the next
+    run lets a deleted volume with nothing on it go."""
+    name = str(pvc["metadata"]["name"])
+    version = (pvc.get("metadata") or {}).get("resourceVersion")
+    try:
+        current = api.delete_volume(namespace, name, version)
+    except ApiException as error:
+        if error.status in (404, 409):
+            return
+        raise
+    for _ in range(RELEASE_ATTEMPTS):
+        finalizers = ((current or {}).get("metadata") or {}).get("finalizers") or []
+        if current is None or volume_pool.VOLUME_FINALIZER not in finalizers:
+            return
+        try:
+            api.patch_volume(namespace, name, volume_pool.release_patch(current))
+            return
+        except ApiException as error:
+            if error.status == 404:
+                return
+            if error.status != 409:
+                raise
+        current = api.read_volume(namespace, name)
+
+
+def run_pool(
+    producer: Mapping[str, Any], config: OperatorConfig, *, deleting: bool, logger: kopf.Logger
+) -> PoolRun:
+    """Plan the pool for one DurableProducer and carry the plan out."""
+    metadata = producer.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
+    api = cluster(POOL_USER_AGENT)
+    spec = reconcile.parse_spec(producer.get("spec"))
+    with producer_lock(namespace, name):
+        volumes = api.pool_volumes(namespace, name)
+        pods = api.producer_pods(namespace, name)
+        jobs = api.drain_jobs(namespace, name)
+        fit = None if isinstance(spec, str) else volume_fit_for(spec, volumes, logger)
+        plan = volume_pool.plan_pool(
+            volumes,
+            pods,
+            jobs,
+            datetime.now(UTC),
+            config.pool,
+            deleting=deleting,
+            fit=fit,
+            abandon=volume_pool.backlog_abandoned(producer),
+        )
+        by_name = {volume["metadata"]["name"]: volume for volume in volumes}
+        not_patched = set()
+        for volume_patch in [*plan.patches, *plan.releases]:
+            try:
+                api.patch_volume(namespace, volume_patch.name, volume_patch.patch)
+            except ApiException as error:
+                if error.status not in (404, 409):
+                    raise
+                not_patched.add(volume_patch.name)  # changed meanwhile: the next run sees it
+        for volume in plan.volumes_to_expand:
+            if fit is not None:
+                logger.info("growing volume %s to %s", volume, fit.size_quantity)
+                _expand(api, namespace, volume, fit, plan)
+        for volume in plan.jobs_to_create:
+            if volume in not_patched:
+                continue  # its drain request was not recorded: no Job may answer it (D1)
+            if isinstance(spec, str):
+                plan.problems.append(f"cannot drain volume {volume}: {spec}")
+                continue
+            manifest = manifests.drain_job_manifest(
+                producer, spec, volume, config.pool, config.agent_image,
+                request=plan.drain_requests.get(volume),
+                placement=drain_placement.pod_fields(by_name.get(volume, {})),
+            )  # fmt: skip
+            logger.info("starting drain Job %s for volume %s", manifest["metadata"]["name"], volume)
+            _create_drain_job(api, namespace, volume, manifest, plan)
+        for job in plan.jobs_to_delete:
+            ignore_statuses(partial(api.delete_job, namespace, job), 404)
+        for volume in plan.volumes_to_delete:
+            logger.info("deleting volume %s (empty, never written, or abandoned)", volume)
+            _delete_volume(api, namespace, by_name[volume])
+    metrics.observe_pool_run(plan, jobs)
+    return PoolRun(plan, volumes, pods)
+
+
+def handle_pool_timer(
+    producer: Mapping[str, Any], config: OperatorConfig, logger: kopf.Logger
+) -> pool_status.PoolStatusUpdate:
+    """Release, drain, grow, reclaim; audit pods without an agent; say what to publish."""
+    run = run_pool(producer, config, deleting=False, logger=logger)
+    figures = None
+    spec = reconcile.parse_spec(producer.get("spec"))
+    if not isinstance(spec, str):
+        urls = agent_scrape.agent_metrics_urls(run.pods, spec.agent.ports.metrics)
+        figures = agent_scrape.scrape_agents(urls)
+    backlog = None if figures is None else figures.backlog_bytes
+    update = pool_status.pool_status_update(
+        producer, run.plan, run.pods, backlog, datetime.now(UTC), figures
+    )
+    update.changes.update(agent_versions.outdated_status(producer, run.pods, config.agent_image))
+    return update
+
+
+def publish_pool_status(
+    producer: Mapping[str, Any], changes: Mapping[str, Any], logger: kopf.Logger
+) -> bool:
+    """Write the pool timer's status changes only onto the object they were computed from.
+
+    The timer's run takes seconds (listing, scraping agents); reconcile may write the status
+    meanwhile (a new generation, the pause condition). A merge patch of ``conditions``
+    replaces the whole list, so an unconditional write from this run's older view would undo
+    reconcile's: the patch carries the resourceVersion the run read, the API server refuses
+    it if the object changed since, and the next run publishes from a fresh view. False then.
+    """
+    if not changes:
+        return True
+    metadata = producer.get("metadata") or {}
+    resource_version = metadata.get("resourceVersion")
+    if not resource_version:
+        return False
+    written = cluster(POOL_USER_AGENT).patch_producer_status_if_unchanged(
+        str(metadata.get("namespace")), str(metadata.get("name")), str(resource_version),
+        dict(changes),
+    )  # fmt: skip
+    if not written:
+        logger.debug("the DurableProducer changed during this pool run; publishing at the next")
+    return written
+
+
+def handle_deletion(
+    producer: Mapping[str, Any],
+    config: OperatorConfig,
+    logger: kopf.Logger,
+    status: MutableMapping[str, Any] | None = None,
+) -> None:
+    """Drain and delete the pool; kopf.TemporaryError (retried) while volumes remain.
+
+    ``status`` (the handler's status patch) gets the Deleting condition saying what is waited
+    for: pods and drains, or volumes with backlog that cannot be drained (held).
+    """
+    run = run_pool(producer, config, deleting=True, logger=logger)
+    names = {volume["metadata"]["name"] for volume in run.volumes}
+    gone = {*run.plan.volumes_to_delete, *(release.name for release in run.plan.releases)}
+    remaining = sorted(names - gone)
+    if remaining:
+        update = pool_status.deleting_status(producer, run.plan, remaining, datetime.now(UTC))
+        if status is not None:
+            status.update(update.changes)
+        raise kopf.TemporaryError(update.message, delay=config.pool_interval_seconds)
+    metadata = producer.get("metadata") or {}
+    logger.info("DurableProducer %s/%s released", metadata.get("namespace"), metadata.get("name"))
