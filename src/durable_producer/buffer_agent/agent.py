@@ -1,6 +1,6 @@
 """The agent process: WAL + Kafka-protocol ingress + forwarder + metrics, and its lifecycle.
 
-``run``: measure the volume and fit the WAL limit to it (``volume_space``; a volume too small
+``run``: measure the volume and fit the WAL limit to it (``volume/space.py``; a volume too small
 for the WAL exits 2), serve until SIGTERM/SIGINT, then stop accepting, forward what is
 buffered until the drain deadline, checkpoint and exit 0; whatever is left stays on the volume
 for the next owner. ``drain``: no listener; forward everything on the volume and exit (for
@@ -43,7 +43,7 @@ from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
-from durable_producer.buffer_agent.volume_space import (
+from durable_producer.buffer_agent.volume.space import (
     VolumeTooSmall,
     fit_wal_limit,
     free_bytes,

@@ -59,8 +59,8 @@ from durable_producer.buffer_agent.process_tuning import (
     TRIM_INTERVAL_S,
     release_free_memory,
 )
+from durable_producer.buffer_agent.volume.state_file import StateDamage
 from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
-from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 

@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Protocol
 
 from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
+from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 
 log = logging.getLogger(__name__)
 

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from durable_producer.buffer_agent.ingest.sequences import SequenceTracker
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 from durable_producer.buffer_agent.wal import WriteAheadLog
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
 
 log = logging.getLogger(__name__)
 

@@ -63,8 +63,8 @@ from durable_producer.buffer_agent.process_tuning import (
     TRIM_INTERVAL_S,
     release_free_memory,
 )
+from durable_producer.buffer_agent.volume.state_file import StateDamage
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
-from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +163,7 @@ class IngressServer:
 
     @property
     def state_damage(self) -> list[StateDamage]:
-        """State files found unusable at start (each fell back; see ``state_file.py``)."""
+        """State files found unusable at start (each fell back; see ``volume/state_file.py``)."""
         found = (self._producer_ids.damage, self._producer_state.damage, self._metadata.damage)
         return [damage for damage in found if damage is not None]
 

@@ -3,7 +3,8 @@
 ``assess`` lists the directory, scans every segment (``scan.py``) and decides, for each entry,
 whether it is part of the log, what damage it holds, which offsets that damage lost and what
 opening the log does with it. ``recovery.py`` carries the decisions out; ``inspect.py`` reports
-them, so ``durable-agent wal inspect`` and recovery always agree. The rules are in ``format.py``.
+them, so ``durable-agent wal inspect`` and recovery always agree. The rules are in
+``volume/format.py``.
 
 Lost offsets come from evidence only: the valid frames on either side of the damage, the name of
 the next segment, the checkpoint (nothing below it is lost: it was delivered), and under
@@ -22,8 +23,7 @@ from enum import StrEnum
 from fnmatch import fnmatch
 from pathlib import Path
 
-from .config import FsyncPolicy
-from .format import (
+from durable_producer.buffer_agent.volume.format import (
     CHECKPOINT_FILE,
     LEFTOVER_PATTERNS,
     LOCK_FILE,
@@ -32,6 +32,8 @@ from .format import (
     SEGMENT_HEADER_SIZE,
     parse_segment_name,
 )
+
+from .config import FsyncPolicy
 from .scan import Damage, SegmentScan, scan_segment
 
 

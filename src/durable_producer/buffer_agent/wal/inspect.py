@@ -13,12 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from durable_producer.buffer_agent.volume.format import CHECKPOINT_FILE
 from durable_producer.contract import DEFAULT_FSYNC_POLICY
 
 from .checkpoint import read_checkpoint
 from .config import FsyncPolicy
 from .damage import Action, SegmentPlan, assess
-from .format import CHECKPOINT_FILE
 from .lock import current_holder
 from .quarantine import lost_ranges_of, read_records
 

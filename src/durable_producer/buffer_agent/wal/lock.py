@@ -8,9 +8,10 @@ import os
 import socket
 from pathlib import Path
 
+from durable_producer.buffer_agent.volume.format import LOCK_FILE
+
 from .damage import Stray
 from .errors import WalLockedError
-from .format import LOCK_FILE
 from .quarantine import move_aside
 
 log = logging.getLogger(__name__)

@@ -1,5 +1,5 @@
 """The quarantine area of a WAL directory: files moved aside with a record of why, and the
-figures those records add up to. The record's fields are documented in ``format.py``.
+figures those records add up to. The record's fields are documented in ``volume/format.py``.
 
 Every step keeps the bytes somewhere: a damaged segment's valid frames are durable in the
 rebuilt file before the original is replaced, and the original is hard-linked into
@@ -17,9 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .atomic_file import fsync_directory, write_atomic
+from durable_producer.buffer_agent.volume.atomic_file import fsync_directory, write_atomic
+from durable_producer.buffer_agent.volume.format import (
+    QUARANTINE_DIR,
+    QUARANTINE_REASON_SUFFIX,
+    REBUILD_SUFFIX,
+    encode_segment_header,
+)
+
 from .damage import SegmentPlan, Stray
-from .format import QUARANTINE_DIR, QUARANTINE_REASON_SUFFIX, REBUILD_SUFFIX, encode_segment_header
 
 log = logging.getLogger(__name__)
 

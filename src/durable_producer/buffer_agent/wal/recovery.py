@@ -23,10 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from durable_producer.buffer_agent.volume.format import QUARANTINE_DIR, encode_segment_header
+
 from .checkpoint import read_checkpoint
 from .config import FsyncPolicy
 from .damage import Action, Assessment, SegmentPlan, assess
-from .format import QUARANTINE_DIR, encode_segment_header
 from .quarantine import move_aside, quarantine_figures, quarantine_segment
 
 log = logging.getLogger(__name__)

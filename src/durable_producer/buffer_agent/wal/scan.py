@@ -1,9 +1,9 @@
 """Reading a whole segment file back: which bytes are valid frames and which are damage.
 
 Used when the log is opened (``damage.py``, ``recovery.py``) and by ``durable-agent wal
-inspect``; never on the append or read path. The layout it checks is in ``format.py``. A wrong
-segment header does not stop the scan: the file name gives the base offset and every frame
-carries its own offset and CRC.
+inspect``; never on the append or read path. The layout it checks is in ``volume/format.py``.
+A wrong segment header does not stop the scan: the file name gives the base offset and every
+frame carries its own offset and CRC.
 """
 
 from __future__ import annotations
@@ -12,7 +12,13 @@ import mmap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .format import FRAME_MAGIC, SEGMENT_HEADER, SEGMENT_HEADER_SIZE, SEGMENT_MAGIC
+from durable_producer.buffer_agent.volume.format import (
+    FRAME_MAGIC,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_MAGIC,
+)
+
 from .frame import FrameProblem, complete_frame_at, decode_frame
 
 

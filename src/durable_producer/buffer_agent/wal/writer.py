@@ -4,7 +4,7 @@
 written to its segments (``segment_list.py``, ``segment.py``), moves the checkpoint and drops
 delivered segments, runs the syncer, stops acknowledging after an I/O failure and reopens once
 its frames are delivered (``health.py``), and lets readers see and wait for new frames
-(``log_reading.py``). The files it writes are described in ``format.py``.
+(``log_reading.py``). The files it writes are described in ``volume/format.py``.
 
 Thread-safe. Writers append under one lock (offsets are assigned there); durability waits and
 fsyncs happen outside it (see ``syncer.py``), so concurrent appends share fsyncs (group commit).

@@ -18,8 +18,8 @@ from durable_producer.buffer_agent.forward.progress import (
     read_hint,
 )
 from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.volume.slot_file import SlotFile
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
-from durable_producer.buffer_agent.wal.slot_file import SlotFile
 from support.wal_helpers import SMALL, payload_for
 
 

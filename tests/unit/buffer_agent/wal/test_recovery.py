@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.volume.format import encode_segment_header
 from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
-from durable_producer.buffer_agent.wal.format import encode_segment_header
 from durable_producer.buffer_agent.wal.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.volume.format import MAX_OFFSET, encode_segment_header
 from durable_producer.buffer_agent.wal import WriteAheadLog
-from durable_producer.buffer_agent.wal.format import MAX_OFFSET, encode_segment_header
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
-from durable_producer.buffer_agent.wal.format import SEGMENT_HEADER_SIZE
 from durable_producer.buffer_agent.wal.recovery import recover_log
 from durable_producer.buffer_agent.wal.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments

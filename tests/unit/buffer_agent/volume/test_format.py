@@ -1,4 +1,4 @@
-"""The on-disk format as ``wal/format.py`` documents it, written and read byte by byte here.
+"""The on-disk format as ``volume/format.py`` documents it, written and read byte by byte here.
 
 These tests spell the format out independently of the code (literal magics and struct layouts),
 so a change to the format breaks them: volumes written by older agents must keep opening.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.wal.format import SLOT_FILE_SIZE, SLOT_SPACING
-from durable_producer.buffer_agent.wal.slot_file import SlotFile, read_slots
+from durable_producer.buffer_agent.volume.format import SLOT_FILE_SIZE, SLOT_SPACING
+from durable_producer.buffer_agent.volume.slot_file import SlotFile, read_slots
 
 MAGIC = b"TESTSLT1"
 

@@ -199,7 +199,7 @@ Each name below is a constant of the package that owns the file (grep for it).
   checkpoint lies between ``written_checkpoint`` and ``delivered_below``. fdatasync'ed only
   when the producer id or epoch changes. A file that cannot be read, or holds no valid slot
   (other than all zeros: created, never written), is moved aside to
-  ``producer-identity.damaged`` (``wal/state_file.py``) and the forwarder takes a new
+  ``producer-identity.damaged`` (``volume/state_file.py``) and the forwarder takes a new
   producer id. ``delivery-marks``, the per-record forwarder's file, is ignored and removed
   on the first write.
 

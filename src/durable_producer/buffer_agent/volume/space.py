@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from durable_producer.buffer_agent.wal.format import parse_segment_name
+from durable_producer.buffer_agent.volume.format import parse_segment_name
 from durable_producer.volume_budget import MIN_SEGMENTS, BudgetError, wal_budget
 
 

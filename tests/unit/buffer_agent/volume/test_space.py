@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.volume_space import (
+from durable_producer.buffer_agent.volume.space import (
     VolumeSpace,
     VolumeTooSmall,
     fit_wal_limit,
