@@ -345,7 +345,7 @@ class AgentMetrics:
 
 
 class WalRecoveryFigures(Protocol):
-    """What opening the WAL found (``wal.recovery.RecoverySummary``)."""
+    """What opening the WAL found (``wal.recovery.repair.RecoverySummary``)."""
 
     @property
     def quarantined_segments(self) -> int: ...

@@ -74,12 +74,12 @@ delivered). Only the newest segment may end in an incomplete frame (a crash mid-
 nothing but a short or damaged header (a crash while it was created); opening the log truncates
 the former and rewrites the latter's header.
 
-What is damage and what is a crash (``scan.py``, ``damage.py``): bytes that do not decode as a
-frame, followed by a valid frame, are damage (corruption). At the end of the newest segment, an
-incomplete frame (the file ends inside it) or zeros are a torn write, truncated: never
+What is damage and what is a crash (``wal/recovery/scan.py``, ``damage.py``): bytes that do not
+decode as a frame, followed by a valid frame, are damage (corruption). At the end of the newest
+segment, an incomplete frame (the file ends inside it) or zeros are a torn write, truncated: never
 acknowledged under ``fsync=always``, inside the promised loss window under ``interval`` and
-``never``. But under ``always`` a *complete* frame there (its declared length fits in the file,
-or its CRC holds over the rest of the file) whose CRC fails was acknowledged: that is corruption,
+``never``. But under ``always`` a *complete* frame there (its declared length fits in the file, or
+its CRC holds over the rest of the file) whose CRC fails was acknowledged: that is corruption,
 quarantined and reported with its offset, and its offset is never reused. Frames are lost only
 where damaged bytes are; the offsets reported lost are worked out from evidence only (the valid
 frames around the damage, the next segment's name, the checkpoint), never guessed.

@@ -13,12 +13,12 @@ module:
 - ``reader.py``: ``WalReader``, tail-following reads through the log's public methods
 - ``syncer.py``: fsync policies and group commit
 - ``health.py``: why appends are refused (limit, full disk, failed fsync) and when they resume
-- ``checkpoint.py``, ``lock.py``, ``stats.py``: the checkpoint file (a ``volume/slot_file.py``),
-  the directory lock, figures
-- ``recovery.py``: repairing the directory on open; ``scan.py`` reads a segment back,
-  ``damage.py`` decides (read-only) what is damaged, lost and done, ``quarantine.py`` moves
-  files aside with their records
-- ``inspect.py``: the read-only ``durable-agent wal inspect`` report
+- ``checkpoint.py``, ``stats.py``: the checkpoint file (a ``volume/slot_file.py``), figures
+- ``config.py``, ``errors.py``: the log's settings and its exceptions
+
+Side room ``recovery/``: opening a directory whatever a crash left (``repair.py``, ``scan.py``,
+``damage.py``, ``quarantine.py``), the directory lock (``lock.py``) and the read-only
+``durable-agent wal inspect`` report (``inspect.py``).
 """
 
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig

@@ -26,9 +26,9 @@ from .config import FsyncPolicy, FullDiskPolicy, WalConfig
 from .errors import WalClosedError, WalError, WalFailedError, WalFullError
 from .frame import AppendItem, PreparedFrame, encoded_size, prepare_frames
 from .health import DISK_FULL_ERRNOS, LogHealth
-from .lock import DirectoryLock
 from .log_reading import LogReading
-from .recovery import recover_log
+from .recovery.lock import DirectoryLock
+from .recovery.repair import recover_log
 from .segment import Segment, SegmentPolicy
 from .segment_list import SegmentList
 from .stats import RecordBacklog, WalStats

@@ -16,8 +16,8 @@ from typing import Any
 from durable_producer.buffer_agent.volume.format import CHECKPOINT_FILE
 from durable_producer.contract import DEFAULT_FSYNC_POLICY
 
-from .checkpoint import read_checkpoint
-from .config import FsyncPolicy
+from ..checkpoint import read_checkpoint
+from ..config import FsyncPolicy
 from .damage import Action, SegmentPlan, assess
 from .lock import current_holder
 from .quarantine import lost_ranges_of, read_records

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from durable_producer.buffer_agent.volume.format import QUARANTINE_DIR, encode_segment_header
 
-from .checkpoint import read_checkpoint
-from .config import FsyncPolicy
+from ..checkpoint import read_checkpoint
+from ..config import FsyncPolicy
 from .damage import Action, Assessment, SegmentPlan, assess
 from .quarantine import move_aside, quarantine_figures, quarantine_segment
 

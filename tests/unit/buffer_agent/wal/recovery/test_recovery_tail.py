@@ -11,8 +11,8 @@ import pytest
 
 from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
-from durable_producer.buffer_agent.wal.inspect import inspect_wal
-from durable_producer.buffer_agent.wal.scan import scan_segment
+from durable_producer.buffer_agent.wal.recovery.inspect import inspect_wal
+from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
 

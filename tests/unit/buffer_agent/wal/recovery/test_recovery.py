@@ -11,7 +11,7 @@ import pytest
 from durable_producer.buffer_agent.volume.format import encode_segment_header
 from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
-from durable_producer.buffer_agent.wal.scan import scan_segment
+from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for
 

@@ -24,8 +24,8 @@ import pytest
 
 from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
-from durable_producer.buffer_agent.wal.recovery import recover_log
-from durable_producer.buffer_agent.wal.scan import scan_segment
+from durable_producer.buffer_agent.wal.recovery.repair import recover_log
+from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import payload_for
 

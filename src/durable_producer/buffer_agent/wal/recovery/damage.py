@@ -2,7 +2,7 @@
 
 ``assess`` lists the directory, scans every segment (``scan.py``) and decides, for each entry,
 whether it is part of the log, what damage it holds, which offsets that damage lost and what
-opening the log does with it. ``recovery.py`` carries the decisions out; ``inspect.py`` reports
+opening the log does with it. ``repair.py`` carries the decisions out; ``inspect.py`` reports
 them, so ``durable-agent wal inspect`` and recovery always agree. The rules are in
 ``volume/format.py``.
 
@@ -33,7 +33,7 @@ from durable_producer.buffer_agent.volume.format import (
     parse_segment_name,
 )
 
-from .config import FsyncPolicy
+from ..config import FsyncPolicy
 from .scan import Damage, SegmentScan, scan_segment
 
 

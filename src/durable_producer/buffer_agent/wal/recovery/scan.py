@@ -1,6 +1,6 @@
 """Reading a whole segment file back: which bytes are valid frames and which are damage.
 
-Used when the log is opened (``damage.py``, ``recovery.py``) and by ``durable-agent wal
+Used when the log is opened (``damage.py``, ``repair.py``) and by ``durable-agent wal
 inspect``; never on the append or read path. The layout it checks is in ``volume/format.py``.
 A wrong segment header does not stop the scan: the file name gives the base offset and every
 frame carries its own offset and CRC.
@@ -19,7 +19,7 @@ from durable_producer.buffer_agent.volume.format import (
     SEGMENT_MAGIC,
 )
 
-from .frame import FrameProblem, complete_frame_at, decode_frame
+from ..frame import FrameProblem, complete_frame_at, decode_frame
 
 
 @dataclass(frozen=True, slots=True)

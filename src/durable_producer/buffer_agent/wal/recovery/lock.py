@@ -10,8 +10,8 @@ from pathlib import Path
 
 from durable_producer.buffer_agent.volume.format import LOCK_FILE
 
+from ..errors import WalLockedError
 from .damage import Stray
-from .errors import WalLockedError
 from .quarantine import move_aside
 
 log = logging.getLogger(__name__)
