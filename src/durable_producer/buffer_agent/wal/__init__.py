@@ -5,8 +5,8 @@ and the agent's other files on the volume) is documented in ``volume/format.py``
 the whole volume (atomic and slot files, state files, space) are ``volume/``'s. One job per
 module:
 
-- ``writer.py``: ``WriteAheadLog``, the coordinator: offsets, size limit, checkpoint, failures
-- ``log_reading.py``: the log's side readers use (segment views, waits for data)
+- ``writer.py``: ``WriteAheadLog``, the log whole: offsets, size limit, checkpoint, failures,
+  and what readers call (segment views, waits for data)
 - ``segment_list.py``: the segments in order: writing groups of frames, rotation, roll-back
 - ``segment.py``: ``Segment``, one segment file: create, append, truncate, seal, delete
 - ``frame.py``: encoding and decoding frames
