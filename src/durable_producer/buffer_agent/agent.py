@@ -27,20 +27,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from durable_producer.buffer_agent.errors import StartupError
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.forward_rate import (
+from durable_producer.buffer_agent.figures.forward_rate import (
     DrainOutlook,
     DrainWindow,
     RateSample,
 )
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.server import IngressServer
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
 from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
-from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
 from durable_producer.buffer_agent.volume.space import (
@@ -59,7 +59,8 @@ PUBLISH_INTERVAL_S = 1.0
 class StatsPublisher:
     """Copies WAL and ingress figures into the metrics once a second (the forwarder and the
     WAL's fsync observer update theirs directly), and with the forwarder's, the ingest and
-    sustained forward rates, runway, time to drain and "cannot drain" (``forward_rate``)."""
+    sustained forward rates, runway, time to drain and "cannot drain"
+    (``figures/forward_rate.py``)."""
 
     wal: WriteAheadLog
     metrics: AgentMetrics

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.metrics_core import Metric
 
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.operator.pod_mutation import METRICS_PORT_NAME, PRODUCER_LABEL
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from durable_producer.buffer_agent.cli import build_parser
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.operator.model import DEFAULT_AGENT_IMAGE
 from durable_producer.operator.pod_mutation import DATA_DIR
 

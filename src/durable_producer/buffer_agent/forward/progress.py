@@ -34,9 +34,9 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
-from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.volume.format import HINT_FIELDS, HINT_MAGIC
 from durable_producer.buffer_agent.volume.slot_file import SlotFile, read_slots
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog

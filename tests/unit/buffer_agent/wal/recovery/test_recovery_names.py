@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.volume.format import MAX_OFFSET, encode_segment_header
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from durable_producer.buffer_agent.wal.segment import list_segments

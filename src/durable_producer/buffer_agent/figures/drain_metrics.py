@@ -1,6 +1,6 @@
 """The agent's gauges of ingest and sustained forward rates, time to drain, "cannot drain".
 
-The figures come from ``forward.forward_rate.DrainOutlook`` (measured, never configured); the
+The figures come from ``forward_rate.DrainOutlook`` (measured, never configured); the
 names the operator scrapes are the contract's.
 """
 

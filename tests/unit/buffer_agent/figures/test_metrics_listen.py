@@ -12,8 +12,8 @@ import pytest
 
 from durable_producer import dual_stack_http
 from durable_producer.buffer_agent.cli import build_parser
-from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.buffer_agent.metrics_server import MetricsServer
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
 from durable_producer.buffer_agent.options import host_port
 from durable_producer.buffer_agent.settings import AgentConfig
 from durable_producer.contract import METRICS_HOST

@@ -8,8 +8,12 @@ import urllib.request
 
 import pytest
 
-from durable_producer.buffer_agent.metrics import AgentMetrics, RateEstimator, runway_seconds
-from durable_producer.buffer_agent.metrics_server import MetricsServer
+from durable_producer.buffer_agent.figures.metrics import (
+    AgentMetrics,
+    RateEstimator,
+    runway_seconds,
+)
+from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
 
 
 def test_runway_is_free_space_over_net_fill_rate() -> None:

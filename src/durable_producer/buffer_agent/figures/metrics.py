@@ -17,7 +17,7 @@ from typing import Protocol
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import generate_latest
 
-from durable_producer.buffer_agent.drain_metrics import DrainMetrics
+from durable_producer.buffer_agent.figures.drain_metrics import DrainMetrics
 
 log = logging.getLogger(__name__)
 PREFIX = "durable_agent"
@@ -320,7 +320,7 @@ class AgentMetrics:
         so their difference is not how fast the disk fills. ``size_bytes`` counts whole
         segments: up to one segment of already delivered frames is included in the backlog.
         ``net_fill_bytes_per_s``, when given, replaces that estimate: the agent passes ingest
-        less the forward rate measured under load (``forward.forward_rate``), which neither
+        less the forward rate measured under load (``forward_rate.py``), which neither
         whole-segment deletions nor a forwarder that merely keeps up make noisy.
         Returns the runway in seconds.
         """

@@ -1,4 +1,4 @@
-"""The sustained forward rate and the "cannot drain" decision (forward/forward_rate.py)."""
+"""The sustained forward rate and the "cannot drain" decision (figures/forward_rate.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from durable_producer.buffer_agent.forward.forward_rate import DrainWindow, RateSample
+from durable_producer.buffer_agent.figures.forward_rate import DrainWindow, RateSample
 
 RECORD_BYTES = 200
 FRAME_RECORDS = 500

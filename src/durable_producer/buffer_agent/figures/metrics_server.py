@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.dual_stack_http import QuietHandler, http_server
 
 log = logging.getLogger(__name__)
