@@ -123,7 +123,7 @@ class AgentMetrics:
             registry=r,
         )
 
-        # -------------------------------------------- ingress limits and batch validation
+        # -------------------------------------------- ingest limits and batch validation
         self.ingest_invalid_batches = Counter(
             f"{PREFIX}_ingest_invalid_batches",
             "Record batches refused before acknowledgement as invalid (CRC, codec,"
@@ -158,7 +158,7 @@ class AgentMetrics:
             "Times a connection stopped reading until request memory was free",
             registry=r,
         )
-        self._ingress_seen: dict[str, float] = {}
+        self._ingest_seen: dict[str, float] = {}
 
         self._fill_rate = RateEstimator()
         self.drain = DrainMetrics(r)
@@ -283,8 +283,8 @@ class AgentMetrics:
         self.seconds_since_last_delivery.set_function(seconds_since_delivery)
         self.refused_records.set_function(lambda: float(refused_records()))
 
-    def publish_ingress(self, figures: IngressFigures) -> None:
-        """Copy the listener's cumulative figures into the ingress metrics."""
+    def publish_ingest(self, figures: IngestFigures) -> None:
+        """Copy the listener's cumulative figures into the ingest metrics."""
         self.ingest_connections.set(figures.connections_open)
         self.ingest_request_memory_bytes.set(figures.request_memory_bytes)
         self._advance(self.ingest_refused_connections, "refused", figures.refused_connections)
@@ -297,10 +297,10 @@ class AgentMetrics:
 
     def _advance(self, counter: Counter, key: str, total: float) -> None:
         """Bring ``counter`` up to the cumulative ``total`` last published under ``key``."""
-        delta = total - self._ingress_seen.get(key, 0)
+        delta = total - self._ingest_seen.get(key, 0)
         if delta > 0:
             counter.inc(delta)
-            self._ingress_seen[key] = total
+            self._ingest_seen[key] = total
 
     def refresh_buffer(
         self,
@@ -360,8 +360,8 @@ class WalRecoveryFigures(Protocol):
     def ignored_files(self) -> int: ...
 
 
-class IngressFigures(Protocol):
-    """What ``publish_ingress`` reads: the listener's counters (``ingest.stats``)."""
+class IngestFigures(Protocol):
+    """What ``publish_ingest`` reads: the listener's counters (``ingest.stats``)."""
 
     @property
     def connections_open(self) -> int: ...

@@ -101,7 +101,7 @@ class Progress:
         before_checkpoint: Callable[[], None] | None,
     ) -> None:
         """``before_checkpoint`` runs before every WAL checkpoint that deletes data (the agent
-        persists the ingress's producer-sequence state there, which the deleted frames would
+        persists the ingest's producer-sequence state there, which the deleted frames would
         otherwise be needed to rebuild). If it fails, the checkpoint still happens (freeing
         space matters more than exact duplicate detection after a restart) and the hook runs
         once more right after it, when the deleted segments may have made room for it."""

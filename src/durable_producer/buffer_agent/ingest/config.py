@@ -12,7 +12,7 @@ from durable_producer.contract import AGENT_HOST, DEFAULT_MAX_BATCH_BYTES, KAFKA
 
 
 @dataclass(frozen=True, slots=True)
-class IngressConfig:
+class IngestConfig:
     host: str = field(
         default=AGENT_HOST,
         metadata=option(

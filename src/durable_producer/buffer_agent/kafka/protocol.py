@@ -235,7 +235,7 @@ _FIRST_FLEXIBLE_PRODUCE = 9
 def parse_produce(frame: bytes | memoryview) -> Request:
     """Decode a Produce request (v3-v9) without copying its record batches.
 
-    The hot path of ingress: kio would copy every batch into a new ``bytes``; here each
+    The hot path of ingest: kio would copy every batch into a new ``bytes``; here each
     partition's ``records`` is a read-only view of ``frame``.
     """
     buf = memoryview(frame).toreadonly()

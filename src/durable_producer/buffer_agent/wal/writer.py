@@ -193,7 +193,7 @@ class WriteAheadLog:
         timeout); ``block_timeout_s`` bounds it.
 
         Groups of :data:`OFFLOAD_WRITE_BYTES` or more are written on the writer thread; the
-        payloads must not change until this returns (ingress hands in views of receive
+        payloads must not change until this returns (ingest hands in views of receive
         buffers that nothing else writes to).
         """
         loop = asyncio.get_running_loop()

@@ -3,7 +3,7 @@ KRaft node, or with ``--cluster`` three brokers: RF 3, ``min.insync.replicas=2``
 
 Not a test: prints figures side by side, as ratios, from one run on one machine.
 
-    .venv/bin/python benchmarks/ingress_bench.py [--records 2000000] [--rounds 3] [--cluster]
+    .venv/bin/python benchmarks/ingest_bench.py [--records 2000000] [--rounds 3] [--cluster]
         [--baseline-src CHECKOUT_OF_AN_OLDER_COMMIT]
 
 Each figure comes from a fresh endpoint (a new Kafka node or 3-node cluster, or a new agent
@@ -149,7 +149,7 @@ BASELINE_SRC: Path | None = None
 
 @contextmanager
 def fresh_agent() -> Iterator[Endpoint]:
-    """An agent process (ingress only) with an empty WAL; the topic has PARTITIONS partitions."""
+    """An agent process (ingest only) with an empty WAL; the topic has PARTITIONS partitions."""
     with serve_agent_process("agent", None) as endpoint:
         yield endpoint
 
@@ -164,7 +164,7 @@ def fresh_baseline_agent() -> Iterator[Endpoint]:
 
 @contextmanager
 def serve_agent_process(name: str, source: Path | None) -> Iterator[Endpoint]:
-    with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-") as scratch:
         port_file = Path(scratch) / "port"
         env = dict(os.environ)
         if source is not None:  # ahead of the editable install's path
@@ -190,9 +190,9 @@ def serve_agent_process(name: str, source: Path | None) -> Iterator[Endpoint]:
 
 
 def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
-    from durable_producer.buffer_agent.ingest.config import IngressConfig
+    from durable_producer.buffer_agent.ingest.config import IngestConfig
     from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-    from durable_producer.buffer_agent.ingest.server import IngressServer
+    from durable_producer.buffer_agent.ingest.server import IngestServer
     from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
@@ -205,11 +205,11 @@ def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
             data_dir / "wal",
             WalConfig(fsync=FsyncPolicy(fsync), max_bytes=32 << 30, segment_bytes=256 << 20),
         )
-        server = IngressServer(
+        server = IngestServer(
             wal,
             MetadataCache(data_dir / "state", partitions),
             data_dir / "state",
-            IngressConfig(port=0),
+            IngestConfig(port=0),
         )
         await server.start()
         prepare_to_serve()  # as the agent does once it serves
@@ -600,7 +600,7 @@ def main() -> None:
         endpoints = (fresh_broker, fresh_baseline_agent, fresh_agent)
     rates: dict[tuple[str, int, str], list[Rate]] = {}
     latencies: dict[tuple[int, str], list[tuple[float, float]]] = {}
-    with tempfile.TemporaryDirectory(prefix="ingress-bench-") as scratch_name:
+    with tempfile.TemporaryDirectory(prefix="ingest-bench-") as scratch_name:
         scratch = Path(scratch_name)
         rdkafka_producer = None
         if args.client == "rdkafka":

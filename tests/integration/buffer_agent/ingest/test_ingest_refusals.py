@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 from kafka import KafkaProducer
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.kafka.protocol import (
     API_INIT_PRODUCER_ID,
     API_PRODUCE,
@@ -415,8 +415,8 @@ def test_a_pipelined_request_waits_for_space_within_its_timeout_from_arrival(
 
 
 def test_slow_and_stuck_clients_do_not_stall_others(tmp_path: Path) -> None:
-    config = IngressConfig(read_timeout_s=1.0, idle_timeout_s=2.0)
-    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingress=config) as agent:
+    config = IngestConfig(read_timeout_s=1.0, idle_timeout_s=2.0)
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingest=config) as agent:
         assert agent.server is not None
         port = agent.server.port
         stuck = []

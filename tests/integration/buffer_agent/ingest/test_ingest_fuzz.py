@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_METADATA,
@@ -88,8 +88,8 @@ hostile_payloads = st.one_of(
 
 
 def test_hostile_frames_never_take_the_agent_down(tmp_path: Path) -> None:
-    config = IngressConfig(max_frame_bytes=MAX_FRAME, read_timeout_s=1.0, idle_timeout_s=5.0)
-    with RunningAgent(tmp_path, FakeCluster({"events": 1}), ingress=config) as agent:
+    config = IngestConfig(max_frame_bytes=MAX_FRAME, read_timeout_s=1.0, idle_timeout_s=5.0)
+    with RunningAgent(tmp_path, FakeCluster({"events": 1}), ingest=config) as agent:
         assert agent.server is not None
         port = agent.server.port
         with RawClient(agent.bootstrap, timeout=3.0) as well_behaved:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from support.ingest_harness import FakeCluster, RawClient, RunningAgent, produce_error, record_batch
 from support.waiting import wait_for
 
@@ -26,8 +26,8 @@ TOPIC = "limits"
 def test_connections_beyond_the_limit_are_closed_on_arrival(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = IngressConfig(max_connections=3)
-    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingress=config) as agent:
+    config = IngestConfig(max_connections=3)
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingest=config) as agent:
         assert agent.server is not None
         server = agent.server
         clients = [RawClient(agent.bootstrap) for _ in range(3)]
@@ -53,9 +53,9 @@ def test_connections_beyond_the_limit_are_closed_on_arrival(
 def test_a_budget_smaller_than_the_requests_in_flight_delays_them_and_loses_nothing(
     tmp_path: Path,
 ) -> None:
-    config = IngressConfig(max_request_memory_bytes=2 << 20)
+    config = IngestConfig(max_request_memory_bytes=2 << 20)
     values = [os.urandom(100) + b"%d" % i for i in range(8)]
-    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingress=config) as agent:
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingest=config) as agent:
         assert agent.server is not None
 
         batches = [
@@ -99,8 +99,8 @@ def test_size_prefixes_alone_take_no_request_memory(tmp_path: Path) -> None:
 
 
 def test_a_request_larger_than_the_budget_closes_the_connection(tmp_path: Path) -> None:
-    config = IngressConfig(max_request_memory_bytes=1 << 20)
-    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingress=config) as agent:
+    config = IngestConfig(max_request_memory_bytes=1 << 20)
+    with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), ingest=config) as agent:
         assert agent.server is not None
         with RawClient(agent.bootstrap) as client:
             client.sock.sendall(struct.pack(">i", 2 << 20) + b"x" * 100)

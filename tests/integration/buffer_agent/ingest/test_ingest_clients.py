@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from kafka import KafkaProducer
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from support.ingest_harness import FakeCluster, RunningAgent, StoredRecord
 
 pytestmark = pytest.mark.integration
@@ -231,7 +231,7 @@ def test_transactional_producer_is_refused_with_a_clear_error(agent: RunningAgen
 
 def test_batch_over_the_size_limit_is_message_too_large(tmp_path: Path) -> None:
     with RunningAgent(
-        tmp_path, FakeCluster({TOPIC: 1}), ingress=IngressConfig(max_batch_bytes=10_000)
+        tmp_path, FakeCluster({TOPIC: 1}), ingest=IngestConfig(max_batch_bytes=10_000)
     ) as agent:
         producer = Producer(
             {"bootstrap.servers": agent.bootstrap, "linger.ms": 20, "message.max.bytes": 100_000}
