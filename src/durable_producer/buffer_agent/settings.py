@@ -31,7 +31,7 @@ from durable_producer.buffer_agent.options import (
     positive_int,
     reference_table,
 )
-from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_FRAME_BYTES, WalConfig
+from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_WAL_FRAME_BYTES, WalConfig
 from durable_producer.contract import DATA_DIR, METRICS_HOST, METRICS_PORT
 
 FRAME_HEADROOM_BYTES = 64 * 1024
@@ -197,7 +197,9 @@ def _check_wal(wal: WalConfig) -> None:
 def wal_frame_limit(max_batch_bytes: int, segment_bytes: int) -> int:
     """``--max-batch-bytes`` also sizes WAL frames: room for the largest batch and its frame
     header, never below the WAL's default frame limit nor above one segment."""
-    return min(segment_bytes, max(max_batch_bytes + FRAME_HEADROOM_BYTES, DEFAULT_MAX_FRAME_BYTES))
+    return min(
+        segment_bytes, max(max_batch_bytes + FRAME_HEADROOM_BYTES, DEFAULT_MAX_WAL_FRAME_BYTES)
+    )
 
 
 Config = TypeVar("Config")
