@@ -56,8 +56,8 @@ bench-tools:
 
 bench: venv tools bench-tools
 	$(BIN)/python benchmarks/wal_bench.py
-	$(BIN)/python benchmarks/ingress_bench.py
-	$(BIN)/python benchmarks/ingress_bench.py --cluster
+	$(BIN)/python benchmarks/ingest_bench.py
+	$(BIN)/python benchmarks/ingest_bench.py --cluster
 	$(BIN)/python benchmarks/receive_bench.py
 	$(BIN)/python benchmarks/forward_bench.py --records 300000 --rounds 3
 	$(BIN)/python benchmarks/catch_up_bench.py --loads 25,50,75 --outage 30

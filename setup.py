@@ -1,4 +1,4 @@
-"""The compiled parts (C, optional): the ingress's record scanner and the forwarder's batch merge.
+"""The compiled parts (C, optional): the ingest's record scanner and the forwarder's batch merge.
 
 Everything else is in pyproject.toml. Without a C compiler the build skips them: the agent then
 validates records with aiokafka's compiled reader instead (slower, same result) and forwards

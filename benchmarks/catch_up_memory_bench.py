@@ -41,7 +41,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from durable_producer.buffer_agent.wal import FsyncPolicy
-from durable_producer.buffer_agent.wal.inspect import inspect_wal
+from durable_producer.buffer_agent.wal.recovery.inspect import inspect_wal
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.broker import ProxiedBroker
 from durable_producer.local.topics import create_topic

@@ -1,4 +1,4 @@
-"""The ingress's first step alone: receiving large requests from a socket, this tree beside another.
+"""The ingest's first step alone: receiving large requests from a socket, this tree beside another.
 
     .venv/bin/python benchmarks/receive_bench.py --baseline-src CHECKOUT/src
         [--sizes 200000 1000000] [--mib 300] [--rounds 5]
@@ -8,7 +8,7 @@ can; the receiving process runs one ``FrameReceiver`` (the agent's code, with th
 allocator settings) and takes every frame. Printed: the receiver's CPU microseconds per MB,
 for this tree and for ``--baseline-src`` (e.g. a ``git worktree`` of an older commit),
 alternating in every round, with the median ratio. No broker, no WAL: what the receive path
-costs, which the whole-agent benchmark (``ingress_bench.py``) cannot separate from the rest.
+costs, which the whole-agent benchmark (``ingest_bench.py``) cannot separate from the rest.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/durable-producer
-# gcc compiles the ingress's record scanner (src/.../kafka/_record_scan.c, setup.py)
+# gcc compiles the ingest's record scanner (src/.../kafka/_record_scan.c, setup.py)
 RUN apt-get update \
     && apt-get install --yes --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*

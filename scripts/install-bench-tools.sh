@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install the load generators of benchmarks/ingress_bench.py from Debian: a C compiler and
+# Install the load generators of benchmarks/ingest_bench.py from Debian: a C compiler and
 # librdkafka's header (it compiles benchmarks/rdkafka_producer.c against the librdkafka that
 # confluent-kafka ships), and kcat (its --client kcat).
 #

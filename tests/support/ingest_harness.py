@@ -1,4 +1,4 @@
-"""Run the agent's ingress in-process (own event loop thread) on a free port, for tests."""
+"""Run the agent's ingest in-process (own event loop thread) on a free port, for tests."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 from kio.serial import entity_reader
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-from durable_producer.buffer_agent.ingest.server import IngressServer
+from durable_producer.buffer_agent.ingest.server import IngestServer
 from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
@@ -68,20 +68,20 @@ class StoredRecord:
 
 
 class RunningAgent:
-    """WAL + metadata cache + ingress server on a background event loop."""
+    """WAL + metadata cache + ingest server on a background event loop."""
 
     def __init__(
         self,
         data_dir: Path,
         cluster: FakeCluster,
         *,
-        ingress: IngressConfig | None = None,
+        ingest: IngestConfig | None = None,
         wal: WalConfig | None = None,
         default_partitions: int | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.cluster = cluster
-        self._ingress_config = replace(ingress or IngressConfig(), host="127.0.0.1", port=0)
+        self._ingest_config = replace(ingest or IngestConfig(), host="127.0.0.1", port=0)
         self._wal_config = wal or WalConfig(
             segment_bytes=4 << 20, max_bytes=64 << 20, max_frame_bytes=2 << 20
         )
@@ -89,7 +89,7 @@ class RunningAgent:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self.wal: WriteAheadLog | None = None
-        self.server: IngressServer | None = None
+        self.server: IngestServer | None = None
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
@@ -100,7 +100,7 @@ class RunningAgent:
             self._thread.start()
         self.wal = WriteAheadLog.open(self.data_dir / "wal", self._wal_config)
 
-        async def start_server() -> IngressServer:
+        async def start_server() -> IngestServer:
             metadata = MetadataCache(
                 self.data_dir / "state",
                 self.cluster,
@@ -108,8 +108,8 @@ class RunningAgent:
                 source_timeout_s=2.0,
             )
             assert self.wal is not None
-            server = IngressServer(
-                self.wal, metadata, self.data_dir / "state", self._ingress_config
+            server = IngestServer(
+                self.wal, metadata, self.data_dir / "state", self._ingest_config
             )
             await server.start()
             if self.cluster.reachable:  # what a real client's first Metadata request does

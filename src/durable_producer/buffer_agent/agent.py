@@ -1,6 +1,6 @@
-"""The agent process: WAL + Kafka-protocol ingress + forwarder + metrics, and its lifecycle.
+"""The agent process: WAL + Kafka-protocol ingest + forwarder + metrics, and its lifecycle.
 
-``run``: measure the volume and fit the WAL limit to it (``volume_space``; a volume too small
+``run``: measure the volume and fit the WAL limit to it (``volume/space.py``; a volume too small
 for the WAL exits 2), serve until SIGTERM/SIGINT, then stop accepting, forward what is
 buffered until the drain deadline, checkpoint and exit 0; whatever is left stays on the volume
 for the next owner. ``drain``: no listener; forward everything on the volume and exit (for
@@ -27,23 +27,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from durable_producer.buffer_agent.errors import StartupError
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
-from durable_producer.buffer_agent.forward.forward_rate import (
+from durable_producer.buffer_agent.figures.forward_rate import (
     DrainOutlook,
     DrainWindow,
     RateSample,
 )
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-from durable_producer.buffer_agent.ingest.server import IngressServer
+from durable_producer.buffer_agent.ingest.server import IngestServer
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
 from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
-from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.buffer_agent.metrics_server import MetricsServer
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
-from durable_producer.buffer_agent.volume_space import (
+from durable_producer.buffer_agent.volume.space import (
     VolumeTooSmall,
     fit_wal_limit,
     free_bytes,
@@ -57,13 +57,14 @@ PUBLISH_INTERVAL_S = 1.0
 
 @dataclass(slots=True)
 class StatsPublisher:
-    """Copies WAL and ingress figures into the metrics once a second (the forwarder and the
+    """Copies WAL and ingest figures into the metrics once a second (the forwarder and the
     WAL's fsync observer update theirs directly), and with the forwarder's, the ingest and
-    sustained forward rates, runway, time to drain and "cannot drain" (``forward_rate``)."""
+    sustained forward rates, runway, time to drain and "cannot drain"
+    (``figures/forward_rate.py``)."""
 
     wal: WriteAheadLog
     metrics: AgentMetrics
-    ingress: IngressServer | None = None
+    ingest: IngestServer | None = None
     volume: Path | None = None
     forwarder: Forwarder | None = None
     drain_window: DrainWindow = field(default_factory=DrainWindow)
@@ -81,13 +82,13 @@ class StatsPublisher:
         if self.volume is not None:
             with contextlib.suppress(OSError):
                 self.metrics.volume_free_bytes.set(free_bytes(self.volume))
-        if self.ingress is not None:
-            stats = self.ingress.stats
+        if self.ingest is not None:
+            stats = self.ingest.stats
             records, size = self._reported_ingest
             self.metrics.ingest_records.inc(stats.records_appended - records)
             self.metrics.ingest_bytes.inc(stats.bytes_appended - size)
             self._reported_ingest = (stats.records_appended, stats.bytes_appended)
-            self.metrics.publish_ingress(stats)
+            self.metrics.publish_ingest(stats)
         outlook = self._drain_outlook()
         self.metrics.refresh_buffer(
             size_bytes=wal.size_bytes,
@@ -111,9 +112,9 @@ class StatsPublisher:
                 log.log(level, "backlog %s: %s", state, outlook.message)
 
     def _drain_outlook(self) -> DrainOutlook | None:
-        if self.ingress is None or self.forwarder is None:
+        if self.ingest is None or self.forwarder is None:
             return None
-        ingest, forwarded = self.ingress.stats, self.forwarder.stats()
+        ingest, forwarded = self.ingest.stats, self.forwarder.stats()
         health = self.forwarder.health
         return self.drain_window.update(
             RateSample(
@@ -146,16 +147,16 @@ class BufferAgent:
         self.metrics = AgentMetrics()
         self.wal: WriteAheadLog | None = None
         self.forwarder: Forwarder | None = None
-        self.ingress: IngressServer | None = None
+        self.ingest: IngestServer | None = None
         self._accepting = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _snapshot_producer_state(self) -> None:
-        """Runs on the forwarder thread before a checkpoint; the ingress lives on the loop."""
-        if self.ingress is None or self._loop is None:
+        """Runs on the forwarder thread before a checkpoint; the ingest lives on the loop."""
+        if self.ingest is None or self._loop is None:
             return
         future = asyncio.run_coroutine_threadsafe(
-            self.ingress.snapshot_producer_state(), self._loop
+            self.ingest.snapshot_producer_state(), self._loop
         )
         future.result(timeout=10)
 
@@ -198,7 +199,7 @@ class BufferAgent:
                 wal.max_bytes,
                 measure_volume(agent.data_dir, agent.wal_dir),
                 wal.segment_bytes,
-                self.settings.ingress.max_batch_bytes,
+                self.settings.ingest.max_batch_bytes,
             )
         except VolumeTooSmall as error:
             log.error("%s: %s", agent.data_dir, error)
@@ -222,9 +223,9 @@ class BufferAgent:
             default_partitions=agent.default_partitions,
         )
         wal, forwarder = self._open_wal_and_forwarder(metadata)
-        self.ingress = IngressServer(wal, metadata, agent.state_dir, self.settings.ingress)
+        self.ingest = IngestServer(wal, metadata, agent.state_dir, self.settings.ingest)
         publisher = StatsPublisher(
-            wal, self.metrics, self.ingress, agent.data_dir, forwarder
+            wal, self.metrics, self.ingest, agent.data_dir, forwarder
         )
         try:
             metrics_server = MetricsServer(
@@ -246,19 +247,19 @@ class BufferAgent:
         try:
             # Sequence state first: the forwarder's checkpoints snapshot it (and delete the
             # WAL frames a restore replays), so it starts only once the state is whole.
-            await self.ingress.restore()
-            self.metrics.record_state_damage([*self.ingress.state_damage, *forwarder.state_damage])
+            await self.ingest.restore()
+            self.metrics.record_state_damage([*self.ingest.state_damage, *forwarder.state_damage])
             forwarder.start()
             try:
-                await self.ingress.listen()
+                await self.ingest.listen()
             except OSError as error:
-                listen = self.settings.ingress
+                listen = self.settings.ingest
                 raise port_unusable("--listen", listen.host, listen.port, error) from None
             prepare_to_serve()
             self._accepting = True
             log.info(
                 "agent ready: Kafka protocol on %s, metrics on %s:%d, forwarding to %s",
-                self.ingress.bootstrap,
+                self.ingest.bootstrap,
                 agent.metrics_host,
                 metrics_server.port,
                 self.client_config.get("bootstrap.servers"),
@@ -275,15 +276,15 @@ class BufferAgent:
                 agent.drain_timeout_s,
             )
             self._accepting = False
-            await self.ingress.stop()
+            await self.ingest.stop()
             summary = await asyncio.to_thread(forwarder.drain, agent.drain_timeout_s)
             publisher.publish()
             self._log_drain(summary)
             return 0
         finally:
             self._accepting = False
-            if self.ingress is not None:
-                await self.ingress.stop()
+            if self.ingest is not None:
+                await self.ingest.stop()
             if forwarder.running:
                 await asyncio.to_thread(forwarder.stop)
             wal.close()

@@ -29,9 +29,13 @@ from durable_producer.buffer_agent.settings import (
     AgentConfig,
     settings_from,
 )
-from durable_producer.buffer_agent.volume import prepare_data_dir
+from durable_producer.buffer_agent.volume.directories import prepare_data_dir
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WalError, WalLockedError
-from durable_producer.buffer_agent.wal.inspect import format_report, inspect_wal, report_as_json
+from durable_producer.buffer_agent.wal.recovery.inspect import (
+    format_report,
+    inspect_wal,
+    report_as_json,
+)
 
 log = logging.getLogger("durable_producer.agent")
 

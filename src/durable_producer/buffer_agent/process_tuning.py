@@ -18,7 +18,7 @@ HEAP_ALLOCATION_LIMIT_BYTES = 16 << 20
 """Blocks up to this size (every produce request the default limits allow) come from the heap."""
 TRIM_AFTER_PEAK_BYTES = 16 << 20
 """Bytes since the last ``release_free_memory`` that make the next quiet moment release
-again: the ingress's request-memory peak, the stored batches the forwarder delivered."""
+again: the ingest's request-memory peak, the stored batches the forwarder delivered."""
 TRIM_INTERVAL_S = 10.0
 """At most one ``release_free_memory`` this often, per caller."""
 _M_TRIM_THRESHOLD = -1
@@ -58,7 +58,7 @@ def release_free_memory() -> bool:
 
     ``keep_freed_memory`` makes glibc keep freed request buffers for reuse; after a burst
     that will not come back (hundreds of connections closed, a request-memory peak; the
-    forwarder's read-ahead after a catch-up) the ingress and the forwarder call this so the
+    forwarder's read-ahead after a catch-up) the ingest and the forwarder call this so the
     process returns near its baseline. False where the C library is not glibc.
     """
     if platform.libc_ver()[0] != "glibc":
@@ -72,7 +72,7 @@ def freeze_startup_heap() -> None:
 
     Called once the agent serves: modules, kio schemas and the restored producer state live
     as long as the process, and a full collection scanning them stalled the event loop for
-    ~20 ms (it was the p99 of produce latency in benchmarks/ingress_bench.py). Afterwards a
+    ~20 ms (it was the p99 of produce latency in benchmarks/ingest_bench.py). Afterwards a
     collection scans only what serving allocated.
     """
     gc.collect()

@@ -1,7 +1,7 @@
 """The agent's settings: which config fields each command offers, and the typed result.
 
 Each component declares its own settings, defaults and help beside its code (``WalConfig``,
-``IngressConfig``, ``ForwarderConfig``, ``KafkaConnectionSettings``; ``AgentConfig`` here for
+``IngestConfig``, ``ForwarderConfig``, ``KafkaConnectionSettings``; ``AgentConfig`` here for
 the process itself). This module picks their user-facing fields into the commands, in
 ``--help`` order; ``options.py`` turns them into flags, ``DURABLE_AGENT_*`` environment
 variables (so a Kubernetes pod spec can set them) and the reference table of docs/agent.md
@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from durable_producer.buffer_agent.errors import SettingError
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
 from durable_producer.buffer_agent.logging_setup import LOG_FORMATS, LOG_LEVELS
 from durable_producer.buffer_agent.options import (
@@ -31,7 +31,7 @@ from durable_producer.buffer_agent.options import (
     positive_int,
     reference_table,
 )
-from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_FRAME_BYTES, WalConfig
+from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_WAL_FRAME_BYTES, WalConfig
 from durable_producer.contract import DATA_DIR, METRICS_HOST, METRICS_PORT
 
 FRAME_HEADROOM_BYTES = 64 * 1024
@@ -108,7 +108,7 @@ class AgentSettings:
     agent: AgentConfig
     kafka: KafkaConnectionSettings
     wal: WalConfig
-    ingress: IngressConfig
+    ingest: IngestConfig
     forwarder: ForwarderConfig
 
 
@@ -128,7 +128,7 @@ COMMON_OPTIONS: tuple[Option, ...] = (
 """Options of run, drain and dead-letters resend."""
 
 RUN_OPTIONS: tuple[Option, ...] = (
-    *options_of(IngressConfig, "host"),
+    *options_of(IngestConfig, "host"),
     *options_of(AgentConfig, "metrics_host"),
     *options_of(
         WalConfig,
@@ -139,7 +139,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "page_cache_window_bytes",
     ),
     *options_of(
-        IngressConfig,
+        IngestConfig,
         "max_batch_bytes",
         "max_decompressed_batch_bytes",
         "max_request_memory_bytes",
@@ -164,10 +164,10 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     its default. Raises KafkaConfigError for a malformed ``--kafka-setting`` and
     SettingError, naming the flags, for values that do not fit together."""
     given = vars(args)
-    ingress = _config(IngressConfig, given)
+    ingest = _config(IngestConfig, given)
     wal = _config(WalConfig, given)
     wal = dataclasses.replace(
-        wal, max_frame_bytes=wal_frame_limit(ingress.max_batch_bytes, wal.segment_bytes)
+        wal, max_frame_bytes=wal_frame_limit(ingest.max_batch_bytes, wal.segment_bytes)
     )
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
@@ -175,7 +175,7 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         agent=_config(AgentConfig, given),
         kafka=_config(KafkaConnectionSettings, given),
         wal=wal,
-        ingress=ingress,
+        ingest=ingest,
         forwarder=_config(ForwarderConfig, given),
     )
 
@@ -197,7 +197,9 @@ def _check_wal(wal: WalConfig) -> None:
 def wal_frame_limit(max_batch_bytes: int, segment_bytes: int) -> int:
     """``--max-batch-bytes`` also sizes WAL frames: room for the largest batch and its frame
     header, never below the WAL's default frame limit nor above one segment."""
-    return min(segment_bytes, max(max_batch_bytes + FRAME_HEADROOM_BYTES, DEFAULT_MAX_FRAME_BYTES))
+    return min(
+        segment_bytes, max(max_batch_bytes + FRAME_HEADROOM_BYTES, DEFAULT_MAX_WAL_FRAME_BYTES)
+    )
 
 
 Config = TypeVar("Config")

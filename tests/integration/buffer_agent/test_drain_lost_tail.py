@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
-from durable_producer.buffer_agent.wal.scan import scan_segment
+from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from durable_producer.local.mock_cluster import MockCluster
 from durable_producer.local.topics import consume_all

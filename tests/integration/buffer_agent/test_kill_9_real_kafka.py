@@ -8,7 +8,7 @@ yet forwarded, or had sent without hearing back. The forwarder keeps its produce
 and sequence numbers on the volume (``forward/identity``) and sends such frames again with
 the numbers they had; the partition leaders say what they already hold (DescribeProducers),
 so nothing is written twice. The clients' own retries of batches the agent stored just
-before a kill are recognised by the ingress (its producer state). The per-record forwarder
+before a kill are recognised by the ingest (its producer state). The per-record forwarder
 this replaced took a new producer id at every start: about one checkpoint interval of
 records arrived twice per kill.
 """

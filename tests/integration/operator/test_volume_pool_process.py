@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from durable_producer.buffer_agent.metrics import AgentMetrics
-from durable_producer.buffer_agent.metrics_server import MetricsServer
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
 from durable_producer.contract import POOL_LABEL
 from durable_producer.local.kube import fake_node
 from durable_producer.local.ports import free_port

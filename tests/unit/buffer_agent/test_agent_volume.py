@@ -9,7 +9,7 @@ import pytest
 
 from durable_producer.buffer_agent import agent as agent_module
 from durable_producer.buffer_agent.cli import main
-from durable_producer.buffer_agent.volume_space import VolumeSpace
+from durable_producer.buffer_agent.volume.space import VolumeSpace
 
 MIB = 1 << 20
 

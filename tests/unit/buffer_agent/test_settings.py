@@ -9,7 +9,7 @@ import pytest
 from durable_producer import contract
 from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
 from durable_producer.buffer_agent.options import options_of, reference_table
 from durable_producer.buffer_agent.settings import (
@@ -47,7 +47,7 @@ def test_every_flag_has_an_environment_variable() -> None:
     args = build_parser(environ).parse_args(["run"])
     settings = settings_from(args)
     assert settings.wal.fsync is FsyncPolicy.ALWAYS
-    assert settings.ingress.port == 19092
+    assert settings.ingest.port == 19092
     connection = settings.kafka
     assert connection.bootstrap_servers == "kafka:9092"
     assert dict(connection.extra) == {"linger.ms": "7", "compression.type": "lz4"}
@@ -70,7 +70,7 @@ def test_flags_override_the_environment_and_bad_values_are_explained(
 def test_without_flags_every_part_gets_its_own_defaults() -> None:
     settings = settings_from(build_parser({}).parse_args(["run", "--kafka-bootstrap", "k:9092"]))
     assert settings.agent == AgentConfig()
-    assert settings.ingress == IngressConfig()
+    assert settings.ingest == IngestConfig()
     assert settings.forwarder == ForwarderConfig()
     assert settings.kafka == KafkaConnectionSettings("k:9092")
     assert settings.wal == WalConfig()  # the derived frame limit is the WAL's default too
@@ -81,7 +81,7 @@ def test_the_defaults_the_operator_also_renders_are_the_contracts() -> None:
     assert settings.wal.fsync == contract.DEFAULT_FSYNC_POLICY
     assert settings.wal.full_disk_policy == contract.DEFAULT_FULL_DISK_POLICY
     assert settings.forwarder.checkpoint_interval_s == contract.DEFAULT_CHECKPOINT_INTERVAL_SECONDS
-    assert (settings.ingress.host, settings.ingress.port) == (
+    assert (settings.ingest.host, settings.ingest.port) == (
         contract.AGENT_HOST,
         contract.KAFKA_PORT,
     )
@@ -104,10 +104,10 @@ def test_flags_that_set_derived_values() -> None:
         ]
     )
     settings = settings_from(args)
-    assert (settings.ingress.host, settings.ingress.port) == ("0.0.0.0", 19092)
+    assert (settings.ingest.host, settings.ingest.port) == ("0.0.0.0", 19092)
     assert (settings.agent.metrics_host, settings.agent.metrics_port) == ("127.0.0.1", 19644)
     assert settings.wal.page_cache_window_bytes is None
-    assert settings.ingress.max_batch_bytes == 20_000_000
+    assert settings.ingest.max_batch_bytes == 20_000_000
     assert settings.wal.max_frame_bytes == 20_000_000 + 64 * 1024
     assert settings.wal.full_disk_policy is FullDiskPolicy.BLOCK
     assert settings.agent.dead_letter_dir == Path("/volume/dead-letter")
@@ -140,7 +140,7 @@ def test_drain_reads_the_wal_with_the_policy_it_was_written_with() -> None:
 
 def test_every_user_facing_field_is_offered_by_a_command() -> None:
     offered = {(o.config, o.fields) for o in (*COMMON_OPTIONS, *RUN_OPTIONS, *DRAIN_OPTIONS)}
-    for config in (AgentConfig, KafkaConnectionSettings, WalConfig, IngressConfig, ForwarderConfig):
+    for config in (AgentConfig, KafkaConnectionSettings, WalConfig, IngestConfig, ForwarderConfig):
         for declared in options_of(config):
             assert (declared.config, declared.fields) in offered, declared.flag
     for command in (RUN_OPTIONS, DRAIN_OPTIONS):  # each flag once per command

@@ -18,7 +18,7 @@ import pytest
 import yaml
 from prometheus_client.metrics_core import Metric
 
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.contract import PRODUCER_LABEL
 from durable_producer.operator.decide.agent_container import METRICS_PORT_NAME
 

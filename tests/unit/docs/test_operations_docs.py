@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from durable_producer.buffer_agent.cli import build_parser
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.contract import DATA_DIR
 from durable_producer.operator.model.model import DEFAULT_AGENT_IMAGE
 

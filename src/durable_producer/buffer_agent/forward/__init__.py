@@ -9,6 +9,7 @@
 - ``progress``: the WAL checkpoint and the sent/delivered hint; ``ack_tracker``: the
   contiguous acknowledged watermark.
 - ``dead_letter``: the dead-letter store; ``resend``: re-sending dead letters.
-- ``health``, ``publisher``, ``forward_rate``: the forwarder's state, figures and rates.
+- ``health``, ``publisher``: the forwarder's state and figures (its sustained rate is
+  ``figures/forward_rate.py``'s).
 - ``config``: the forwarder's settings.
 """

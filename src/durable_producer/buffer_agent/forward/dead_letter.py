@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from durable_producer.buffer_agent.wal.atomic_file import fsync_directory
+from durable_producer.buffer_agent.volume.atomic_file import fsync_directory
 
 DEAD_LETTERS_FILE = "dead-letters.jsonl"
 RESENT_FILE = "resent.jsonl"

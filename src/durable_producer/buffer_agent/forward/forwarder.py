@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
@@ -53,14 +54,13 @@ from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient, Ka
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
-from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.process_tuning import (
     TRIM_AFTER_PEAK_BYTES,
     TRIM_INTERVAL_S,
     release_free_memory,
 )
+from durable_producer.buffer_agent.volume.state_file import StateDamage
 from durable_producer.buffer_agent.wal import Frame, WalClosedError, WalReader, WriteAheadLog
-from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 

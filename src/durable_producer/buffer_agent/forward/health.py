@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from durable_producer.buffer_agent.metrics import ERROR_KINDS
+from durable_producer.buffer_agent.figures.metrics import ERROR_KINDS
 
 __all__ = ["ERROR_KINDS", "ErrorNote", "ForwarderHealth", "ForwarderState"]
 

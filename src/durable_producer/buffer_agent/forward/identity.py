@@ -28,7 +28,7 @@ producer id or epoch): an ordinary write survives a process crash, not a node cr
 which the brokers' answers (an epoch they know, sequences out of order) are resolved as
 described in ``partition_queue``.
 
-A damaged file never stops the agent (``wal/state_file.py``): one that cannot be read (a
+A damaged file never stops the agent (``volume/state_file.py``): one that cannot be read (a
 directory in its place, no permission) or holds no usable slot is moved aside to
 ``producer-identity.damaged``, named in one WARNING line and counted
 (``durable_agent_state_files_damaged``); the forwarder then takes a new producer id, as when
@@ -46,8 +46,8 @@ import zlib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-from durable_producer.buffer_agent.wal.state_file import StateDamage, set_aside
+from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.state_file import StateDamage, set_aside
 
 log = logging.getLogger(__name__)
 

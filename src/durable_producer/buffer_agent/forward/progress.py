@@ -18,8 +18,8 @@ forwarder.py). Records sent within the last ``hint_interval_s`` before a crash m
 that count.
 
 **A full disk never stops the forwarder.** The hint is a preallocated two-slot file
-rewritten in place, like the WAL checkpoint (``wal/slot_file.py``; bytes in
-``wal/format.py``), so neither write needs a new block, and the checkpoint deletes
+rewritten in place, like the WAL checkpoint (``volume/slot_file.py``; bytes in
+``volume/format.py``), so neither write needs a new block, and the checkpoint deletes
 delivered segments before anything else is written. Should a write fail anyway (EIO, or
 ENOSPC while the hint file is first created), it is logged, counted, and tried again at
 the next interval: the checkpoint keeps its segments until it is written; a missing hint
@@ -34,12 +34,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.volume.format import HINT_FIELDS, HINT_MAGIC
+from durable_producer.buffer_agent.volume.slot_file import SlotFile, read_slots
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
-from durable_producer.buffer_agent.wal.format import HINT_FIELDS, HINT_MAGIC
-from durable_producer.buffer_agent.wal.slot_file import SlotFile, read_slots
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class Progress:
         before_checkpoint: Callable[[], None] | None,
     ) -> None:
         """``before_checkpoint`` runs before every WAL checkpoint that deletes data (the agent
-        persists the ingress's producer-sequence state there, which the deleted frames would
+        persists the ingest's producer-sequence state there, which the deleted frames would
         otherwise be needed to rebuild). If it fails, the checkpoint still happens (freeing
         space matters more than exact duplicate detection after a restart) and the hook runs
         once more right after it, when the deleted segments may have made room for it."""

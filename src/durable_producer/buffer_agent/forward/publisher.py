@@ -11,9 +11,9 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from durable_producer.buffer_agent.figures.metrics import DUPLICATE_CAUSES, AgentMetrics
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.health import ForwarderHealth, ForwarderState
-from durable_producer.buffer_agent.metrics import DUPLICATE_CAUSES, AgentMetrics
 from durable_producer.buffer_agent.wal import WriteAheadLog
 
 

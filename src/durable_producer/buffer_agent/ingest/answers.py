@@ -33,10 +33,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache, TopicStatus
 from durable_producer.buffer_agent.ingest.producer_ids import ProducerIdAllocator
-from durable_producer.buffer_agent.ingest.stats import IngressStats
+from durable_producer.buffer_agent.ingest.stats import IngestStats
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_FETCH,
@@ -78,10 +78,10 @@ class Answers:
 
     def __init__(
         self,
-        config: IngressConfig,
+        config: IngestConfig,
         metadata: MetadataCache,
         producer_ids: ProducerIdAllocator,
-        stats: IngressStats,
+        stats: IngestStats,
         bound_port: Callable[[], int],
     ) -> None:
         self.config = config

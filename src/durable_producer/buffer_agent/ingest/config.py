@@ -5,14 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from durable_producer.buffer_agent.ingest.request_memory import DEFAULT_REQUEST_MEMORY_BYTES
-from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_FRAME_BYTES
+from durable_producer.buffer_agent.kafka.protocol import DEFAULT_MAX_REQUEST_FRAME_BYTES
 from durable_producer.buffer_agent.kafka.record_validate import DEFAULT_MAX_DECOMPRESSED_BYTES
 from durable_producer.buffer_agent.options import host_port, option, positive_float, positive_int
 from durable_producer.contract import AGENT_HOST, DEFAULT_MAX_BATCH_BYTES, KAFKA_PORT
 
 
 @dataclass(frozen=True, slots=True)
-class IngressConfig:
+class IngestConfig:
     host: str = field(
         default=AGENT_HOST,
         metadata=option(
@@ -27,7 +27,7 @@ class IngressConfig:
     """Host clients are told to connect to; defaults to ``host``."""
     advertised_port: int | None = None
     """Port clients are told to connect to; defaults to the bound port."""
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_REQUEST_FRAME_BYTES
     max_batch_bytes: int = field(
         default=DEFAULT_MAX_BATCH_BYTES,
         metadata=option(

@@ -1,6 +1,6 @@
 """Receive size-prefixed Kafka request frames from a socket, with few copies and bounded memory.
 
-This is the ingress hot path's first step. :class:`FrameReceiver` is an
+This is the ingest hot path's first step. :class:`FrameReceiver` is an
 :class:`asyncio.BufferedProtocol`: the event loop ``recv_into``-s straight into memory the
 receiver hands out, so
 

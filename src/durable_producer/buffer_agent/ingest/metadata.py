@@ -15,14 +15,14 @@ consequence: an agent restarted before that answers from the older counts until 
 is reachable again.
 
 A topic never seen before while the cluster is unreachable gets ``default_partitions`` if one is
-configured; otherwise it is answered ``UNAVAILABLE`` (the ingress maps that to the retriable
+configured; otherwise it is answered ``UNAVAILABLE`` (the ingest maps that to the retriable
 LEADER_NOT_AVAILABLE, so clients keep retrying metadata until the cluster answers).
 
 A topic the cluster does not have is treated as the cluster would treat it: the source asks for
 it the way a producer does (``kafka.cluster_metadata``), so a cluster that creates topics on
 first use creates it. While it is being created (the source reports 0 partitions) it is
 ``UNAVAILABLE`` too, and the client's next metadata request gets the real partition count. A
-topic the cluster neither has nor creates is ``MISSING``: the ingress answers it with a
+topic the cluster neither has nor creates is ``MISSING``: the ingest answers it with a
 non-retriable error, so clients fail at once instead of retrying for 30 s or more. A missing
 topic is asked about again after ``missing_recheck_s`` (it may have been created meanwhile).
 
@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Protocol
 
 from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
+from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 
 log = logging.getLogger(__name__)
 

@@ -37,11 +37,11 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.producer_state import ProducerState
 from durable_producer.buffer_agent.ingest.sequences import StoredBatch, Verdict
-from durable_producer.buffer_agent.ingest.stats import IngressStats
+from durable_producer.buffer_agent.ingest.stats import IngestStats
 from durable_producer.buffer_agent.kafka.protocol import (
     PartitionResult,
     Request,
@@ -128,11 +128,11 @@ class ProduceHandler:
 
     def __init__(
         self,
-        config: IngressConfig,
+        config: IngestConfig,
         wal: WriteAheadLog,
         metadata: MetadataCache,
         producer_state: ProducerState,
-        stats: IngressStats,
+        stats: IngestStats,
     ) -> None:
         self.config = config
         self._wal = wal

@@ -3,7 +3,7 @@
 Ids are allocated in blocks whose upper bound is persisted to ``DATA/state/producer_ids.json``
 *before* any id of the block is handed out, so an id never repeats, whatever the crash.
 
-A damaged file (``state_file.py``) never stops the agent: counting restarts from the current
+A damaged file (``volume/state_file.py``) never stops the agent: counting restarts from the current
 time in microseconds, above every id an allocator that counted from 0 can have handed out (ids
 found in the WAL are respected as well, ``ensure_above``).
 """
@@ -14,8 +14,8 @@ import json
 import time
 from pathlib import Path
 
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
+from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 
 PRODUCER_IDS_FILE = "producer_ids.json"
 

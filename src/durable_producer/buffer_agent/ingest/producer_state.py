@@ -4,7 +4,7 @@ Sequence state (``sequences``) is snapshotted to ``DATA/state/producer_state.jso
 with the WAL offset it covers; on start the snapshot is loaded and the WAL frames at or above
 that offset are replayed (the WAL keeps each client batch verbatim, header included). The agent
 must snapshot before checkpointing the WAL past the snapshot's offset (the forwarder calls
-``IngressServer.snapshot_producer_state`` first); if frames in between were deleted anyway,
+``IngestServer.snapshot_producer_state`` first); if frames in between were deleted anyway,
 restored partitions accept the next in-order-or-not batch once ("lenient") instead of refusing
 a producer whose history the agent no longer has.
 
@@ -29,9 +29,9 @@ from pathlib import Path
 
 from durable_producer.buffer_agent.ingest.sequences import SequenceTracker
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 from durable_producer.buffer_agent.wal import WriteAheadLog
-from durable_producer.buffer_agent.wal.atomic_file import write_atomic
-from durable_producer.buffer_agent.wal.state_file import StateDamage, read_json_state, set_aside
 
 log = logging.getLogger(__name__)
 

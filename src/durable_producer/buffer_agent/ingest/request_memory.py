@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from durable_producer.buffer_agent.ingest.stats import IngressStats
+from durable_producer.buffer_agent.ingest.stats import IngestStats
 
 DEFAULT_REQUEST_MEMORY_BYTES = 64 << 20
 """Default budget: an eighth of the sidecar's 512 MiB limit; 4 producers keeping 5 requests of
@@ -53,7 +53,7 @@ class Claim:
 class RequestMemory:
     """The shared budget; ``stats`` (optional) mirrors its use for metrics."""
 
-    def __init__(self, limit: int, stats: IngressStats | None = None) -> None:
+    def __init__(self, limit: int, stats: IngestStats | None = None) -> None:
         if limit <= 0:
             raise ValueError(f"the request memory budget must be positive, not {limit}")
         self.limit = limit

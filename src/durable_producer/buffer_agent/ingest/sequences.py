@@ -18,7 +18,7 @@ This module is pure bookkeeping (no I/O). How the state survives restarts is
 ``producer_state``'s job (snapshot + WAL replay, "lenient" partitions after lost history);
 producer ids come from ``producer_ids``.
 
-Bounded: producers idle for the ingress's ``producer_expiration_s`` are forgotten at the next
+Bounded: producers idle for the ingest's ``producer_expiration_s`` are forgotten at the next
 snapshot, and at most :data:`MAX_TRACKED_PARTITIONS` (producer, partition) entries are kept:
 past that, the least recently seen producers are forgotten (Spark makes a producer per task).
 A forgotten producer's next batch is accepted at any sequence, as a broker accepts an unknown

@@ -34,14 +34,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from durable_producer.buffer_agent.ingest.answers import Answers, api_versions_body
-from durable_producer.buffer_agent.ingest.config import IngressConfig
+from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.ingest.frame_receiver import FrameReceiver
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.produce import ProduceHandler
 from durable_producer.buffer_agent.ingest.producer_ids import ProducerIdAllocator
 from durable_producer.buffer_agent.ingest.producer_state import ProducerState
 from durable_producer.buffer_agent.ingest.request_memory import RequestMemory
-from durable_producer.buffer_agent.ingest.stats import IngressStats
+from durable_producer.buffer_agent.ingest.stats import IngestStats
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_FETCH,
@@ -63,8 +63,8 @@ from durable_producer.buffer_agent.process_tuning import (
     TRIM_INTERVAL_S,
     release_free_memory,
 )
+from durable_producer.buffer_agent.volume.state_file import StateDamage
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
-from durable_producer.buffer_agent.wal.state_file import StateDamage
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ _Handler = Callable[[Request], Awaitable[Any]]
 """An API's handler: a kio response entity to encode, bytes already encoded, or None."""
 
 
-class IngressServer:
+class IngestServer:
     """Serve the Kafka protocol on ``config.host:config.port`` into ``wal``.
 
     ``start()`` restores producer state (snapshot + WAL replay) and starts listening;
@@ -89,14 +89,14 @@ class IngressServer:
         wal: WriteAheadLog,
         metadata: MetadataCache,
         state_dir: Path,
-        config: IngressConfig | None = None,
+        config: IngestConfig | None = None,
         *,
         producer_id_block: int = 1000,
     ) -> None:
         self._wal = wal
         self._metadata = metadata
-        self._config = config or IngressConfig()
-        self.stats = IngressStats()
+        self._config = config or IngestConfig()
+        self.stats = IngestStats()
         self.request_memory = RequestMemory(self._config.max_request_memory_bytes, self.stats)
         state_dir = Path(state_dir)
         self._producer_ids = ProducerIdAllocator(state_dir, producer_id_block)
@@ -124,11 +124,11 @@ class IngressServer:
         self._trim_handle: asyncio.TimerHandle | None = None
 
     @property
-    def config(self) -> IngressConfig:
+    def config(self) -> IngestConfig:
         return self._config
 
     @config.setter
-    def config(self, config: IngressConfig) -> None:
+    def config(self, config: IngestConfig) -> None:
         """Takes effect for the next request (tests change the advertised port this way)."""
         self._config = self._answers.config = self._produce.config = config
 
@@ -163,7 +163,7 @@ class IngressServer:
 
     @property
     def state_damage(self) -> list[StateDamage]:
-        """State files found unusable at start (each fell back; see ``state_file.py``)."""
+        """State files found unusable at start (each fell back; see ``volume/state_file.py``)."""
         found = (self._producer_ids.damage, self._producer_state.damage, self._metadata.damage)
         return [damage for damage in found if damage is not None]
 
@@ -197,7 +197,7 @@ class IngressServer:
         if not self._wal.closed:
             await self.snapshot_producer_state()
 
-    async def __aenter__(self) -> IngressServer:
+    async def __aenter__(self) -> IngestServer:
         await self.start()
         return self
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 
 @dataclass(slots=True)
-class IngressStats:
+class IngestStats:
     connections_total: int = 0
     connections_open: int = 0
     requests: int = 0

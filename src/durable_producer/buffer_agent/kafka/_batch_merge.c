@@ -5,7 +5,7 @@
  * and its offset delta (its position in the merged batch). The header takes the first
  * batch's attributes and base timestamp, the largest max timestamp, the record count; its
  * producer fields and CRC are left for the caller to stamp (``batch_stamp``). The caller checks
- * that every batch is uncompressed, with the same attributes, and valid (the ingress validated
+ * that every batch is uncompressed, with the same attributes, and valid (the ingest validated
  * them with ``_record_scan`` before acknowledging): anything malformed raises ValueError.
  *
  * A record: length (varint), attributes (int8), timestampDelta (varlong), offsetDelta (varint),

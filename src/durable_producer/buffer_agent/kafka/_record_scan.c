@@ -1,4 +1,4 @@
-/* Walk the records of a Kafka v2 record batch without creating any object: the ingress's
+/* Walk the records of a Kafka v2 record batch without creating any object: the ingest's
  * validation before acknowledging, at a few nanoseconds a record.
  *
  * It accepts exactly what aiokafka's compiled reader (aiokafka/record/_crecords/

@@ -25,6 +25,8 @@ from durable_producer.buffer_agent.kafka.connection import (
     Security,
 )
 from durable_producer.buffer_agent.kafka.protocol import (
+    API_INIT_PRODUCER_ID,
+    API_METADATA,
     build,
     decode_body,
     encode_body,
@@ -32,8 +34,6 @@ from durable_producer.buffer_agent.kafka.protocol import (
     request_schema,
 )
 
-API_METADATA = 3
-API_INIT_PRODUCER_ID = 22
 API_DESCRIBE_PRODUCERS = 61
 API_DESCRIBE_CONFIGS = 32
 _TOPIC_RESOURCE = 2

@@ -2,8 +2,8 @@
 
 Kafka's codecs: gzip (stdlib zlib, several concatenated members allowed), snappy (the raw
 blocks librdkafka writes and the xerial framing of Java clients), lz4 (frame format) and zstd,
-the last three through ``cramjam``. The forwarder's decoder and the ingress's validation call
-the same :func:`decompress`, so a batch the ingress accepted decompresses identically when it
+the last three through ``cramjam``. The forwarder's decoder and the ingest's validation call
+the same :func:`decompress`, so a batch the ingest accepted decompresses identically when it
 is forwarded.
 
 ``limit`` bounds the output: a few kilobytes of zstd or lz4 expand to gigabytes, and a raw
@@ -11,7 +11,7 @@ snappy header alone claims up to 4 GiB (cramjam aborts the process when it canno
 that). With a limit, nothing larger is ever allocated: snappy's declared length is checked
 before decompressing, gzip decompresses at most ``limit + 1`` bytes, and zstd and lz4 write
 into a per-thread scratch mapping of ``limit`` bytes whose pages are committed only as they
-are written. ``limit=None`` (the forwarder, whose input the ingress already bounded) decodes
+are written. ``limit=None`` (the forwarder, whose input the ingest already bounded) decodes
 without the scratch copy.
 """
 

@@ -44,7 +44,11 @@ the broker lists Produce v3 *and* Fetch v4, zstd only with Produce v7 and Fetch 
 only with FindCoordinator v0.
 """
 
-DEFAULT_MAX_FRAME_BYTES = 100 * 1024 * 1024
+DEFAULT_MAX_REQUEST_FRAME_BYTES = 100 * 1024 * 1024
+"""Largest size-prefixed Kafka request the listener reads (``IngestConfig.max_frame_bytes``).
+
+Not the WAL's frame limit (``wal.config.DEFAULT_MAX_WAL_FRAME_BYTES``): a request holds the
+batches of many partitions, a WAL frame those of one."""
 _SIZE = struct.Struct(">i")
 _HEADER_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 
@@ -235,7 +239,7 @@ _FIRST_FLEXIBLE_PRODUCE = 9
 def parse_produce(frame: bytes | memoryview) -> Request:
     """Decode a Produce request (v3-v9) without copying its record batches.
 
-    The hot path of ingress: kio would copy every batch into a new ``bytes``; here each
+    The hot path of ingest: kio would copy every batch into a new ``bytes``; here each
     partition's ``records`` is a read-only view of ``frame``.
     """
     buf = memoryview(frame).toreadonly()

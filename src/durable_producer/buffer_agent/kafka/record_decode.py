@@ -12,7 +12,7 @@ record here); otherwise a pure-Python loop with inline varint fast paths does (a
 ``Producer.produce`` and nothing more, with uncompressed batches read in place (about
 0.3 us a record instead of 1.0 us for ``iter_decoded`` here).
 
-The ingress validates every batch before acknowledging it with ``check_records``: the same
+The ingest validates every batch before acknowledging it with ``check_records``: the same
 decoding, with the same choice of reader, keeping nothing. Where aiokafka's reader decodes,
 ``_record_scan`` (C, built with the package; about 0.01 us a 200 B record) accepts exactly
 what that reader accepts without creating its objects; without it the reader itself walks
@@ -98,7 +98,7 @@ class DecodedBatch(NamedTuple):
 def decode_batch(
     batch: bytes | memoryview, header: BatchHeader | None = None, *, fast: bool = True
 ) -> DecodedBatch:
-    """Decode one v2 batch (header included). The CRC is not checked here: ingress did.
+    """Decode one v2 batch (header included). The CRC is not checked here: ingest did.
 
     ``fast=False`` forces the pure-Python record loop.
     """

@@ -13,7 +13,7 @@ refused when
 
 The records are checked by ``record_decode.check_records``, the forwarder's own decoder, so
 anything accepted here decodes when it is forwarded. Each exception carries a ``reason`` for
-metrics; which Kafka error answers it is the ingress's choice.
+metrics; which Kafka error answers it is the ingest's choice.
 """
 
 from __future__ import annotations

@@ -1,22 +1,24 @@
 """The buffer agent's write-ahead log: segments on the buffer volume, crash-safe.
 
 The on-disk format (directory layout, segment and frame bytes, checkpoint, quarantine records,
-and the agent's other files on the volume) is documented in ``format.py``. One job per module:
+and the agent's other files on the volume) is documented in ``volume/format.py``; the files of
+the whole volume (atomic and slot files, state files, space) are ``volume/``'s. One job per
+module:
 
-- ``writer.py``: ``WriteAheadLog``, the coordinator: offsets, size limit, checkpoint, failures
-- ``log_reading.py``: the log's side readers use (segment views, waits for data)
+- ``writer.py``: ``WriteAheadLog``, the log whole: offsets, size limit, checkpoint, failures,
+  and what readers call (segment views, waits for data)
 - ``segment_list.py``: the segments in order: writing groups of frames, rotation, roll-back
 - ``segment.py``: ``Segment``, one segment file: create, append, truncate, seal, delete
 - ``frame.py``: encoding and decoding frames
 - ``reader.py``: ``WalReader``, tail-following reads through the log's public methods
 - ``syncer.py``: fsync policies and group commit
 - ``health.py``: why appends are refused (limit, full disk, failed fsync) and when they resume
-- ``slot_file.py``: two-slot files rewritten in place (the checkpoint, the forwarder hint)
-- ``checkpoint.py``, ``lock.py``, ``stats.py``: the checkpoint file, the directory lock, figures
-- ``recovery.py``: repairing the directory on open; ``scan.py`` reads a segment back,
-  ``damage.py`` decides (read-only) what is damaged, lost and done, ``quarantine.py`` moves
-  files aside with their records
-- ``inspect.py``: the read-only ``durable-agent wal inspect`` report
+- ``checkpoint.py``, ``stats.py``: the checkpoint file (a ``volume/slot_file.py``), figures
+- ``config.py``, ``errors.py``: the log's settings and its exceptions
+
+Side room ``recovery/``: opening a directory whatever a crash left (``repair.py``, ``scan.py``,
+``damage.py``, ``quarantine.py``), the directory lock (``lock.py``) and the read-only
+``durable-agent wal inspect`` report (``inspect.py``).
 """
 
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig

@@ -1,7 +1,7 @@
 """The checkpoint: "every frame below this offset has been delivered to Kafka".
 
-Two slots in a preallocated file, written alternately in place (``slot_file.py``; the layout
-is in ``format.py``): a torn write can only damage the slot being written, so the other still
+Two slots in a preallocated file, written alternately in place (``volume/slot_file.py``; the layout
+is in ``volume/format.py``): a torn write can only damage the slot being written, so the other still
 holds the previous checkpoint. Unlike temp-file-and-rename, an in-place write needs no new
 disk blocks, so the checkpoint that frees space still works when the disk is full.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .format import CHECKPOINT_FILE, CHECKPOINT_MAGIC
-from .slot_file import SlotFile, read_slots
+from durable_producer.buffer_agent.volume.format import CHECKPOINT_FILE, CHECKPOINT_MAGIC
+from durable_producer.buffer_agent.volume.slot_file import SlotFile, read_slots
 
 log = logging.getLogger(__name__)
 

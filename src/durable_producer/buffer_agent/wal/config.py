@@ -15,7 +15,11 @@ from durable_producer.buffer_agent.options import (
 from durable_producer.contract import DEFAULT_FSYNC_POLICY, DEFAULT_FULL_DISK_POLICY
 
 MIB = 1024 * 1024
-DEFAULT_MAX_FRAME_BYTES = 16 * MIB
+DEFAULT_MAX_WAL_FRAME_BYTES = 16 * MIB
+"""Largest WAL frame payload unless ``--max-batch-bytes`` asks for more
+(``settings.wal_frame_limit``).
+
+Not the limit on a Kafka request (``kafka.protocol.DEFAULT_MAX_REQUEST_FRAME_BYTES``)."""
 
 
 class FsyncPolicy(StrEnum):
@@ -62,7 +66,7 @@ class WalConfig:
             parse=positive_int,
         ),
     )
-    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
+    max_frame_bytes: int = DEFAULT_MAX_WAL_FRAME_BYTES
     """The agent derives it from ``--max-batch-bytes`` (see ``settings.py``)."""
     fsync: FsyncPolicy = field(
         default=FsyncPolicy(DEFAULT_FSYNC_POLICY),

@@ -1,7 +1,7 @@
 """Frames: encoding one produce batch for an append, decoding it when read back.
 
 The byte layout (magic, length, CRC32C, offset, partition, record count, append time, topic,
-payload) is documented in ``format.py``; this module only applies it.
+payload) is documented in ``volume/format.py``; this module only applies it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from enum import Enum
 
 from crc32c import crc32c
 
-from .errors import FrameTooLargeError
-from .format import (
+from durable_producer.buffer_agent.volume.format import (
     FRAME_BODY_HEAD,
     FRAME_MAGIC,
     FRAME_PREFIX,
@@ -22,6 +21,8 @@ from .format import (
     MAX_TOPIC_BYTES,
     PREFIX_SIZE,
 )
+
+from .errors import FrameTooLargeError
 
 
 @dataclass(frozen=True, slots=True)

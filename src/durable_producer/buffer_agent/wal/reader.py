@@ -7,8 +7,13 @@ import time
 from pathlib import Path
 from typing import Protocol
 
+from durable_producer.buffer_agent.volume.format import (
+    HEADER_SIZE,
+    PREFIX_SIZE,
+    SEGMENT_HEADER_SIZE,
+)
+
 from .errors import WalError
-from .format import HEADER_SIZE, PREFIX_SIZE, SEGMENT_HEADER_SIZE
 from .frame import Frame, FrameProblem, decode_frame
 from .segment import SegmentView
 

@@ -3,8 +3,8 @@
 A :class:`Segment` knows its base offset, path and size (the end of its last complete frame).
 While it is the log's newest segment it is *active*: it holds the descriptor appends are
 written through. Sealing it (when the log rotates to a new segment) makes it durable under the
-fsync policy and closes that descriptor. The file format is in ``format.py``; reading whole
-segment files back (recovery, inspection) is in ``scan.py``.
+fsync policy and closes that descriptor. The file format is in ``volume/format.py``; reading whole
+segment files back (recovery, inspection) is in ``recovery/scan.py``.
 
 A segment is not thread-safe: the log calls it under its own lock. The one exception is
 :meth:`Segment.release_synced_pages`, which the syncer calls with a descriptor of its own and
@@ -20,15 +20,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .atomic_file import fsync_directory
-from .errors import WalFailedError
-from .format import (
+from durable_producer.buffer_agent.volume.atomic_file import fsync_directory
+from durable_producer.buffer_agent.volume.format import (
     MAX_OFFSET,
     SEGMENT_HEADER_SIZE,
     encode_segment_header,
     parse_segment_name,
     segment_name,
 )
+
+from .errors import WalFailedError
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ def list_segments(directory: Path) -> list[tuple[int, Path]]:
     """Segment files in ``directory`` as (base offset, path), oldest first.
 
     Only regular files whose name is a base offset the format can hold; recovery
-    (``damage.py``) decides which of them are really part of the log."""
+    (``recovery/damage.py``) decides which of them are really part of the log."""
     found = []
     for entry in os.scandir(directory):
         base = parse_segment_name(entry.name)

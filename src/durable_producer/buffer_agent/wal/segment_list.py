@@ -2,8 +2,9 @@
 
 The newest segment is active. A group of frames goes to it with one ``pwritev`` per segment
 touched; whenever the next frame would take the active segment past ``segment_bytes`` it is
-sealed and a new segment started (see ``format.py`` for the rule). A group that fails part way
-is rolled back, so nothing half-written stays. Delivered segments leave from the oldest end.
+sealed and a new segment started (see ``volume/format.py`` for the rule). A group that fails
+part way is rolled back, so nothing half-written stays. Delivered segments leave from the
+oldest end.
 
 Not thread-safe: ``WriteAheadLog`` calls it under its lock.
 """
@@ -14,8 +15,9 @@ import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .atomic_file import fsync_directory
-from .format import SEGMENT_HEADER_SIZE
+from durable_producer.buffer_agent.volume.atomic_file import fsync_directory
+from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE
+
 from .frame import PreparedFrame, encode_frame_header
 from .segment import Buffer, Segment, SegmentPolicy, SegmentView
 

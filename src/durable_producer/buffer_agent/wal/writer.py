@@ -3,8 +3,8 @@
 ``WriteAheadLog`` coordinates: it assigns offsets, keeps the size limit, has groups of frames
 written to its segments (``segment_list.py``, ``segment.py``), moves the checkpoint and drops
 delivered segments, runs the syncer, stops acknowledging after an I/O failure and reopens once
-its frames are delivered (``health.py``), and lets readers see and wait for new frames
-(``log_reading.py``). The files it writes are described in ``format.py``.
+its frames are delivered (``health.py``), and lets readers (``reader.py``) see and wait for new
+frames. The files it writes are described in ``volume/format.py``.
 
 Thread-safe. Writers append under one lock (offsets are assigned there); durability waits and
 fsyncs happen outside it (see ``syncer.py``), so concurrent appends share fsyncs (group commit).
@@ -26,10 +26,10 @@ from .config import FsyncPolicy, FullDiskPolicy, WalConfig
 from .errors import WalClosedError, WalError, WalFailedError, WalFullError
 from .frame import AppendItem, PreparedFrame, encoded_size, prepare_frames
 from .health import DISK_FULL_ERRNOS, LogHealth
-from .lock import DirectoryLock
-from .log_reading import LogReading
-from .recovery import recover_log
-from .segment import Segment, SegmentPolicy
+from .reader import WalReader
+from .recovery.lock import DirectoryLock
+from .recovery.repair import recover_log
+from .segment import Segment, SegmentPolicy, SegmentView
 from .segment_list import SegmentList
 from .stats import RecordBacklog, WalStats
 from .syncer import DurabilityCallback, Syncer, SyncTarget
@@ -45,7 +45,7 @@ next requests, so ingest uses a second core. Smaller groups are written inline: 
 thread hand-over would cost more latency than the copy."""
 
 
-class WriteAheadLog(LogReading):
+class WriteAheadLog:
     """Open with ``WriteAheadLog.open(directory, config)``; close with ``close()`` (or ``with``)."""
 
     # ----------------------------------------------------------------- opening and closing
@@ -193,7 +193,7 @@ class WriteAheadLog(LogReading):
         timeout); ``block_timeout_s`` bounds it.
 
         Groups of :data:`OFFLOAD_WRITE_BYTES` or more are written on the writer thread; the
-        payloads must not change until this returns (ingress hands in views of receive
+        payloads must not change until this returns (ingest hands in views of receive
         buffers that nothing else writes to).
         """
         loop = asyncio.get_running_loop()
@@ -347,6 +347,47 @@ class WriteAheadLog(LogReading):
         self._next_offset = self._frames_end = first_offset + len(prepared)
         self._backlog.add(first_offset, prepared)
         return list(range(first_offset, self._next_offset))
+
+    # ----------------------------------------------------------------- reading
+    # What readers (``WalReader``) call: segment views, waits for data, new readers.
+    def reader(self, from_offset: int | None = None) -> WalReader:
+        """A tail-following reader of frames at or above ``from_offset`` (default: checkpoint)."""
+        start = self._checkpoint_offset if from_offset is None else from_offset
+        return WalReader(self, start)
+
+    def segment_views(self) -> list[SegmentView]:
+        """The segments as a reader may read them now, oldest first (the last one not sealed)."""
+        with self._lock:
+            return self._segments.views()
+
+    def wait_for_data(self, segment_base: int | None, position: int, timeout: float) -> None:
+        """Block until a reader that has read segment ``segment_base`` up to byte ``position``
+        has more to read, the log closes, :meth:`wake_waiters` is called, or ``timeout``
+        seconds pass (whichever comes first).
+
+        More to read: that segment grew past ``position`` or a newer segment exists (or it is
+        gone, deleted by a checkpoint). ``segment_base`` None (nothing read yet) waits for the
+        first frame of any segment.
+        """
+        with self._data_available:
+            if not self._closed and not self._segments.has_data_past(segment_base, position):
+                self._data_available.wait(timeout)
+
+    def wait_for_append(self, appended_before: int, timeout: float) -> None:
+        """Block until a frame at or above ``appended_before`` is appended, the log closes,
+        :meth:`wake_waiters` is called, or ``timeout`` seconds pass (whichever comes first)."""
+        with self._data_available:
+            if self._next_offset == appended_before and not self._closed:
+                self._data_available.wait(timeout)
+
+    def wake_waiters(self) -> None:
+        """Wake every thread blocked in :meth:`wait_for_append` or :meth:`wait_for_data`."""
+        with self._data_available:
+            self._data_available.notify_all()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
 
     # ----------------------------------------------------------------- checkpointing
     def checkpoint(self, offset: int) -> None:

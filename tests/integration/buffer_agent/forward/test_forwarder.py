@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
@@ -22,7 +23,6 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_NONE,
     COMPRESSION_ZSTD,
 )
-from durable_producer.buffer_agent.metrics import AgentMetrics
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
 from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic

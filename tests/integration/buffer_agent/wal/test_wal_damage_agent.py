@@ -19,7 +19,7 @@ from confluent_kafka import Producer
 
 from durable_producer.buffer_agent.kafka.record_decode import iter_decoded
 from durable_producer.buffer_agent.wal.frame import Frame, decode_frame
-from durable_producer.buffer_agent.wal.scan import FrameSpan, scan_segment
+from durable_producer.buffer_agent.wal.recovery.scan import FrameSpan, scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.broker import ProxiedBroker, consume_all, create_topic

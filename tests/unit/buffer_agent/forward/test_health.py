@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.health import ForwarderHealth, ForwarderState
-from durable_producer.buffer_agent.metrics import AgentMetrics
 
 
 class Clock:

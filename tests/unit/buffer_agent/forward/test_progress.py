@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.progress import (
     HINT_FILE,
@@ -17,9 +18,8 @@ from durable_producer.buffer_agent.forward.progress import (
     Progress,
     read_hint,
 )
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.volume.slot_file import SlotFile
 from durable_producer.buffer_agent.wal import WalError, WriteAheadLog
-from durable_producer.buffer_agent.wal.slot_file import SlotFile
 from support.wal_helpers import SMALL, payload_for
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_producer.buffer_agent.ingest.request_memory import Claim, RequestMemory
-from durable_producer.buffer_agent.ingest.stats import IngressStats
+from durable_producer.buffer_agent.ingest.stats import IngestStats
 
 
 class Waiter:
@@ -25,7 +25,7 @@ class Waiter:
 
 
 def test_claims_grow_within_the_limit_only() -> None:
-    stats = IngressStats()
+    stats = IngestStats()
     memory = RequestMemory(100, stats)
     claim = Claim(100)
     assert memory.grow(claim, 60) and memory.grow(claim, 40)
@@ -57,7 +57,7 @@ def test_a_claim_may_not_grow_where_no_order_finishes_every_claim() -> None:
 
 
 def test_waiters_are_served_in_line_but_one_that_cannot_go_does_not_block_the_rest() -> None:
-    stats = IngressStats()
+    stats = IngestStats()
     memory = RequestMemory(100, stats)
     memory.take(100)  # complete requests being processed
     served: list[str] = []

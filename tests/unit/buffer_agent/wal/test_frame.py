@@ -4,7 +4,7 @@ from crc32c import crc32c
 from hypothesis import given
 from hypothesis import strategies as st
 
-from durable_producer.buffer_agent.wal.format import HEADER_SIZE
+from durable_producer.buffer_agent.volume.format import HEADER_SIZE
 from durable_producer.buffer_agent.wal.frame import (
     FrameProblem,
     decode_frame,

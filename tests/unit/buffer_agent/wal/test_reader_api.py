@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
-from durable_producer.buffer_agent.wal.format import SEGMENT_HEADER_SIZE
 from support.wal_helpers import SMALL, payload_for
 
 

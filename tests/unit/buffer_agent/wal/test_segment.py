@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE, encode_segment_header
 from durable_producer.buffer_agent.wal import AppendItem, WalFullError, WriteAheadLog
 from durable_producer.buffer_agent.wal import segment as segment_module
-from durable_producer.buffer_agent.wal.format import SEGMENT_HEADER_SIZE, encode_segment_header
 from durable_producer.buffer_agent.wal.segment import Segment, SegmentPolicy, list_segments
 from support.wal_helpers import SMALL, payload_for
 

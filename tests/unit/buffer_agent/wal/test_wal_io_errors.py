@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from durable_producer.buffer_agent.volume.format import segment_name
 from durable_producer.buffer_agent.wal import (
     FsyncPolicy,
     WalError,
@@ -21,7 +22,6 @@ from durable_producer.buffer_agent.wal import (
     WriteAheadLog,
 )
 from durable_producer.buffer_agent.wal.config import WalConfig
-from durable_producer.buffer_agent.wal.format import segment_name
 from durable_producer.buffer_agent.wal.syncer import Syncer, SyncTarget
 from support.wal_helpers import SMALL, payload_for
 

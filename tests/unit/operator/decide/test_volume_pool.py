@@ -9,8 +9,8 @@ from typing import Any
 
 from durable_producer import contract
 from durable_producer.buffer_agent.cli import build_parser
-from durable_producer.buffer_agent.metrics import PREFIX as METRICS_PREFIX
-from durable_producer.buffer_agent.metrics import AgentMetrics
+from durable_producer.buffer_agent.figures.metrics import PREFIX as METRICS_PREFIX
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.contract import BACKLOG_METRIC, POOL_LABEL
 from durable_producer.operator.act import agent_scrape
 from durable_producer.operator.decide import (

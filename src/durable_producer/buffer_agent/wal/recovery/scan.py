@@ -1,0 +1,161 @@
+"""Reading a whole segment file back: which bytes are valid frames and which are damage.
+
+Used when the log is opened (``damage.py``, ``repair.py``) and by ``durable-agent wal
+inspect``; never on the append or read path. The layout it checks is in ``volume/format.py``.
+A wrong segment header does not stop the scan: the file name gives the base offset and every
+frame carries its own offset and CRC.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from durable_producer.buffer_agent.volume.format import (
+    FRAME_MAGIC,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_SIZE,
+    SEGMENT_MAGIC,
+)
+
+from ..frame import FrameProblem, complete_frame_at, decode_frame
+
+
+@dataclass(frozen=True, slots=True)
+class FrameSpan:
+    """Where a valid frame lies in a segment file."""
+
+    offset: int
+    start: int
+    end: int
+    record_count: int = 0
+
+
+@dataclass(slots=True)
+class Damage:
+    """A run of unreadable bytes between two valid frames (or up to the end of the file)."""
+
+    start: int
+    end: int
+    problem: str
+    resynced: bool
+
+
+@dataclass(slots=True)
+class SegmentScan:
+    """What a full scan of one segment file found."""
+
+    path: Path
+    base_offset: int
+    file_size: int
+    header_problem: str | None = None
+    """What is wrong with the 16-byte header (the frames after it are scanned anyway)."""
+    spans: list[FrameSpan] = field(default_factory=list)
+    damage: list[Damage] = field(default_factory=list)
+    tail_frames: int = 0
+    """Complete frames (see ``frame.complete_frame_at``) at the start of damage that runs to the
+    end of the file: 0 for a torn write, more when whole frames were there and went bad."""
+
+    @property
+    def valid_end(self) -> int:
+        """End of the last valid frame (or of the header): where appends may continue."""
+        return self.spans[-1].end if self.spans else SEGMENT_HEADER_SIZE
+
+    @property
+    def last_offset(self) -> int | None:
+        return self.spans[-1].offset if self.spans else None
+
+    @property
+    def damaged_in_middle(self) -> bool:
+        """True when valid frames follow damaged bytes: not a torn tail but real corruption."""
+        return any(d.resynced for d in self.damage)
+
+    @property
+    def tail(self) -> Damage | None:
+        """Damage that runs to the end of the file (nothing valid after it), if any."""
+        return self.damage[-1] if self.damage and not self.damage[-1].resynced else None
+
+
+def _find_next_frame(view: memoryview, start: int, after_offset: int) -> int | None:
+    """Position of the next decodable frame with an offset above ``after_offset``, if any."""
+    data = view.obj
+    assert isinstance(data, (bytes, mmap.mmap))
+    pos = data.find(FRAME_MAGIC, start)
+    while pos != -1:
+        decoded = decode_frame(view, pos)
+        if not isinstance(decoded, FrameProblem) and decoded[0].offset > after_offset:
+            return pos
+        pos = data.find(FRAME_MAGIC, pos + 1)
+    return None
+
+
+def scan_segment(path: Path, expected_base: int) -> SegmentScan:
+    """Read a whole segment and classify every byte as a valid frame or damage.
+
+    ``expected_base`` is the base offset of the file name. Damage followed by a valid frame is
+    marked ``resynced`` (corruption in the middle); damage that runs to the end of the file is a
+    torn (or zero-filled) tail unless ``tail_frames`` says whole frames were there.
+    """
+    size = path.stat().st_size
+    scan = SegmentScan(path=path, base_offset=expected_base, file_size=size)
+    if size < SEGMENT_HEADER_SIZE:
+        scan.header_problem = f"file is {size} bytes, shorter than the segment header"
+        return scan
+    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)
+        try:
+            magic, base = SEGMENT_HEADER.unpack_from(view, 0)
+            if magic != SEGMENT_MAGIC:
+                scan.header_problem = "segment header magic is wrong (not a WAL segment)"
+            elif base != expected_base:
+                scan.header_problem = (
+                    f"header says base offset {base}, file name says {expected_base}"
+                )
+            _scan_frames(view, scan)
+            tail = scan.tail
+            if tail is not None:
+                scan.tail_frames = _complete_frames(view, tail.start)
+        finally:
+            view.release()
+    return scan
+
+
+def _complete_frames(view: memoryview, start: int) -> int:
+    """How many complete frames follow each other from ``start`` (valid CRC or not)."""
+    count = 0
+    pos: int | None = start
+    while pos is not None and pos < len(view):
+        pos = complete_frame_at(view, pos)
+        count += pos is not None
+    return count
+
+
+def _scan_frames(view: memoryview, scan: SegmentScan) -> None:
+    pos = SEGMENT_HEADER_SIZE
+    last_offset = scan.base_offset - 1
+    end = len(view)
+    while pos < end:
+        decoded = decode_frame(view, pos)
+        if isinstance(decoded, FrameProblem):
+            problem = decoded.value
+        else:
+            frame, frame_end = decoded
+            if frame.offset > last_offset:
+                scan.spans.append(FrameSpan(frame.offset, pos, frame_end, frame.record_count))
+                last_offset = frame.offset
+                pos = frame_end
+                continue
+            problem = f"offset {frame.offset} does not follow {last_offset}"
+        resume = _find_next_frame(view, pos + 1, last_offset)
+        scan.damage.append(
+            Damage(
+                start=pos,
+                end=resume if resume is not None else end,
+                problem=problem,
+                resynced=resume is not None,
+            )
+        )
+        if resume is None:
+            return
+        pos = resume

@@ -1,0 +1,56 @@
+"""docs/architecture.md's tree of the buffer agent names every module the agent has, in the folder
+it is in, and no folder the agent does not have."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[3]
+AGENT = REPO / "src" / "durable_producer" / "buffer_agent"
+FOLDER = re.compile(r"^(?P<indent> {4,})(?P<name>\w+)/(\s|$)")
+CONTINUATION = " " * 25
+
+
+def agent_tree() -> dict[tuple[str, ...], str]:
+    """The agent's block of the doc's room-by-room tree: folder (path parts) -> its words."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    lines = text[text.index("  buffer_agent/ ") : text.index("  operator/ ")].splitlines()
+    tree: dict[tuple[str, ...], str] = {(): lines[0]}
+    stack: list[tuple[int, str]] = []
+    current: tuple[str, ...] = ()
+    for line in lines[1:]:
+        folder = FOLDER.match(line)
+        if folder:
+            depth = len(folder["indent"])
+            stack = [(d, n) for d, n in stack if d < depth] + [(depth, folder["name"])]
+            current = tuple(name for _, name in stack)
+            tree[current] = line
+        elif line.startswith(CONTINUATION):
+            tree[current] += " " + line
+        else:  # a top-level file line of buffer_agent/
+            current = ()
+            stack = []
+            tree[current] += " " + line
+    return tree
+
+
+def test_every_agent_module_is_named_in_its_folder() -> None:
+    tree = agent_tree()
+    missing = []
+    for folder, words in tree.items():
+        named = set(re.findall(r"\w+", words))
+        directory = AGENT.joinpath(*folder)
+        for path in sorted([*directory.glob("*.py"), *directory.glob("*.c")]):
+            if path.stem != "__init__" and path.stem not in named:
+                missing.append(str(path.relative_to(AGENT)))
+    assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+def test_every_agent_folder_is_in_the_doc_and_exists() -> None:
+    tree = agent_tree()
+    on_disk = {
+        path.parent.relative_to(AGENT).parts
+        for path in AGENT.rglob("__init__.py")
+    }
+    assert set(tree) == on_disk
