@@ -100,7 +100,16 @@ class DeadLetterStore:
     ) -> DeadLetter:
         """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
         (nothing is written then)."""
-        needed = self.size_bytes() + len(payload) * 4 // 3
+        letter_bytes = len(payload) * 4 // 3
+        if self.max_bytes is not None and letter_bytes > self.max_bytes:
+            raise DeadLetterBudgetExhausted(
+                errno.ENOSPC,
+                f"a letter of about {letter_bytes} bytes (a {len(payload)}-byte batch) is larger"
+                f" than the whole dead-letter budget, {self.max_bytes} bytes"
+                " (--dead-letter-max-bytes): raise the budget above the largest batch clients"
+                " send (4/3 of the topics' max.message.bytes)",
+            )
+        needed = self.size_bytes() + letter_bytes
         if self.max_bytes is not None and needed > self.max_bytes:
             raise DeadLetterBudgetExhausted(
                 errno.ENOSPC,

@@ -283,7 +283,12 @@ def test_a_topic_deleted_while_its_backlog_forwards(
     with agent:
         stored = [
             ProducerLoad("k1", agent.bootstrap, keep, 3, RATE).start(),
-            ProducerLoad("d1", agent.bootstrap, doomed, 3, 3 * RATE).start(),
+            # Batches well below the budget: a client that finds the agent slow (a loaded
+            # machine) grows its batches towards batch.size (1 MB), and a letter larger than
+            # the whole budget can never be written (a fresh clone's CI: ~800 kB batches).
+            ProducerLoad(
+                "d1", agent.bootstrap, doomed, 3, 3 * RATE, settings={"batch.size": 65536}
+            ).start(),
         ]
         time.sleep(4.0)
         assert [load.stop() for load in stored] == [0, 0]

@@ -82,6 +82,15 @@ def test_a_letter_the_disk_has_no_room_for_is_cut_back_not_left_half_written(
     assert [letter.id for letter in list_dead_letters(tmp_path)] == ["1-0"]
 
 
+def test_a_letter_larger_than_the_whole_budget_says_to_raise_the_budget(tmp_path: Path) -> None:
+    """An empty area cannot take it either: "re-send or remove letters" would be no help (seen
+    on the real cluster: a 1 MiB budget, a client batch of ~800 kB, retried for ever)."""
+    store = DeadLetterStore(tmp_path, max_bytes=1000)
+    with pytest.raises(DeadLetterBudgetExhausted, match="larger than the whole dead-letter budget"):
+        _add(store, 1, b"x" * 900)
+    assert list_dead_letters(tmp_path) == []
+
+
 def test_the_budget_refuses_a_letter_that_does_not_fit(tmp_path: Path) -> None:
     store = DeadLetterStore(tmp_path, max_bytes=1000)
     _add(store, 1, b"x" * 300)
