@@ -10,7 +10,13 @@ forwarder written in Python, so figures against it measure the forwarder.
 records go to its disk, so one broker serves every measurement. A JVM on the same two cores:
 figures against it include what the broker itself costs.
 
-``Broker.usage()`` reads the broker process's CPU seconds and resident memory from /proc.
+``cluster``: three Apache Kafka nodes (``local.kafka_cluster.KafkaCluster``, KRaft), every topic
+with replication factor 3 and ``min.insync.replicas=2``, clients at acks=all: each record is
+written by its leader and fetched by two followers, three JVMs on the same two cores. Clients
+connect straight to the nodes (no fault proxy, so no ``outage()``).
+
+``Broker.usage()`` reads the broker process's CPU seconds and resident memory from /proc (for
+the cluster: summed over the three JVMs).
 """
 
 from __future__ import annotations
@@ -24,11 +30,14 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from durable_producer.local.broker import ProxiedBroker
+from durable_producer.local.kafka_cluster import KafkaCluster
 from durable_producer.local.kafka_node import JVM_OPTIONS, KAFKA_START_SCRIPT_JVM_OPTIONS
 from durable_producer.local.mock_cluster import MockCluster
 from durable_producer.local.topics import create_topic
 
-BROKERS = ("mock", "kafka")
+BROKERS = ("mock", "kafka", "cluster")
+CLUSTER_REPLICATION = 3
+CLUSTER_MIN_INSYNC = "2"
 BROKER_JVMS = {"kafka": KAFKA_START_SCRIPT_JVM_OPTIONS, "test-bed": JVM_OPTIONS}
 """``--broker-jvm`` of the benchmarks that compare with a Kafka broker: the JVM options of
 Kafka's own start script (C2, G1, 1 GB heap; their default, a fair opponent), or the small
@@ -42,6 +51,13 @@ class Usage:
     cpu_s: float
     rss_mb: float
     peak_rss_mb: float
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.cpu_s + other.cpu_s,
+            self.rss_mb + other.rss_mb,
+            self.peak_rss_mb + other.peak_rss_mb,
+        )
 
     def since(self, before: Usage) -> str:
         return (
@@ -67,12 +83,15 @@ def process_usage(pid: int) -> Usage:
 class Broker:
     """One running broker of either kind; ``outage()`` makes every broker unreachable."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, jvm_options: tuple[str, ...] | None = None) -> None:
+        """``jvm_options``: the Kafka JVMs' (``BROKER_JVMS``); default the test bed's."""
         if kind not in BROKERS:
             raise SystemExit(f"--broker {kind}: choose one of {', '.join(BROKERS)}")
         self.kind = kind
+        self._jvm_options = JVM_OPTIONS if jvm_options is None else jvm_options
         self._mock: MockCluster | None = None
         self._kafka: ProxiedBroker | None = None
+        self._cluster: KafkaCluster | None = None
 
     @property
     def fresh_per_measurement(self) -> bool:
@@ -84,13 +103,21 @@ class Broker:
     def description(self) -> str:
         if self.kind == "mock":
             return f"librdkafka mock cluster, {MOCK_BROKERS} brokers (bounded memory)"
-        return "Apache Kafka, one KRaft node, behind the fault proxy"
+        jvm = f"JVM: {' '.join(self._jvm_options)}"
+        if self.kind == "cluster":
+            return (
+                f"Apache Kafka, 3 KRaft nodes, RF {CLUSTER_REPLICATION},"
+                f" min.insync.replicas {CLUSTER_MIN_INSYNC}; {jvm}"
+            )
+        return f"Apache Kafka, one KRaft node, behind the fault proxy; {jvm}"
 
     def __enter__(self) -> Broker:
         if self.kind == "mock":
             self._mock = MockCluster(MOCK_BROKERS).start()
+        elif self.kind == "cluster":
+            self._cluster = KafkaCluster(jvm_options=self._jvm_options).start()
         else:
-            self._kafka = ProxiedBroker().start()
+            self._kafka = ProxiedBroker(jvm_options=self._jvm_options).start()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -98,38 +125,65 @@ class Broker:
             self._mock.stop()
         if self._kafka is not None:
             self._kafka.stop()
+        if self._cluster is not None:
+            self._cluster.close()
 
     @property
     def bootstrap(self) -> str:
         if self._mock is not None:
             return self._mock.bootstrap
+        if self._cluster is not None:
+            return self._cluster.bootstrap
         assert self._kafka is not None
         return self._kafka.bootstrap
 
     @property
-    def pid(self) -> int:
+    def pids(self) -> tuple[int, ...]:
+        """The broker processes (three for the cluster)."""
         if self._mock is not None:
             pid = self._mock.pid
+            assert pid is not None
+            return (pid,)
+        if self._cluster is not None:
+            nodes = [node.process for node in self._cluster.nodes]
         else:
             assert self._kafka is not None and self._kafka.broker is not None
-            process = self._kafka.broker.process
-            pid = None if process is None else process.pid
-        assert pid is not None
-        return pid
+            nodes = [self._kafka.broker.process]
+        assert all(process is not None for process in nodes)
+        return tuple(process.pid for process in nodes if process is not None)
+
+    @property
+    def pid(self) -> int:
+        return self.pids[0]
 
     def usage(self) -> Usage:
-        return process_usage(self.pid)
+        total = Usage(0.0, 0.0, 0.0)
+        for pid in self.pids:
+            total = total + process_usage(pid)
+        return total
 
     def create_topic(self, topic: str, partitions: int) -> None:
         if self._mock is not None:
             self._mock.topic_create(topic, partitions, MOCK_BROKERS)
+        elif self._cluster is not None:
+            create_topic(
+                self.bootstrap,
+                topic,
+                partitions,
+                replication_factor=CLUSTER_REPLICATION,
+                config={"min.insync.replicas": CLUSTER_MIN_INSYNC},
+            )
+            # every node agrees on the leaders before a client is timed against them
+            self._cluster.partitions(topic)
         else:
             create_topic(self.bootstrap, topic, partitions)
 
     @contextlib.contextmanager
     def outage(self) -> Iterator[None]:
         """Every broker unreachable for the block: the mock's brokers down (connections
-        closed, new ones refused), or Kafka's proxy cut."""
+        closed, new ones refused), or Kafka's proxy cut (the cluster has none)."""
+        if self._cluster is not None:
+            raise SystemExit("--broker cluster: no outage (no fault proxy in front of it)")
         if self._mock is not None:
             with self._mock.brokers_down(self._mock.broker_ids):
                 yield
@@ -154,7 +208,9 @@ class Broker:
             consumer.close()
 
 
-def brokers_for(kind: str, measurements: int, *topics: str) -> Iterator[tuple[int, Broker]]:
+def brokers_for(
+    kind: str, measurements: int, *topics: str, jvm_options: tuple[str, ...] | None = None
+) -> Iterator[tuple[int, Broker]]:
     """A broker for each of ``measurements`` (the same one for all, unless the kind needs a
     fresh one per measurement); ``topics`` (1 partition) are created on each (a warm-up topic)."""
     shared = not Broker(kind).fresh_per_measurement
@@ -163,7 +219,7 @@ def brokers_for(kind: str, measurements: int, *topics: str) -> Iterator[tuple[in
         for index in range(measurements):
             if broker is None or not shared:
                 stack.close()
-                broker = stack.enter_context(Broker(kind))
+                broker = stack.enter_context(Broker(kind, jvm_options))
                 for topic in topics:
                     broker.create_topic(topic, 1)
                 print(f"broker: {broker.description}, pid {broker.pid}", flush=True)

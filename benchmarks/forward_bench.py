@@ -1,10 +1,25 @@
-"""Forward rate of the WAL forwarder vs a plain confluent-kafka ``produce()`` loop.
+"""Forward rate of the WAL forwarder vs a plain confluent-kafka ``produce()`` loop and vs
+librdkafka's own C producer.
 
 Not a test: prints figures. By default against librdkafka's mock cluster of 3 brokers
 (``--broker mock``), which is not the bottleneck: the figures measure the forwarder. With
-``--broker kafka`` it runs against one Apache Kafka node (a JVM on the same cores). Every run
-prints the
-broker used and the CPU seconds and resident memory it took.
+``--broker kafka`` it runs against one Apache Kafka node, with ``--broker cluster`` against
+three (RF 3, ``min.insync.replicas=2``, acks=all): JVMs on the same cores (``--broker-jvm``:
+Kafka's start-script options by default). Every run prints the broker used and the CPU seconds
+and resident memory it took (summed over the cluster's three JVMs).
+
+Sides of a round, one after the other, each to its own topic: the Python loop, the loop with
+delivery reports, librdkafka's C producer (``rdkafka_producer.c``, compiled as
+``ingest_bench.py`` compiles it; the same record count and value size, no key; acks=all,
+idempotence, linger.ms=5; its untimed warm-up record goes to the warm-up topic; skipped with
+one line without a C compiler or librdkafka's header: ``make bench-tools``), the forwarder of
+this checkout, and with ``--baseline-src DIR`` the forwarder of another checkout's ``src``
+(a child ``python`` with ``PYTHONPATH=DIR`` running this script with ``--side forwarder``,
+which prints one JSON line; the two forwarders swap order every round).
+
+``--records-per-batch 1`` stands for clients with ``linger.ms=0``: one record a stored batch
+(the batch forwarder merges consecutive uncompressed batches of a partition); the Python loops
+then use linger.ms=0 (the C producer keeps linger.ms=5).
 
 Each round produces the same records (200-byte values, keys, explicit partitions and
 timestamps) three ways to the same broker, one after the other, with the same client
@@ -21,17 +36,24 @@ the test data (measured: 350k instead of 615k records/s for the forwarder).
 Catch-up after an outage: ``benchmarks/catch_up_bench.py``.
 
     .venv/bin/python benchmarks/forward_bench.py --records 300000 --rounds 3 [--broker kafka]
+        [--baseline-src /tmp/fwd-baseline/src] [--records-per-batch 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
+import json
+import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from confluent_kafka import Producer
 
@@ -39,13 +61,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 
-from bench_brokers import BROKERS, Broker, brokers_for  # noqa: E402
-
+import durable_producer  # noqa: E402
 from durable_producer.buffer_agent.forward.config import ForwarderConfig  # noqa: E402
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore  # noqa: E402
 from durable_producer.buffer_agent.forward.forwarder import Forwarder  # noqa: E402
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog  # noqa: E402
 from support.batch_builder import SampleRecord, build_batch  # noqa: E402
+
+if TYPE_CHECKING:
+    from bench_brokers import Broker
+
+Side = tuple[str, str, Callable[[str], tuple[float, float, float]]]
+"""A side's name, topic prefix, and its run: (seconds, CPU seconds, of which appends)."""
 
 PARTITIONS = 4
 RECORDS_PER_BATCH = 500
@@ -54,10 +81,13 @@ BASE_TIMESTAMP = 1_732_240_000_000
 WARMUP_TOPIC = "warm-up"
 
 
-def make_batches(records: int) -> list[tuple[int, list[SampleRecord]]]:
+def make_batches(
+    records: int, per_batch: int = RECORDS_PER_BATCH
+) -> list[tuple[int, list[SampleRecord]]]:
+    """``per_batch`` records a stored batch, the batches round robin over the partitions."""
     batches = []
-    for start in range(0, records, RECORDS_PER_BATCH):
-        count = min(RECORDS_PER_BATCH, records - start)
+    for start in range(0, records, per_batch):
+        count = min(per_batch, records - start)
         batch = [
             SampleRecord(
                 key=b"key-%08d" % (start + i),
@@ -66,12 +96,12 @@ def make_batches(records: int) -> list[tuple[int, list[SampleRecord]]]:
             )
             for i in range(count)
         ]
-        batches.append(((start // RECORDS_PER_BATCH) % PARTITIONS, batch))
+        batches.append(((start // per_batch) % PARTITIONS, batch))
     return batches
 
 
 def run_direct(
-    bootstrap: str, topic: str, batches: list, *, with_reports: bool = False
+    bootstrap: str, topic: str, batches: list, *, with_reports: bool = False, linger_ms: int = 5
 ) -> tuple[float, float]:
     """A plain produce loop; ``with_reports`` adds a per-record delivery callback, which any
     producer that must know its records arrived (like the forwarder) needs."""
@@ -87,7 +117,7 @@ def run_direct(
             "bootstrap.servers": bootstrap,
             "acks": "all",
             "enable.idempotence": True,
-            "linger.ms": 5,
+            "linger.ms": linger_ms,
             "message.timeout.ms": 0,
             "queue.buffering.max.messages": 100_000,
             "queue.buffering.max.kbytes": 64 * 1024,
@@ -119,126 +149,358 @@ def run_direct(
 
 
 def run_forwarder(
-    bootstrap: str, topic: str, batches: list, directory: Path
-) -> tuple[float, float]:
-    """Time from the first append of the batches to the WAL until Kafka acknowledged all.
+    bootstrap: str, topic: str, batches: list, directory: Path, *, preloaded: bool = False
+) -> tuple[float, float, float]:
+    """Time from the first append of the batches to the WAL until Kafka acknowledged all:
+    (seconds, process CPU seconds, CPU seconds of the appending thread).
 
     A warm-up frame is forwarded first, so the idempotent producer's id (it takes a moment on
     any broker) is not timed, as in ``run_direct``. Appending overlaps with forwarding, as in
-    the agent; the appends take a small share of the time.
+    the agent; with 500-record batches the appends take a small share of the time, with
+    one-record batches about half the CPU (hence the third figure).
+
+    ``preloaded``: every batch is in the WAL before the forwarder starts (a backlog, as after
+    an outage); timed from the forwarder's start (its producer id included) to the end, the
+    appends untimed.
     """
     wal = WriteAheadLog.open(
         directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
     )
-    try:
-        wal.append(WARMUP_TOPIC, 0, build_batch([SampleRecord(None, b"warm-up", 1)]), 1)
-        forwarder = Forwarder(
+
+    def new_forwarder() -> Forwarder:
+        return Forwarder(
             wal,
             {"bootstrap.servers": bootstrap},
             dead_letters=DeadLetterStore(directory / "dead-letter"),
             state_dir=directory / "state",
             config=ForwarderConfig(),
         ).start()
-        deadline = time.monotonic() + 30
-        while forwarder.stats().watermark < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+
+    try:
+        wal.append(WARMUP_TOPIC, 0, build_batch([SampleRecord(None, b"warm-up", 1)]), 1)
         payloads = [
             (partition, build_batch(records), len(records)) for partition, records in batches
         ]
+        if preloaded:
+            for partition, payload, count in payloads:
+                wal.append(topic, partition, payload, count)
+            gc.collect()
+            started, cpu_started = time.perf_counter(), time.process_time()
+            forwarder = new_forwarder()
+            summary = forwarder.drain(timeout_s=900)
+            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+            assert summary.complete, summary
+            return elapsed, cpu, 0.0
+        forwarder = new_forwarder()
+        deadline = time.monotonic() + 30
+        while forwarder.stats().watermark < 1 and time.monotonic() < deadline:
+            time.sleep(0.01)
         started, cpu_started = time.perf_counter(), time.process_time()
+        thread_started = time.thread_time()
         for partition, payload, count in payloads:
             wal.append(topic, partition, payload, count)
-        summary = forwarder.drain(timeout_s=300)
+        appends = time.thread_time() - thread_started
+        summary = forwarder.drain(timeout_s=900)
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
         assert summary.complete, summary
-        return elapsed, cpu
+        return elapsed, cpu, appends
     finally:
         wal.close()
 
 
+C_PRODUCER_LINGER_MS = 5
+C_PRODUCER_SETTINGS = {
+    "acks": "all",
+    "enable.idempotence": "true",
+    "linger.ms": str(C_PRODUCER_LINGER_MS),
+    "message.timeout.ms": "0",
+    "queue.buffering.max.messages": "100000",
+    "queue.buffering.max.kbytes": str(64 * 1024),
+}
+"""The Python loop's settings (the C producer sends no key, so 12 B less a record)."""
+
+FORWARD = "forwarder (WAL -> Kafka)"
+BASELINE = "baseline forwarder"
+DIRECT = "direct produce"
+REPORTED = "direct + delivery reports"
+C_PRODUCER = "C producer (librdkafka)"
+
+
+def run_c_producer(
+    binary: Path, bootstrap: str, topic: str, records: int
+) -> tuple[float, float, float]:
+    """``rdkafka_producer`` with ``-W``: its warm-up is untimed, it prints the timed part."""
+    command = [str(binary), bootstrap, topic, str(records), str(VALUE_SIZE), "-W", WARMUP_TOPIC]
+    for key, value in C_PRODUCER_SETTINGS.items():
+        command += ["-X", f"{key}={value}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    if done.returncode != 0:
+        raise RuntimeError(f"rdkafka_producer failed: {done.stderr.strip()[-500:]}")
+    elapsed, cpu = (float(field) for field in done.stdout.split())
+    return elapsed, cpu, 0.0
+
+
+def run_baseline_forwarder(
+    source: Path, bootstrap: str, topic: str, records: int, per_batch: int, preloaded: bool
+) -> tuple[float, float, float]:
+    """The forwarder of another checkout's ``src``: this script in a child ``python`` with
+    ``--side forwarder``; it builds its own batches (untimed) and prints one JSON line."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(source), env.get("PYTHONPATH", "")) if part
+    )
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--side",
+        "forwarder",
+        "--bootstrap",
+        bootstrap,
+        "--topic",
+        topic,
+        "--records",
+        str(records),
+        "--records-per-batch",
+        str(per_batch),
+    ] + (["--preloaded"] if preloaded else [])
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"the baseline forwarder failed: {done.stderr.strip()[-1500:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(result["source"]).resolve().is_relative_to(source.resolve()):
+        raise RuntimeError(f"the child ran {result['source']}, not the code under {source}")
+    return result["elapsed"], result["cpu"], result["appends"]
+
+
+def forwarder_side(args: argparse.Namespace) -> None:
+    """``--side forwarder``: one forwarder measurement, as one JSON line (the parent's
+    ``--baseline-src`` runs this with another checkout's ``src`` first on the path)."""
+    batches = make_batches(args.records, args.records_per_batch)
+    gc.collect()
+    gc.freeze()
+    with tempfile.TemporaryDirectory() as scratch:
+        elapsed, cpu, appends = run_forwarder(
+            args.bootstrap, args.topic, batches, Path(scratch), preloaded=args.preloaded
+        )
+    source = str(Path(durable_producer.__file__).resolve().parent)
+    result = {"elapsed": elapsed, "cpu": cpu, "appends": appends, "source": source}
+    print(json.dumps(result), flush=True)
+
+
 def run_round(
-    broker: Broker, round_index: int, batches: list, scratch: Path, records: int
-) -> dict[str, tuple[float, float, str]]:
-    """One round: the three sides, each with the broker CPU and memory it took."""
-    results: dict[str, tuple[float, float, str]] = {}
-    sides = (
-        ("direct produce", "direct", lambda topic: run_direct(broker.bootstrap, topic, batches)),
+    broker: Broker,
+    round_index: int,
+    batches: list,
+    scratch: Path,
+    args: argparse.Namespace,
+    c_producer: Path | None,
+) -> dict[str, tuple[float, float, float, str]]:
+    """One round: every side, each with the broker CPU and memory it took."""
+    records = args.records
+    linger_ms = 0 if args.records_per_batch == 1 else 5
+    results: dict[str, tuple[float, float, float, str]] = {}
+    sides: list[Side] = [
         (
-            "direct + delivery reports",
-            "reported",
-            lambda topic: run_direct(broker.bootstrap, topic, batches, with_reports=True),
+            DIRECT,
+            "direct",
+            lambda topic: (*run_direct(broker.bootstrap, topic, batches, linger_ms=linger_ms), 0.0),
         ),
         (
-            "forwarder (WAL -> Kafka)",
-            "forward",
-            lambda topic: run_forwarder(
-                broker.bootstrap, topic, batches, scratch / str(round_index)
+            REPORTED,
+            "reported",
+            lambda topic: (
+                *run_direct(
+                    broker.bootstrap, topic, batches, with_reports=True, linger_ms=linger_ms
+                ),
+                0.0,
             ),
         ),
-    )
-    for name, prefix, run in sides:
+    ]
+    if c_producer is not None:
+        sides.append(
+            (
+                C_PRODUCER,
+                "c-producer",
+                lambda topic: run_c_producer(c_producer, broker.bootstrap, topic, records),
+            )
+        )
+    forwarders: list[Side] = [
+        (
+            FORWARD,
+            "forward",
+            lambda topic: run_forwarder(
+                broker.bootstrap,
+                topic,
+                batches,
+                scratch / str(round_index),
+                preloaded=args.preloaded,
+            ),
+        )
+    ]
+    if args.baseline_src is not None:
+        forwarders.append(
+            (
+                BASELINE,
+                "baseline",
+                lambda topic: run_baseline_forwarder(
+                    args.baseline_src,
+                    broker.bootstrap,
+                    topic,
+                    records,
+                    args.records_per_batch,
+                    args.preloaded,
+                ),
+            )
+        )
+        if round_index % 2:
+            forwarders.reverse()  # the two forwarders alternate which goes first
+    for name, prefix, run in sides + forwarders:
         topic = f"{prefix}-{round_index}"
         broker.create_topic(topic, PARTITIONS)
         before = broker.usage()
-        elapsed, cpu = run(topic)
+        elapsed, cpu, appends = run(topic)
         usage = broker.usage().since(before)
         appended = broker.appended(topic, PARTITIONS)
         if appended not in (-1, records):
             raise RuntimeError(f"{name}: the broker has {appended} of {records} records")
-        results[name] = (elapsed, cpu, usage)
+        results[name] = (elapsed, cpu, appends, usage)
     return results
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def summarize(
+    args: argparse.Namespace, runs: dict[str, list[tuple[float, float, float, str]]]
+) -> None:
+    million = 1e6 / args.records
+    payload_mb = args.records * (VALUE_SIZE + 12) / 1e6
+    linger_ms = 0 if args.records_per_batch == 1 else 5
+    print(f"broker                      {args.broker}")
+    print(
+        f"records per run             {args.records} x {VALUE_SIZE} B values,"
+        f" {args.records_per_batch} records a stored batch, {args.rounds} rounds,"
+        f" forwarders {'from a preloaded WAL' if args.preloaded else 'while appending'};"
+        f" Python loops linger.ms={linger_ms}, C producer linger.ms={C_PRODUCER_LINGER_MS}"
+    )
+    if args.baseline_src is not None:
+        print(f"baseline forwarder          {args.baseline_src}")
+    rates: dict[str, float] = {}
+    cpus: dict[str, float] = {}
+    for name, measured in runs.items():
+        rate = args.records / statistics.median(elapsed for elapsed, _, _, _ in measured)
+        cpu = statistics.median(cpu for _, cpu, _, _ in measured) * million
+        appends = statistics.median(appends for _, _, appends, _ in measured) * million
+        rates[name], cpus[name] = rate, cpu
+        print(
+            f"{name:27s} {rate:10.0f} records/s {rate * payload_mb / args.records:6.1f} MB/s"
+            f"  cpu {cpu:5.2f} s per million records"
+            f"  (rounds: {' '.join(f'{args.records / e:.0f}' for e, _, _, _ in measured)})"
+        )
+        if appends:
+            print(
+                f"{'':27s} {'':10s}   of which the WAL appends (benchmark's thread) {appends:5.2f}"
+            )
+
+    def ratio(top: str, bottom: str) -> None:
+        if top not in runs or bottom not in runs:
+            return
+        per_round = " ".join(
+            f"{low[0] / high[0]:.2f}" for high, low in zip(runs[top], runs[bottom], strict=True)
+        )
+        label = f"{top.split(' (')[0]} / {bottom.split(' (')[0]}"
+        print(
+            f"{label:46s} {rates[top] / rates[bottom]:6.2f}x  (per round: {per_round});"
+            f" cpu per record {cpus[top] / cpus[bottom]:.2f}x"
+        )
+
+    for forwarder in (FORWARD, BASELINE):
+        for other in (DIRECT, REPORTED, C_PRODUCER):
+            ratio(forwarder, other)
+    ratio(FORWARD, BASELINE)
+    print(f"load average                {load_average()} (1, 5, 15 min) at the end")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--broker", choices=BROKERS, default="mock")
+    parser.add_argument("--broker", choices=("mock", "kafka", "cluster"), default="mock")
+    parser.add_argument(
+        "--broker-jvm",
+        choices=("kafka", "test-bed"),
+        default="kafka",
+        help="JVM options of the Kafka brokers: Kafka's start script's (default) or the tests'",
+    )
+    parser.add_argument(
+        "--records-per-batch",
+        type=int,
+        default=RECORDS_PER_BATCH,
+        help="records a stored client batch; 1 stands for linger.ms=0 clients",
+    )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="another checkout's src (e.g. the per-record forwarder's): its forwarder too",
+    )
+    parser.add_argument(
+        "--preloaded",
+        action="store_true",
+        help="the forwarders start on a WAL holding every batch (a backlog); appends untimed",
+    )
+    parser.add_argument("--side", choices=("all", "forwarder"), default="all", help="internal")
+    parser.add_argument("--bootstrap", help="with --side forwarder")
+    parser.add_argument("--topic", help="with --side forwarder")
     args = parser.parse_args()
-    batches = make_batches(args.records)
+    if args.records_per_batch < 1:
+        raise SystemExit("--records-per-batch: at least 1")
+    if args.side == "forwarder":
+        if not args.bootstrap or not args.topic:
+            raise SystemExit("--side forwarder needs --bootstrap and --topic")
+        forwarder_side(args)
+        return
+    # Not at the top: the --side forwarder child may run an older src without them.
+    from bench_brokers import BROKER_JVMS, brokers_for
+    from ingest_bench import build_rdkafka_producer
+
+    if args.baseline_src is not None:
+        args.baseline_src = args.baseline_src.resolve()
+        if not (args.baseline_src / "durable_producer").is_dir():
+            raise SystemExit(f"--baseline-src {args.baseline_src}: no durable_producer in it")
+    started = datetime.datetime.now(datetime.UTC)
+    print(
+        f"{started:%Y-%m-%d %H:%M} UTC, load average {load_average()}, forwarder from"
+        f" {Path(durable_producer.__file__).resolve().parent}",
+        flush=True,
+    )
+    batches = make_batches(args.records, args.records_per_batch)
     # The agent freezes its startup heap (process_tuning); here the million test records
     # would otherwise make every garbage collection of either side scan them all.
     gc.collect()
     gc.freeze()
-    payload_mb = args.records * (VALUE_SIZE + 12) / 1e6
-    runs: dict[str, list[tuple[float, float, str]]] = {}
+    runs: dict[str, list[tuple[float, float, float, str]]] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        for round_index, broker in brokers_for(args.broker, args.rounds, WARMUP_TOPIC):
-            results = run_round(broker, round_index, batches, Path(scratch), args.records)
+        c_producer = build_rdkafka_producer(Path(scratch))
+        if c_producer is None:
+            print(
+                "C producer: skipped (no C compiler or librdkafka header: run `make bench-tools`)",
+                flush=True,
+            )
+        jvm = BROKER_JVMS[args.broker_jvm]
+        for round_index, broker in brokers_for(
+            args.broker, args.rounds, WARMUP_TOPIC, jvm_options=jvm
+        ):
+            results = run_round(broker, round_index, batches, Path(scratch), args, c_producer)
             for name, result in results.items():
                 runs.setdefault(name, []).append(result)
-                elapsed, _, usage = result
+                elapsed, cpu, _, usage = result
                 print(
                     f"  round {round_index + 1} {name:27s} {args.records / elapsed:10.0f}"
-                    f" records/s  {usage}",
+                    f" records/s  cpu {cpu * 1e6 / args.records:5.2f} s/M  {usage}",
                     flush=True,
                 )
-    million = 1e6 / args.records
-    print(f"broker                      {args.broker}")
-    print(
-        f"records per run             {args.records} x {VALUE_SIZE} B values, {args.rounds} rounds"
-    )
-    rates = {}
-    for name, measured in runs.items():
-        rate = args.records / statistics.median(elapsed for elapsed, _, _ in measured)
-        cpu = statistics.median(cpu for _, cpu, _ in measured) * million
-        rates[name] = rate
-        print(
-            f"{name:27s} {rate:10.0f} records/s {rate * payload_mb / args.records:6.1f} MB/s"
-            f"  cpu {cpu:5.2f} s per million records"
-        )
-    forward = rates["forwarder (WAL -> Kafka)"]
-    per_round = [
-        f"{direct[0] / forwarded[0]:.2f}"
-        for direct, forwarded in zip(
-            runs["direct produce"], runs["forwarder (WAL -> Kafka)"], strict=True
-        )
-    ]
-    print(
-        f"forward / direct            {forward / rates['direct produce']:10.2f}x"
-        f"  (per round: {' '.join(per_round)})"
-    )
-    print(f"forward / direct + reports  {forward / rates['direct + delivery reports']:10.2f}x")
+    summarize(args, runs)
 
 
 if __name__ == "__main__":
