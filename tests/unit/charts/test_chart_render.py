@@ -441,7 +441,7 @@ def test_operator_reads_every_setting_the_chart_passes(
     assert int(env[settings.WATCH_SERVER_TIMEOUT_ENV]["value"]) == (
         settings.DEFAULT_WATCH_SERVER_TIMEOUT_SECONDS)
     operator_source = "\n".join(
-        path.read_text() for path in (REPO_ROOT / "src/durable_producer/operator").glob("*.py"))
+        path.read_text() for path in (REPO_ROOT / "src/durable_producer/operator").rglob("*.py"))
     unread = [name for name in env if f'"{name}"' not in operator_source]
     assert not unread, f"the chart sets {unread}, which the operator never reads"
 
