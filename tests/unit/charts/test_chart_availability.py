@@ -7,8 +7,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from durable_producer.operator import settings
 from durable_producer.operator.act import api_access
 from support.tools import objects_of_kind, render_chart, single_object
@@ -18,11 +16,6 @@ SELECTOR = {
     "app.kubernetes.io/instance": "dp",
     "app.kubernetes.io/component": "operator",
 }
-
-
-@pytest.fixture(scope="module")
-def default_objects() -> list[dict[str, Any]]:
-    return render_chart()
 
 
 def deployment_of(objects: list[dict[str, Any]]) -> dict[str, Any]:

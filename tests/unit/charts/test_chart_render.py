@@ -106,11 +106,6 @@ def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def default_objects() -> list[dict[str, Any]]:
-    return render_chart()
-
-
-@pytest.fixture(scope="module")
 def custom_objects() -> list[dict[str, Any]]:
     return render_chart(NON_DEFAULT_VALUES)
 

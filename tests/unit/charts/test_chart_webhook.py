@@ -29,11 +29,6 @@ def env_of(objects: list[dict[str, Any]]) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def default_objects() -> list[dict[str, Any]]:
-    return render_chart()
-
-
-@pytest.fixture(scope="module")
 def cert_manager_objects() -> list[dict[str, Any]]:
     return render_chart({"webhook": {"certManager": {"enabled": True}}})
 

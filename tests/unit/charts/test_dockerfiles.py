@@ -27,7 +27,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from support.tools import REPO_ROOT, render_chart, single_object
+from support.tools import REPO_ROOT, single_object
 
 DOCKER_DIR = REPO_ROOT / "docker"
 PACKAGE_DIR = REPO_ROOT / "src" / "durable_producer"
@@ -112,11 +112,6 @@ def base_images(dockerfile: Dockerfile) -> list[str]:
         if alias:
             stage_names.add(alias[-1])
     return images
-
-
-@pytest.fixture(scope="module")
-def default_objects() -> list[dict[str, Any]]:
-    return render_chart()
 
 
 def chart_images(objects: list[dict[str, Any]]) -> dict[str, str]:

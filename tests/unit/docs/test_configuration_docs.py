@@ -10,7 +10,6 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -18,8 +17,8 @@ import yaml
 from durable_producer.buffer_agent.settings import COMMON_OPTIONS, RUN_OPTIONS
 from durable_producer.operator.decide.agent_container import agent_run_args
 from durable_producer.operator.model.model import PATTERN_DESCRIPTIONS, DurableProducerSpec
+from support.tools import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 CRD_FILE = REPO_ROOT / "crds" / "durableproducers.durable.dev.yaml"
 CONFIGURATION_DOC = REPO_ROOT / "docs" / "configuration.md"
 AGENT_DOC = REPO_ROOT / "docs" / "agent.md"

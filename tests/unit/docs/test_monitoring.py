@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import promql_parser
@@ -21,8 +20,8 @@ from prometheus_client.metrics_core import Metric
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.contract import PRODUCER_LABEL
 from durable_producer.operator.decide.agent_container import METRICS_PORT_NAME
+from support.tools import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 MONITORING = REPO_ROOT / "monitoring"
 DASHBOARD = MONITORING / "grafana-dashboard.json"
 RULES = MONITORING / "prometheus-rules.yaml"

@@ -4,7 +4,6 @@ are exported by the agent, and the commands they show exist in the agent's CLI."
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import kubernetes_validate
 import pytest
@@ -14,8 +13,8 @@ from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.contract import DATA_DIR
 from durable_producer.operator.model.model import DEFAULT_AGENT_IMAGE
+from support.tools import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 DOCS = REPO_ROOT / "docs"
 OPERATIONS_DOCS = ("architecture.md", "failure-semantics.md", "runbook.md", "configuration.md")
 LINK = re.compile(r"\]\(([^)\s]+)\)")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+from support.tools import REPO_ROOT
+
 OPERATOR_DIR = REPO_ROOT / "src" / "durable_producer" / "operator"
 ROOM_ROW = re.compile(r"^\| \*\*`operator/(?:(\w+)/)?`\*\*")
 MODULE = re.compile(r"`(\w+\.py)`")

@@ -3,7 +3,6 @@ runbook section. The operator's metric names are read from its live registry."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import promql_parser
@@ -11,8 +10,8 @@ import pytest
 import yaml
 
 from durable_producer.operator import metrics
+from support.tools import REPO_ROOT
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 RULES = REPO_ROOT / "monitoring" / "operator-rules.yaml"
 RUNBOOK = REPO_ROOT / "docs" / "runbook.md"
 # Series from elsewhere: Prometheus itself, and the API server's admission metrics.

@@ -17,6 +17,7 @@ import kopf
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from durable_producer.local.ports import free_port
 from durable_producer.operator import handlers, http_endpoint, metrics
 from durable_producer.operator.act import admission
 from durable_producer.operator.decide import volume_pool
@@ -194,12 +195,6 @@ def certificate(directory: Path) -> tuple[Path, Path]:
                     "-subj", "/CN=127.0.0.1", "-keyout", str(key), "-out", str(cert)],
                    check=True, capture_output=True, timeout=60)
     return cert, key
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_the_webhook_server_reports_ready_once_it_listens_with_its_certificate(

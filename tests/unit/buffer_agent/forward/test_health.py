@@ -8,14 +8,7 @@ import pytest
 
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.health import ForwarderHealth, ForwarderState
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from support.clock import Clock
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from durable_producer.buffer_agent.ingest.metadata import (
     TopicStatus,
 )
 from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
+from support.clock import Clock
 
 
 class Cluster:
@@ -41,14 +42,6 @@ class Cluster:
             for topic in topics
             if topic in self.partitions
         }
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def lookup(cache: MetadataCache, topics: list[str] | None) -> dict[str, TopicInfo]:

@@ -7,6 +7,7 @@ import logging
 import pytest
 
 from durable_producer.buffer_agent.kafka.client_log import ClientLog
+from support.clock import Clock
 
 FAIL = (
     "[thrd:127.0.0.1:9/bootstrap]: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed:"
@@ -16,13 +17,6 @@ GAPLESS = (
     "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: When set"
     " to `true`, any error ..."
 )
-
-
-class Clock:
-    now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:

@@ -6,22 +6,16 @@ Defect: each retry inside the claim grace created a new PVC, and each got a drai
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durable_producer.operator.decide import handout, pod_key
 from durable_producer.operator.decide import volume_pool as vp
-from durable_producer.operator.decide.kube_objects import format_time
 from durable_producer.operator.settings import PoolPolicy
+from support.times import NOW, ago
 
-NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=30, idle_ttl_seconds=300)
 OWNER = {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "orders-5d8f", "uid": "rs-uid",
          "controller": True}
-
-
-def ago(seconds: float) -> str:
-    return format_time(NOW - timedelta(seconds=seconds))
 
 
 def pod(name: str | None = None, generate_name: str | None = None,

@@ -7,25 +7,19 @@ condition had no observedGeneration; the status said nothing of the sizes deploy
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durable_producer.operator.decide import pool_status
 from durable_producer.operator.decide import volume_pool as vp
-from durable_producer.operator.decide.kube_objects import format_time
 from durable_producer.operator.decide.volume_fit import VolumeFit
 from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE, capped_message
 from durable_producer.operator.model.quantities import GIB
 from durable_producer.operator.settings import PoolPolicy
+from support.times import NOW, ago
 
-NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300)
 SPEC = {"kafka": {"bootstrapServers": ["kafka:9092"]},
         "throughput": {"peakBytesPerSecond": 5 * 2**20}}  # 23Gi for the default hour
-
-
-def ago(seconds: float) -> str:
-    return format_time(NOW - timedelta(seconds=seconds))
 
 
 def pvc(name: str, *, backlog: str = "unknown", deleted: bool = False, size: str = "23Gi",

@@ -6,25 +6,19 @@ pods got the old 6Gi claim while their agent was told 18.5 GiB.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from durable_producer.operator.decide import handout, manifests, volume_fit
 from durable_producer.operator.decide import volume_pool as vp
-from durable_producer.operator.decide.kube_objects import format_time
 from durable_producer.operator.decide.volume_fit import VolumeFit
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.model.quantities import GIB
 from durable_producer.operator.settings import PoolPolicy
+from support.times import NOW, ago
 
-NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300)
 FIT = VolumeFit(size_bytes=18 * GIB, storage_class="fast", expandable_classes=frozenset({"fast"}))
 PRODUCER = {"metadata": {"name": "orders", "namespace": "shop", "uid": "dp-uid"}}
-
-
-def ago(seconds: float) -> str:
-    return format_time(NOW - timedelta(seconds=seconds))
 
 
 def pvc(name: str, size: str, storage_class: str | None = "fast", *,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,16 +24,12 @@ from durable_producer.operator.decide.kube_objects import format_time
 from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.settings import POOL_ENV, AgentImage, PoolPolicy
+from support.times import NOW, ago
 
-NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300,
                     drain_timeout_seconds=120, pending_volume_seconds=120)
 PRODUCER = {"apiVersion": "durable.dev/v1alpha1", "kind": "DurableProducer",
             "metadata": {"name": "orders", "namespace": "shop", "uid": "dp-uid"}}
-
-
-def ago(seconds: float) -> str:
-    return format_time(NOW - timedelta(seconds=seconds))
 
 
 def make_spec(**overrides: Any) -> DurableProducerSpec:
