@@ -358,20 +358,23 @@ class Forwarder:
         if time.monotonic() < self._next_id_attempt:
             return
         try:
-            producer_id, epoch = await self._init_producer_id()
+            await self._init_producer_id()  # the queues read meanwhile take it
         except (BrokerUnreachable, KafkaRequestFailed, OSError, TimeoutError) as error:
             self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s / 5
             code = getattr(error, "code", -1)
             self.health.error("transport", code, "INIT_PRODUCER_ID", str(error))
-            return
+
+    async def _init_producer_id(self) -> tuple[int, int]:
+        """A new producer id, taken by every queue still without one and written to the volume
+        (fdatasync) before it is used. The queues take it first: the record names each
+        partition's producer, and a record naming none (-1) left that partition unsendable
+        after a restart (kill -9 before the next identity write: the partition never
+        forwarded again)."""
+        producer_id, epoch = await self._sender.client.init_producer_id()
+        self._producer_id, self._epoch = producer_id, epoch
         for queue in self._queues.values():
             if queue.producer_id < 0:
                 queue.producer_id, queue.epoch = producer_id, epoch
-
-    async def _init_producer_id(self) -> tuple[int, int]:
-        """A new producer id, written to the volume (fdatasync) before it is used."""
-        producer_id, epoch = await self._sender.client.init_producer_id()
-        self._producer_id, self._epoch = producer_id, epoch
         self._write_identity(sync=True)
         log.info("forwarding as new producer %d (epoch %d)", producer_id, epoch)
         return producer_id, epoch
@@ -477,7 +480,13 @@ class Forwarder:
         self, key: tuple[str, int], anchor: Anchor | None, offset: int
     ) -> PartitionQueue:
         if anchor is not None and not self._fresh_identity:
-            queue = PartitionQueue(key, anchor.producer_id, anchor.epoch, anchor.sequence)
+            producer_id, epoch = anchor.producer_id, anchor.epoch
+            if producer_id < 0:
+                # Written by an agent before this fix: the partition's queue had not yet taken
+                # the run's first producer id when the record was written; it then sent (if at
+                # all) under that id and epoch, from the anchor's sequence.
+                producer_id, epoch = self._producer_id, self._epoch
+            queue = PartitionQueue(key, producer_id, epoch, anchor.sequence)
         else:
             if offset < self._replay_until and not self._fresh_identity:
                 # The previous run sent frames of this partition but left no numbering for
