@@ -47,6 +47,7 @@ import contextlib
 import os
 import secrets
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -155,6 +156,10 @@ class MockCluster(ManagedProcess):
             with contextlib.suppress(OSError, EOFError):
                 connection.send(("close", ()))
             connection.close()
+            process = self.process
+            if process is not None:  # it exits by itself once closed: no SIGTERM race (-15)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=timeout)
         return super().stop(timeout)
 
     def close(self) -> None:
