@@ -28,6 +28,8 @@ INJECTED_ANNOTATION: Final = f"{GROUP}/injected"
 """Set by the webhook on every pod it attached an agent to."""
 BUFFER_VOLUME_ANNOTATION: Final = f"{GROUP}/buffer-volume"
 """The PVC the webhook gave a pod."""
+CLAIM_TOKEN_ANNOTATION: Final = f"{GROUP}/claim-token"
+"""On a pool volume and on the pod the webhook handed it to: that handout's token."""
 AGENT_HASH_ANNOTATION: Final = f"{GROUP}/agent-hash"
 """Set by the webhook: a hash of the agent sidecar it injected (image, args, resources, ...).
 A pod whose hash differs from what the webhook would inject now runs an outdated agent."""

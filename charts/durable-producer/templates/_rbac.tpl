@@ -69,6 +69,10 @@ Rules in the watched namespaces.
   verbs: ["get", "create", "patch", "delete"]
 {{- end }}
 {{- if .volumePool }}
+# Opted-in pods' last status (an agent that stopped with its volume empty), watched.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["list", "create", "patch", "delete"]

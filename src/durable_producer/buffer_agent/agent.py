@@ -34,7 +34,7 @@ from durable_producer.buffer_agent.figures.forward_rate import (
 )
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
@@ -50,9 +50,12 @@ from durable_producer.buffer_agent.volume.space import (
     measure_volume,
 )
 from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.shutdown_record import ShutdownRecord, render
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
+DEAD_LETTERS_KEPT_EXIT = 4
+"""``drain``: everything in the WAL reached Kafka, but dead letters are still on the volume."""
 
 
 @dataclass(slots=True)
@@ -280,6 +283,7 @@ class BufferAgent:
             summary = await asyncio.to_thread(forwarder.drain, agent.drain_timeout_s)
             publisher.publish()
             self._log_drain(summary)
+            self._leave_shutdown_record(summary, wal)
             return 0
         finally:
             self._accepting = False
@@ -291,18 +295,53 @@ class BufferAgent:
             metrics_server.stop()
 
     def drain(self, timeout_s: float) -> int:
-        """Forward everything on the volume; exit code 0 when all of it reached Kafka."""
+        """Forward everything on the volume; exit code 0 when all of it reached Kafka and
+        the volume is empty, 1 when the time ran out, ``DEAD_LETTERS_KEPT_EXIT`` when dead
+        letters are still on it."""
         wal, forwarder = self._open_wal_and_forwarder()
         try:
             started = time.monotonic()
             summary = forwarder.drain(timeout_s)
             self._log_drain(summary)
             log.info("drain finished in %.1f s", time.monotonic() - started)
-            return 0 if summary.complete else 1
+            if not summary.complete:
+                return 1
+            kept = len(list_dead_letters(self.settings.agent.dead_letter_dir))
+            if kept:
+                # The operator deletes a volume whose drain succeeded: these would go with it.
+                log.error(
+                    "the volume is not empty: %d dead letter(s) Kafka refused are still in %s;"
+                    " re-send them once the cause is fixed (durable-agent dead-letters resend)"
+                    " or remove the handled ones, then drain again",
+                    kept,
+                    self.settings.agent.dead_letter_dir,
+                )
+                return DEAD_LETTERS_KEPT_EXIT
+            return 0
         finally:
             if forwarder.running:
                 forwarder.stop()
             wal.close()
+
+    def _leave_shutdown_record(self, summary: DrainSummary, wal: WriteAheadLog) -> None:
+        """Say in the termination message whether the volume is left empty (shutdown_record.py):
+        the operator then lets it go without a drain Job. Only where Kubernetes made the file."""
+        path = self.settings.agent.termination_message_path
+        if not path.is_file():
+            return
+        stats = wal.stats()
+        record = ShutdownRecord(
+            drained=summary.complete,
+            backlog_records=stats.backlog_records,
+            dead_letters=len(list_dead_letters(self.settings.agent.dead_letter_dir)),
+            quarantined_segments=stats.quarantined_segments,
+        )
+        try:
+            path.write_text(render(record) + "\n")
+        except OSError as error:
+            log.warning("could not write the shutdown record to %s: %s", path, error)
+            return
+        log.info("left the volume %s", "empty" if record.volume_empty else "holding data")
 
     @staticmethod
     def _log_drain(summary: DrainSummary) -> None:

@@ -3,7 +3,8 @@
 Every setting is a flag and a ``DURABLE_AGENT_*`` environment variable (see ``settings.py``).
 Exit codes: 0 success; 1 incomplete drain, problems found or forwarding failed; 2 invalid
 settings or arguments, or a start-up problem they cause (a data directory that cannot be
-written, a port in use), always as one line on stderr; 3 the volume is in use by another agent.
+written, a port in use), always as one line on stderr; 3 the volume is in use by another agent;
+4 (drain) the WAL is forwarded but dead letters are still on the volume: it is not empty.
 """
 
 from __future__ import annotations
@@ -140,7 +141,9 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     drain = commands.add_parser(
         "drain",
         help="forward everything on a volume and exit (for volumes whose pod is gone)",
-        description="Exit code 0 when everything reached Kafka, 1 when --timeout ran out.",
+        description="Exit code 0 when everything reached Kafka and the volume is empty, 1 when"
+        " --timeout ran out, 4 when dead letters are still on the volume (re-send or remove"
+        " them, then drain again).",
     )
     add_options(drain, COMMON_OPTIONS + DRAIN_OPTIONS, environ)
     drain.set_defaults(handler=_cmd_drain)

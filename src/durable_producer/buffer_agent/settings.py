@@ -33,6 +33,7 @@ from durable_producer.buffer_agent.options import (
 )
 from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_WAL_FRAME_BYTES, WalConfig
 from durable_producer.contract import DATA_DIR, METRICS_HOST, METRICS_PORT
+from durable_producer.shutdown_record import TERMINATION_MESSAGE_PATH
 
 FRAME_HEADROOM_BYTES = 64 * 1024
 """Room in a WAL frame beside the largest batch: the frame header and the topic name."""
@@ -77,6 +78,14 @@ class AgentConfig:
             "(leftovers stay on the volume)",
             flag="--drain-timeout",
             parse=positive_float,
+        ),
+    )
+    termination_message_path: Path = field(
+        default=Path(TERMINATION_MESSAGE_PATH),
+        metadata=option(
+            "where a clean stop records whether the volume is left empty (Kubernetes'"
+            " terminationMessagePath; written only if the file exists)",
+            parse=Path,
         ),
     )
     drain_mode_timeout_s: float = field(
@@ -148,7 +157,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
         "read_timeout_s",
     ),
     *options_of(WalConfig, "full_disk_policy", "block_timeout_s"),
-    *options_of(AgentConfig, "default_partitions", "drain_timeout_s"),
+    *options_of(
+        AgentConfig, "default_partitions", "drain_timeout_s", "termination_message_path"
+    ),
 )
 
 DRAIN_OPTIONS: tuple[Option, ...] = (

@@ -212,11 +212,15 @@ class KubeScheduler(ManagedProcess):
 
 
 JOB_POD_EXIT_ANNOTATION = "local.durable.dev/exit-code"
+CONTAINER_STOP_MESSAGE_ANNOTATION = "local.durable.dev/stop-message"
 # kwok's behaviour, as its Stage objects: a node becomes Ready; a scheduled pod becomes Running
 # (native sidecars started, other init containers completed); a pod of a Job runs until it is
 # annotated with JOB_POD_EXIT_ANNOTATION "0" (it succeeds, as a drain Job's pod does once its
 # volume is forwarded) or "1" (it fails); a pod being deleted goes (what the kubelet does once
-# its containers stopped).
+# its containers stopped). A pod annotated with CONTAINER_STOP_MESSAGE_ANNOTATION first gets
+# the status the kubelet writes before it deletes a pod whose containers stopped: every
+# container terminated with exit code 0, the init containers (the agent, a native sidecar)
+# with that termination message (what the agent wrote to its termination-message file).
 KWOK_STAGES = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -351,9 +355,58 @@ spec:
   selector:
     matchExpressions:
     - {key: '.metadata.deletionTimestamp', operator: Exists}
+    - {key: '.metadata.annotations["STOP_ANNOTATION"]', operator: DoesNotExist}
   next:
     delete: true
-""".replace("EXIT_ANNOTATION", JOB_POD_EXIT_ANNOTATION)
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-stop-with-messages}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: Exists}
+    - {key: '.metadata.annotations["STOP_ANNOTATION"]', operator: Exists}
+    - {key: '.status.phase', operator: In, values: [Running]}
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      {{ $message := index .metadata.annotations "STOP_ANNOTATION" }}
+      initContainerStatuses:
+      {{ range .spec.initContainers }}
+      - {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, restartCount: 0,
+         started: false, state: {terminated: {exitCode: 0, reason: Completed,
+                                              message: {{ $message | Quote }},
+                                              startedAt: {{ $now | Quote }},
+                                              finishedAt: {{ $now | Quote }}}}}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, restartCount: 0,
+         started: false, state: {terminated: {exitCode: 0, reason: Completed,
+                                              startedAt: {{ $now | Quote }},
+                                              finishedAt: {{ $now | Quote }}}}}
+      {{ end }}
+      conditions:
+      - {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+      phase: Succeeded
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: pod-delete-stopped}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - {key: '.metadata.deletionTimestamp', operator: Exists}
+    - {key: '.metadata.annotations["STOP_ANNOTATION"]', operator: Exists}
+    - {key: '.status.phase', operator: In, values: [Succeeded, Failed]}
+  next:
+    delete: true
+""".replace("EXIT_ANNOTATION", JOB_POD_EXIT_ANNOTATION).replace(
+    "STOP_ANNOTATION", CONTAINER_STOP_MESSAGE_ANNOTATION
+)
 # The annotation that marks a node as kwok's to run.
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 KWOK_NODE_VALUE = "fake"

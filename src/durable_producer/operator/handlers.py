@@ -30,6 +30,8 @@ running the handlers at a time; see startup.py).
   pool_actions.handle_pool_timer.
 - ``drain_volumes_before_deletion`` (deletion, our finalizer; feature volume pool):
   pool_actions.handle_deletion.
+- ``record_clean_shutdown`` (events of pods with the opt-in label; feature volume pool):
+  clean_shutdowns.record_clean_shutdown (a stopped agent's record marks its volume empty).
 - ``attach_buffer_agent`` (webhook, pod reviews with the opt-in label):
   admission.handle_admission.
 
@@ -59,19 +61,32 @@ import kopf
 
 from durable_producer.contract import GROUP, PLURAL, PRODUCER_LABEL, VERSION
 from durable_producer.operator import http_endpoint, metrics, startup
-from durable_producer.operator.act import admission, pool_actions, spark_actions
+from durable_producer.operator.act import (
+    admission,
+    clean_shutdowns,
+    pool_actions,
+    spark_actions,
+)
 from durable_producer.operator.decide import pause, reconcile
 from durable_producer.operator.decide.pool_status import REASON_POOL_PROBLEM
 from durable_producer.operator.settings import OperatorConfig
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+POD_RESOURCE = ("v1", "pods")
 POOL_TIMER_ID = "volume-pool"
 DRAIN_HANDLER_ID = "drain-volumes"
 SPARK_TEMPLATES_ID = "spark-templates"
 RECONCILE_ID = "reconcile"  # the metrics label of reconcile_durable_producer (kopf's id: its name)
 RESYNC_ID = "resync"
+CLEAN_SHUTDOWN_ID = "clean-shutdown"
 CONFIG_KEY = "config"
-HANDLER_IDS = (RECONCILE_ID, SPARK_TEMPLATES_ID, POOL_TIMER_ID, DRAIN_HANDLER_ID)
+HANDLER_IDS = (
+    RECONCILE_ID,
+    SPARK_TEMPLATES_ID,
+    POOL_TIMER_ID,
+    DRAIN_HANDLER_ID,
+    CLEAN_SHUTDOWN_ID,
+)
 
 
 def config_of(memo: kopf.Memo) -> OperatorConfig:
@@ -150,6 +165,13 @@ def register_feature_handlers(
         kopf.on.delete(*RESOURCE, id=DRAIN_HANDLER_ID, registry=registry)(
             drain_volumes_before_deletion
         )
+        # The pods' last status, which the kubelet writes just before it deletes them.
+        kopf.on.event(
+            *POD_RESOURCE,
+            id=CLEAN_SHUTDOWN_ID,
+            labels={PRODUCER_LABEL: kopf.PRESENT},
+            registry=registry,
+        )(record_clean_shutdown)
     else:
         logger.warning(
             "the volume pool is switched off: no buffer volumes, no drain on deletion, no"
@@ -276,9 +298,15 @@ def drain_volumes_before_deletion(
     metrics.POOL_FIGURES.forget(str(metadata.get("namespace")), str(metadata.get("name")))
 
 
+def record_clean_shutdown(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+    """Pod event (registered by start_operator with the volume pool): a pod whose agent
+    stopped with its volume empty marks the volume empty (clean_shutdowns.py)."""
+    with counted(CLEAN_SHUTDOWN_ID):
+        clean_shutdowns.record_clean_shutdown(body, logger)
+
+
 @kopf.on.mutate(
-    "v1",
-    "pods",
+    *POD_RESOURCE,
     id=admission.MUTATION_WEBHOOK_ID,
     operations=[admission.MUTATED_OPERATION],
     labels={PRODUCER_LABEL: kopf.PRESENT},

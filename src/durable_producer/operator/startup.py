@@ -16,7 +16,7 @@ import logging
 
 import kopf
 
-from durable_producer.contract import GROUP
+from durable_producer.contract import GROUP, PRODUCER_LABEL
 from durable_producer.operator import http_endpoint, metrics
 from durable_producer.operator.act import admission
 from durable_producer.operator.settings import (
@@ -76,6 +76,9 @@ def configure_kopf(
         # No volumes to give: the webhook is not served (the chart renders no configuration).
         settings.admission.server = admission.NoWebhookServer()
         return
+    # Only opted-in pods are watched (their last status: clean_shutdowns.py), selected by the
+    # API server rather than every pod of the cluster sent to be filtered here.
+    settings.watching.label_selectors["v1", "pods"] = PRODUCER_LABEL
     settings.admission.server = admission.webhook_server(config.webhook)
     http_endpoint.READINESS.webhook_expected = config.webhook.enabled
     if not config.webhook.enabled:

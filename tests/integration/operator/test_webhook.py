@@ -56,8 +56,14 @@ def placed(webhook: ChartOperator, pod: dict[str, Any]) -> dict[str, Any]:
     return pod
 
 
-def expected(pod: dict[str, Any], claim: str) -> dict[str, Any]:
-    return pod_mutation.mutated_pod(pod, "orders", SPEC, claim, INSTALLED_AGENT_IMAGE)
+def expected(pod: dict[str, Any], claim: str, token: str | None) -> dict[str, Any]:
+    return pod_mutation.mutated_pod(pod, "orders", SPEC, claim, INSTALLED_AGENT_IMAGE,
+                                    claim_token=token)
+
+
+def token_of(result: dict[str, Any]) -> str | None:
+    """The claim token the webhook put on the pod (the same as on its volume)."""
+    return (result["metadata"].get("annotations") or {}).get(contract.CLAIM_TOKEN_ANNOTATION)
 
 
 def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
@@ -70,12 +76,12 @@ def test_plain_deployment_pod_is_mutated_exactly_and_gets_its_own_volume(
 
     assert response["allowed"] is True
     claim = result["metadata"]["annotations"][contract.BUFFER_VOLUME_ANNOTATION]
-    assert result == expected(pod, claim)
+    assert result == expected(pod, claim, token_of(result))
     assert result["spec"]["initContainers"][0]["image"] == AGENT_IMAGE
     volumes = kube_api.items(kube_api.pvcs_path)
     assert list(volumes) == [claim]
     annotations = volumes[claim]["metadata"]["annotations"]
-    assert annotations[vp.CLAIM_TOKEN_ANNOTATION]
+    assert annotations[vp.CLAIM_TOKEN_ANNOTATION] == token_of(result)
     assert annotations[vp.BACKLOG_ANNOTATION] == vp.BACKLOG_UNKNOWN
     assert "ownerReferences" not in volumes[claim]["metadata"]  # the finalizer owns it (D2)
     assert volumes[claim]["spec"]["accessModes"] == ["ReadWriteOnce"]
@@ -95,7 +101,7 @@ def test_pod_with_an_init_container_keeps_it_after_the_agent(webhook: ChartOpera
 
     claim = pod_mutation.claimed_volume(result)
     assert claim is not None
-    assert result == expected(pod, claim)
+    assert result == expected(pod, claim, token_of(result))
     assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent", "migrate"]
     assert result["spec"]["initContainers"][1] == migrate
 
@@ -112,7 +118,7 @@ def test_pod_with_a_native_sidecar_gets_the_agent_after_it(webhook: ChartOperato
 
     claim = pod_mutation.claimed_volume(result)
     assert claim is not None
-    assert result == expected(pod, claim)
+    assert result == expected(pod, claim, token_of(result))
     assert [c["name"] for c in result["spec"]["initContainers"]] == [
         "mesh-proxy", "durable-agent", "migrate"]
     assert result["spec"]["initContainers"][0] == proxy
@@ -147,7 +153,7 @@ def test_reinvocation_after_another_webhook_changed_the_pod(
 
     claim = pod_mutation.claimed_volume(first)
     assert claim is not None and pod_mutation.claimed_volume(result) == claim
-    assert result == expected(changed, claim)
+    assert result == expected(changed, claim, token_of(first))
     proxy_env = {e["name"]: e["value"] for e in result["spec"]["containers"][1]["env"]}
     assert proxy_env["KAFKA_BOOTSTRAP_SERVERS"] == "127.0.0.1:9092"
     assert [c["name"] for c in result["spec"]["initContainers"]] == ["durable-agent"]
@@ -167,7 +173,7 @@ def test_dry_run_mutates_but_claims_and_creates_nothing(
     assert any("dry run" in warning for warning in response.get("warnings", []))
     claim = pod_mutation.claimed_volume(result)
     assert claim == vp.volume_name("orders", "dry-run")
-    assert result == expected(pod, claim)
+    assert result == expected(pod, claim, token_of(result))
     assert kube_api.items(kube_api.pvcs_path) == {}
 
 

@@ -15,10 +15,12 @@ import jsonpatch
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from durable_producer import contract
+from durable_producer import contract, shutdown_record
 from durable_producer.contract import POOL_LABEL
+from durable_producer.local.kube_processes import CONTAINER_STOP_MESSAGE_ANNOTATION
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.decide import volume_pool as vp
+from durable_producer.shutdown_record import ShutdownRecord
 from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_operator_on_api_server import durable_producer
 from integration.operator.test_webhook_harness import admission_review, opted_in_pod
@@ -270,9 +272,14 @@ def test_two_replicas_claiming_at_once_give_every_pod_its_own_volume(
 
 
 def delete_after_a_pod_ran(kube_api: KubeApi, start: Callable[..., ChartOperator],
-                           **env: str) -> str:
+                           stop_message: str | None = None, **env: str) -> str:
+    """A pod runs with a pool volume, then is deleted; with ``stop_message``, its agent ends
+    with that termination message (kwok writes it, as the kubelet would)."""
     ready_producer(kube_api, start, **{**FAST_POOL, **env})
-    kube_api.run_pod(opted_in_pod("busy"))
+    pod = opted_in_pod("busy")
+    if stop_message is not None:
+        pod["metadata"]["annotations"] = {CONTAINER_STOP_MESSAGE_ANNOTATION: stop_message}
+    kube_api.run_pod(pod)
     (volume,) = kube_api.items(kube_api.pvcs_path)
     kube_api.delete_pod("busy")
     wait_for(lambda: "busy" not in kube_api.items(kube_api.pods_path), timeout=60,
@@ -309,15 +316,20 @@ def test_foreground_deletion_drains_the_volumes_then_the_producer_goes(
                                "the producer to go (each drain pod exiting 0)")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "D2 (b), not yet fixed: a namespace deletion makes the namespace controller delete the pool"
-    " PVCs (owner reference or not) and the drain Jobs, and refuse new pods; a volume whose"
-    " pod's agent drained to 0 bytes at SIGTERM is still 'unknown' (no clean-shutdown record),"
-    " so the DurableProducer stays Terminating (BacklogHeld)"))
 def test_a_namespace_with_a_drained_producer_can_be_deleted(
     kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
 ) -> None:
-    delete_after_a_pod_ran(kube_api, start_chart_operator)
+    """D2 (b): a namespace deletion makes the namespace controller delete every PVC, Job and
+    pod and refuse new pods, so no drain Job can run. The agent stopped by SIGTERM drained
+    its volume and said so in its termination message; the operator reads it from the pod's
+    last status and lets the volume go. Before the fix the volume stayed ``unknown`` and the
+    DurableProducer and the namespace stayed Terminating (BacklogHeld)."""
+    emptied = shutdown_record.render(ShutdownRecord(True, 0, 0, 0))
+    volume = delete_after_a_pod_ran(kube_api, start_chart_operator, stop_message=emptied,
+                                    DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600",
+                                    DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS="600")
+    wait_for(lambda: (vp_annotations(kube_api, volume) or {}).get(vp.BACKLOG_ANNOTATION)
+             == vp.BACKLOG_EMPTY, timeout=30, what="the volume marked empty from the record")
 
     status, answer = kube_api.call("DELETE", f"/api/v1/namespaces/{kube_api.namespace}")
     assert status == 200, answer
@@ -325,7 +337,32 @@ def test_a_namespace_with_a_drained_producer_can_be_deleted(
     wait_until_gone_or_explain(
         kube_api,
         lambda: kube_api.call("GET", f"/api/v1/namespaces/{kube_api.namespace}")[0] == 404,
-        "the namespace to go (each drain pod exiting 0)")
+        "the namespace to go")
+    drains = [r for r in kube_api.requests() if r.resource == "jobs" and r.verb == "create"]
+    assert not drains, "a drain Job was made for a volume its agent had emptied"
+
+
+def test_an_agent_that_stopped_with_backlog_leaves_its_volume_to_a_drain(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """The same stop, but the agent's record says records are left (Kafka was down): the
+    volume stays ``unknown`` and is drained by a Job before the producer can go."""
+    held = shutdown_record.render(ShutdownRecord(False, 120, 0, 0))
+    volume = delete_after_a_pod_ran(kube_api, start_chart_operator, stop_message=held)
+
+    kube_api.delete("orders", propagation="Background")
+
+    drained = wait_for(lambda: kube_api.finish_drains(), timeout=60,
+                       what="a drain Job for the volume its agent left with backlog")
+    print(f"\ndrain Jobs: {drained}")
+    wait_for(lambda: (kube_api.finish_drains(), kube_api.get("orders") is None)[1],
+             timeout=120, what="the producer to go once the drain succeeded")
+    assert volume not in kube_api.items(kube_api.pvcs_path)
+
+
+def vp_annotations(kube_api: KubeApi, volume: str) -> dict[str, str] | None:
+    found = kube_api.items(kube_api.pvcs_path).get(volume)
+    return None if found is None else (found["metadata"].get("annotations") or {})
 
 
 def wait_until_gone_or_explain(kube_api: KubeApi, gone: Callable[[], bool], what: str) -> None:

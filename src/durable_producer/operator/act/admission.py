@@ -229,11 +229,14 @@ def _admit(
         # Not a reinvocation, so a claim the pod already names is another pod's (a copy of
         # an admitted pod's manifest): this pod gets its own (D6).
         now = datetime.now(UTC)
+        token = None if dryrun else claims.new_claim_token()
         try:
             claim = (
                 claims.preview_volume(producer, namespace, now, config.pool)
-                if dryrun
-                else claims.claim_volume(producer, spec, namespace, now, config.pool, pod=pod)
+                if token is None
+                else claims.claim_volume(
+                    producer, spec, namespace, now, config.pool, pod=pod, token=token
+                )
             )
         except (*API_FAILURES, kopf.AdmissionError) as error:
             metrics.claim_failed(namespace, producer_name)
@@ -243,7 +246,13 @@ def _admit(
             raise api_failure(error, doing, namespace, budget) from error
     warnings = ["dry run: no buffer volume was claimed"] if dryrun else []
     ops = pod_mutation.mutation_patch(
-        pod, producer_name, effective, claim, config.agent_image, pod_overrides.log_level
+        pod,
+        producer_name,
+        effective,
+        claim,
+        config.agent_image,
+        pod_overrides.log_level,
+        claim_token=token,
     )
     if ops:
         logger.info("attaching agent and volume %s (DurableProducer %s)", claim, producer_name)

@@ -74,6 +74,9 @@ VOLUME_POOL_API_ACCESS: ApiAccess = (
     # The pool timer publishes its figures onto the version it read (a conditional patch).
     (GROUP, f"{PLURAL}/status", ("patch",)),
     ("", "persistentvolumeclaims", ("list", "create", "patch", "delete")),
+    # kopf watches opted-in pods for their last status: an agent that stopped with its
+    # volume empty (clean_shutdowns.py).
+    ("", "pods", ("list", "watch")),
     OWNER_FINALIZERS_ACCESS,
 )
 DRAIN_JOBS_API_ACCESS: ApiAccess = (

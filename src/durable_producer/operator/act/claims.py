@@ -43,10 +43,12 @@ def claim_volume(
     policy: PoolPolicy,
     *,
     pod: Mapping[str, Any] | None = None,
+    token: str | None = None,
 ) -> str:
-    """Claim a pool volume for ``pod`` (its own earlier claim first), or create a new one."""
+    """Claim a pool volume for ``pod`` (its own earlier claim first), or create a new one,
+    under ``token`` (a new one when None; the webhook puts it on the pod too)."""
     name = str(producer["metadata"]["name"])
-    token = uuid.uuid4().hex
+    token = token or new_claim_token()
     key = pod_key.claim_key(pod) if pod is not None else None
     placement = drain_placement.recorded(pod) if pod is not None else None
     fit = VolumeFit.from_spec(spec)
@@ -90,6 +92,10 @@ def claim_volume(
         f" {CLAIM_ATTEMPTS} conflicting attempts; retry",
         code=409,
     )
+
+
+def new_claim_token() -> str:
+    return uuid.uuid4().hex
 
 
 def preview_volume(

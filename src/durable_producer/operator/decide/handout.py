@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from durable_producer.contract import CLAIM_TOKEN_ANNOTATION
 from durable_producer.operator.decide import volume_fit
 from durable_producer.operator.decide.kube_objects import (
     Object,
@@ -28,7 +29,6 @@ from durable_producer.operator.decide.volume_pool import (
     BACKLOG_EMPTY,
     BACKLOG_UNKNOWN,
     CLAIM_KEY_ANNOTATION,
-    CLAIM_TOKEN_ANNOTATION,
     CLAIMED_AT_ANNOTATION,
     DRAIN_FAILURES_ANNOTATION,
     PLACEMENT_ANNOTATION,

@@ -14,7 +14,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from durable_producer.contract import API_VERSION, BUFFER_VOLUME_NAME, KIND, POOL_LABEL
+from durable_producer.contract import (
+    API_VERSION,
+    BUFFER_VOLUME_NAME,
+    CLAIM_TOKEN_ANNOTATION,
+    KIND,
+    POOL_LABEL,
+)
 from durable_producer.operator.decide import agent_container, mesh
 from durable_producer.operator.decide.kube_objects import Object, format_time
 from durable_producer.operator.decide.pod_key import ClaimKey
@@ -23,7 +29,6 @@ from durable_producer.operator.decide.volume_pool import (
     BACKLOG_ANNOTATION,
     BACKLOG_UNKNOWN,
     CLAIM_KEY_ANNOTATION,
-    CLAIM_TOKEN_ANNOTATION,
     CLAIMED_AT_ANNOTATION,
     DRAIN_REQUEST_LABEL,
     DRAIN_VOLUME_LABEL,

@@ -23,6 +23,7 @@ from durable_producer.contract import (
     BOOTSTRAP_TWIN_ENV,
     BUFFER_VOLUME_ANNOTATION,
     BUFFER_VOLUME_NAME,
+    CLAIM_TOKEN_ANNOTATION,
     INJECTED_ANNOTATION,
     PRODUCER_LABEL,
 )
@@ -138,6 +139,7 @@ def mutated_pod(
     claim_name: str,
     agent_image: AgentImage,
     log_level: str | None = None,
+    claim_token: str | None = None,
 ) -> dict[str, Any]:
     """The pod as it should be admitted: a deep copy with the agent, env and volume in place,
     the hash of the injected sidecar (injection_hash.py) in an annotation, and the agent's
@@ -178,6 +180,10 @@ def mutated_pod(
         producer, spec, claim_name, agent_image, pod_key.admitted_as(pod)
     )
     annotations[BUFFER_VOLUME_ANNOTATION] = claim_name
+    if claim_token is not None:
+        # The claim the volume was handed out under: the agent's shutdown record speaks for
+        # the volume only while that claim holds (clean_shutdown.py).
+        annotations[CLAIM_TOKEN_ANNOTATION] = claim_token
     annotations[AGENT_HASH_ANNOTATION] = sidecar_hash(sidecar)
     # Kubelet's probes and the operator's scrape reach the agent past a mesh proxy (D4).
     metadata["annotations"] = mesh.with_inbound_port_excluded(
@@ -218,9 +224,13 @@ def mutation_patch(
     claim_name: str,
     agent_image: AgentImage,
     log_level: str | None = None,
+    claim_token: str | None = None,
 ) -> list[JsonPatchOp]:
     """The JSONPatch the webhook answers with; empty when the pod is already as desired."""
-    return diff_ops(pod, mutated_pod(pod, producer, spec, claim_name, agent_image, log_level))
+    return diff_ops(
+        pod,
+        mutated_pod(pod, producer, spec, claim_name, agent_image, log_level, claim_token),
+    )
 
 
 def already_mutated(pod: Mapping[str, Any]) -> bool:

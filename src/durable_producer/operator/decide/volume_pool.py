@@ -40,7 +40,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from durable_producer.contract import GROUP, KIND
+from durable_producer.contract import CLAIM_TOKEN_ANNOTATION, GROUP, KIND
 from durable_producer.operator.decide import agent_start, pod_mutation, volume_fit
 from durable_producer.operator.decide.kube_objects import (
     FINISHED_POD_PHASES,
@@ -54,8 +54,9 @@ from durable_producer.operator.decide.volume_fit import VolumeFit
 from durable_producer.operator.settings import PoolPolicy
 
 DRAIN_VOLUME_LABEL = f"{GROUP}/drain-volume"
-CLAIM_TOKEN_ANNOTATION = f"{GROUP}/claim-token"
 CLAIMED_AT_ANNOTATION = f"{GROUP}/claimed-at"
+RELEASED_TOKEN_ANNOTATION = f"{GROUP}/released-claim-token"
+"""The claim token the volume was last released from (clean_shutdown.py)."""
 CLAIM_KEY_ANNOTATION = f"{GROUP}/claim-key"
 RELEASED_AT_ANNOTATION = f"{GROUP}/released-at"
 BACKLOG_ANNOTATION = f"{GROUP}/backlog"
@@ -361,7 +362,8 @@ def _plan_free(
     annotations = annotations_of(pvc)
     released_for = seconds_since(annotations.get(RELEASED_AT_ANNOTATION), context.now)
     updates: dict[str, Any] = {}
-    if annotations.get(CLAIM_TOKEN_ANNOTATION) or released_for is None:
+    token = annotations.get(CLAIM_TOKEN_ANNOTATION)
+    if token or released_for is None:
         # The pod that claimed it is gone (or never came): free from now on.
         updates = {
             CLAIM_TOKEN_ANNOTATION: None,
@@ -369,6 +371,8 @@ def _plan_free(
             CLAIM_KEY_ANNOTATION: None,
             RELEASED_AT_ANNOTATION: context.stamp,
         }
+        if token:
+            updates[RELEASED_TOKEN_ANNOTATION] = token  # its pod's shutdown record may follow
         released_for = 0.0
     empty = annotations.get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY
     idle_ttl = 0.0 if context.deleting else context.policy.idle_ttl_seconds

@@ -111,6 +111,16 @@ def test_plain_deployment_pod_gets_sidecar_env_volume_grace_and_annotations() ->
     assert pod_mutation.is_injected(result)
 
 
+def test_the_pod_carries_the_claim_its_volume_was_handed_out_under() -> None:
+    pod = deployment_pod()
+    with_token = apply(pod, pod_mutation.mutation_patch(
+        pod, "orders", make_spec(), CLAIM, AGENT_IMAGE, claim_token="t1"))
+    without = apply(pod, patch_for(pod))
+
+    assert with_token["metadata"]["annotations"][contract.CLAIM_TOKEN_ANNOTATION] == "t1"
+    assert contract.CLAIM_TOKEN_ANNOTATION not in without["metadata"]["annotations"]  # a dry run
+
+
 def test_grace_period_outlives_the_agent_drain_deadline() -> None:
     assert agent_container.MINIMUM_GRACE_SECONDS > agent_container.AGENT_DRAIN_TIMEOUT_SECONDS + 30
 
