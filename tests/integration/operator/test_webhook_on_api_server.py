@@ -19,10 +19,10 @@ from durable_producer import contract
 from durable_producer.contract import POOL_LABEL
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.decide import volume_pool as vp
-from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_operator_on_api_server import durable_producer
-from integration.operator.test_webhook_harness import admission_review, opted_in_pod
+from support.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import admission_review, opted_in_pod
 
 pytestmark = pytest.mark.integration
 
