@@ -36,15 +36,22 @@ def agent_tree() -> dict[tuple[str, ...], str]:
     return tree
 
 
-def test_every_agent_module_is_named_in_its_folder() -> None:
-    tree = agent_tree()
+def unnamed_modules(
+    tree: dict[tuple[str, ...], str], root: Path, exempt: tuple[str, ...]
+) -> list[str]:
+    """The modules (.py, .c) of each folder of ``tree`` under ``root`` its words do not name."""
     missing = []
     for folder, words in tree.items():
         named = set(re.findall(r"\w+", words))
-        directory = AGENT.joinpath(*folder)
+        directory = root.joinpath(*folder)
         for path in sorted([*directory.glob("*.py"), *directory.glob("*.c")]):
-            if path.stem != "__init__" and path.stem not in named:
-                missing.append(str(path.relative_to(AGENT)))
+            if path.stem not in exempt and path.stem not in named:
+                missing.append(str(path.relative_to(root)))
+    return missing
+
+
+def test_every_agent_module_is_named_in_its_folder() -> None:
+    missing = unnamed_modules(agent_tree(), AGENT, ("__init__",))
     assert not missing, f"docs/architecture.md does not name {missing}"
 
 
@@ -87,14 +94,7 @@ def package_tree() -> dict[tuple[str, ...], str]:
 
 
 def test_every_module_of_the_package_is_named_in_its_folder() -> None:
-    tree = package_tree()
-    missing = []
-    for folder, words in tree.items():
-        named = set(re.findall(r"\w+", words))
-        directory = PACKAGE.joinpath(*folder)
-        for path in sorted([*directory.glob("*.py"), *directory.glob("*.c")]):
-            if not path.stem.startswith("__") and path.stem not in named:
-                missing.append(str(path.relative_to(PACKAGE)))
+    missing = unnamed_modules(package_tree(), PACKAGE, ("__init__", "__main__"))
     assert not missing, f"docs/architecture.md does not name {missing}"
 
 
