@@ -190,9 +190,18 @@ def serve_agent_process(name: str, source: Path | None) -> Iterator[Endpoint]:
 
 
 def serve_agent(data_dir: Path, port_file: Path, fsync: str) -> None:
-    from durable_producer.buffer_agent.ingest.config import IngestConfig
     from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-    from durable_producer.buffer_agent.ingest.server import IngestServer
+
+    try:
+        from durable_producer.buffer_agent.ingest.config import IngestConfig
+        from durable_producer.buffer_agent.ingest.server import IngestServer
+    except ImportError:  # a --baseline-src from before issue 26 named them Ingress*
+        from durable_producer.buffer_agent.ingest.config import (  # type: ignore[attr-defined,no-redef]
+            IngressConfig as IngestConfig,
+        )
+        from durable_producer.buffer_agent.ingest.server import (  # type: ignore[attr-defined,no-redef]
+            IngressServer as IngestServer,
+        )
     from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog

@@ -10,7 +10,6 @@ import copy
 import json
 import logging
 import subprocess
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import yaml
 
 from e2e.prerequisites import REPO_ROOT, TOOLS_BIN
+from support.waiting import wait_for
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,8 @@ def run(command: Sequence[str], *, timeout: float = 600, input_text: str | None 
 
 def wait_until(condition: Callable[[], bool], *, timeout: float, what: str,
                interval: float = 3.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(interval)
+    """``support.waiting.wait_for`` with the kind suite's slower default interval."""
+    wait_for(condition, timeout=timeout, interval=interval, what=what)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, Verdict
+from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, SequenceVerdict
 from durable_producer.buffer_agent.kafka.record_batch import BatchHeader
 
 
@@ -25,5 +25,5 @@ def header(producer_id: int, epoch: int, base_sequence: int, records: int = 1) -
 
 
 def accept(tracker: SequenceTracker, batch: BatchHeader, offset: int, partition: int = 0) -> None:
-    assert tracker.check("t", partition, batch).verdict is Verdict.ACCEPT
+    assert tracker.check("t", partition, batch).verdict is SequenceVerdict.ACCEPT
     tracker.record("t", partition, batch, offset)

@@ -19,6 +19,22 @@ def payload_for(offset: int, size: int = 100) -> bytes:
     return (seed * (size // len(seed) + 1))[:size]
 
 
+def write_frames(
+    directory: Path,
+    count: int,
+    *,
+    config: WalConfig = SMALL,
+    size: int = 100,
+    topic: str = "t",
+    partitions: int = 1,
+) -> None:
+    """A log of ``count`` one-record frames, offsets 0.., frame i on partition ``i % partitions``
+    with ``payload_for(i, size)``; the log is closed after."""
+    with WriteAheadLog.open(directory, config) as wal:
+        for offset in range(count):
+            wal.append(topic, offset % partitions, payload_for(offset, size), 1)
+
+
 @contextmanager
 def forwarding_wal(
     directory: Path,

@@ -12,12 +12,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from durable_producer.operator.model.installation import (
+    DEFAULT_PULL_POLICY,
+    AgentImage,
+    PoolPolicy,
+)
 from durable_producer.operator.model.model import (
     AGENT_IMAGE_ENV,
     AGENT_IMAGE_PULL_POLICY_ENV,
     DEFAULT_AGENT_IMAGE,
     PULL_POLICIES,
-    AgentSidecarSettings,
 )
 
 WATCH_SERVER_TIMEOUT_ENV = "DURABLE_PRODUCER_WATCH_SERVER_TIMEOUT"
@@ -54,8 +58,6 @@ AGENT_IMAGE_PULL_SECRETS_ENV = "DURABLE_PRODUCER_AGENT_IMAGE_PULL_SECRETS"
 
 POOL_INTERVAL_ENV = "DURABLE_PRODUCER_POOL_INTERVAL_SECONDS"
 DEFAULT_POOL_INTERVAL_SECONDS = 10.0
-
-DEFAULT_PULL_POLICY = "IfNotPresent"
 
 # kopf's peering identity, read by kopf itself (the chart sets it to the pod's name, so the
 # peering object names the replicas); documented here, never read by our code.
@@ -168,38 +170,6 @@ class OperatorFeatures:
         return cls(enabled=frozenset(name for name in ALL_FEATURES if name in names))
 
 
-@dataclass(frozen=True)
-class PoolPolicy:
-    """Timings of the volume pool, in seconds (see volume_pool.py)."""
-
-    claim_grace_seconds: float = 120.0
-    drain_grace_seconds: float = 60.0
-    idle_ttl_seconds: float = 900.0
-    drain_timeout_seconds: int = 600
-    pending_volume_seconds: float = 300.0
-    agent_start_grace_seconds: float = 120.0
-    """How long an opted-in pod may take to get its agent running (image pull, volume attach
-    and mount) before Degraded names it (agent_start.py)."""
-    drain_retry_max_seconds: float = 3600.0
-    """After each failed drain the next waits twice as long as the last (from the drain
-    grace), at most this long: a long Kafka outage does not keep every free volume Draining."""
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> PoolPolicy:
-        """Each field from its POOL_ENV variable; unusable or negative values keep the default."""
-        defaults = cls()
-        values: dict[str, Any] = {}
-        for name, variable in POOL_ENV.items():
-            raw = environ.get(variable)
-            default = getattr(defaults, name)
-            try:
-                value = type(default)(raw) if raw is not None else default
-            except ValueError:
-                value = default
-            values[name] = value if value >= 0 else default
-        return cls(**values)
-
-
 # PoolPolicy field -> the environment variable the Helm chart sets it with.
 POOL_ENV: dict[str, str] = {
     "claim_grace_seconds": "DURABLE_PRODUCER_POOL_CLAIM_GRACE_SECONDS",
@@ -212,6 +182,21 @@ POOL_ENV: dict[str, str] = {
 }
 
 
+def pool_policy_from_environ(environ: Mapping[str, str]) -> PoolPolicy:
+    """Each field from its POOL_ENV variable; unusable or negative values keep the default."""
+    defaults = PoolPolicy()
+    values: dict[str, Any] = {}
+    for name, variable in POOL_ENV.items():
+        raw = environ.get(variable)
+        default = getattr(defaults, name)
+        try:
+            value = type(default)(raw) if raw is not None else default
+        except ValueError:
+            value = default
+        values[name] = value if value >= 0 else default
+    return PoolPolicy(**values)
+
+
 def pool_interval_from_environ(environ: Mapping[str, str]) -> float:
     """Seconds between two runs of the volume-pool timer (positive)."""
     try:
@@ -221,35 +206,16 @@ def pool_interval_from_environ(environ: Mapping[str, str]) -> float:
     return interval if interval > 0 else DEFAULT_POOL_INTERVAL_SECONDS
 
 
-@dataclass(frozen=True)
-class AgentImage:
-    """The agent image the operator was installed with (Helm's ``agent.image``).
-
-    Used for a DurableProducer that does not set ``spec.agent.image``/``imagePullPolicy``.
-    """
-
-    image: str = DEFAULT_AGENT_IMAGE
-    pull_policy: str = DEFAULT_PULL_POLICY
-    # Secrets (names, in the pod's namespace) for pulling the agent image (agent.imagePullSecrets).
-    pull_secrets: tuple[str, ...] = ()
-
-    @classmethod
-    def from_environ(cls, environ: Mapping[str, str]) -> AgentImage:
-        pull_policy = environ.get(AGENT_IMAGE_PULL_POLICY_ENV)
-        secrets = environ.get(AGENT_IMAGE_PULL_SECRETS_ENV, "").split(",")
-        return cls(
-            image=environ.get(AGENT_IMAGE_ENV) or DEFAULT_AGENT_IMAGE,
-            pull_policy=pull_policy if pull_policy in PULL_POLICIES else DEFAULT_PULL_POLICY,
-            pull_secrets=tuple(dict.fromkeys(name.strip() for name in secrets if name.strip())),
-        )
-
-    def image_for(self, agent: AgentSidecarSettings) -> str:
-        """The spec's image, else the operator's."""
-        return agent.image or self.image
-
-    def pull_policy_for(self, agent: AgentSidecarSettings) -> str:
-        """The spec's pull policy, else the operator's."""
-        return agent.image_pull_policy or self.pull_policy
+def agent_image_from_environ(environ: Mapping[str, str]) -> AgentImage:
+    """The chart's ``agent.image``: image, pull policy (an unknown one: IfNotPresent) and pull
+    secrets (comma-separated, each name once)."""
+    pull_policy = environ.get(AGENT_IMAGE_PULL_POLICY_ENV)
+    secrets = environ.get(AGENT_IMAGE_PULL_SECRETS_ENV, "").split(",")
+    return AgentImage(
+        image=environ.get(AGENT_IMAGE_ENV) or DEFAULT_AGENT_IMAGE,
+        pull_policy=pull_policy if pull_policy in PULL_POLICIES else DEFAULT_PULL_POLICY,
+        pull_secrets=tuple(dict.fromkeys(name.strip() for name in secrets if name.strip())),
+    )
 
 
 @dataclass(frozen=True)
@@ -298,9 +264,9 @@ class OperatorConfig:
         return cls(
             tuning=OperatorTuning.from_environ(environ),
             webhook=WebhookSettings.from_environ(environ),
-            pool=PoolPolicy.from_environ(environ),
+            pool=pool_policy_from_environ(environ),
             pool_interval_seconds=pool_interval_from_environ(environ),
-            agent_image=AgentImage.from_environ(environ),
+            agent_image=agent_image_from_environ(environ),
             features=OperatorFeatures.from_environ(environ),
             serving=ServingSettings.from_environ(environ),
         )

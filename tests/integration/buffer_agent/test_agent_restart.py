@@ -11,6 +11,7 @@ from confluent_kafka import Producer
 
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.broker import KafkaBroker, consume_all, create_topic
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -34,10 +35,10 @@ def produce(bootstrap: str, start: int, count: int) -> None:
 
 
 def wait_until_forwarded(agent: AgentProcess, count: int) -> None:
-    deadline = time.monotonic() + 30
-    while agent.metrics().get("durable_agent_forwarded_records_total", 0) < count:
-        assert time.monotonic() < deadline, "the agent did not forward in time"
-        time.sleep(0.2)
+    wait_for(
+        lambda: agent.metrics().get("durable_agent_forwarded_records_total", 0) >= count,
+        timeout=30, interval=0.2, what=f"the agent to forward {count} records",
+    )  # fmt: skip
 
 
 def test_sequence_state_survives_checkpoint_and_sigkill(tmp_path: Path) -> None:

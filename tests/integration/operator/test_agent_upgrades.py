@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from durable_producer.contract import AGENT_HASH_ANNOTATION
-from integration.operator.kube_harness import ChartOperator, KubeApi
-from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
+from support.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import durable_producer, opted_in_pod
 
 pytestmark = pytest.mark.integration
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from integration.operator.kube_harness import ChartOperator, ChartOperators, KubeApi
 from integration.operator.test_operator_on_api_server import condition, durable_producer
+from support.kube_harness import ChartOperator, ChartOperators, KubeApi
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration

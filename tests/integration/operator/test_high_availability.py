@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from integration.operator.kube_harness import ChartOperator, KubeApi
-from integration.operator.test_webhook_harness import (
+from support.kube_harness import ChartOperator, KubeApi
+from support.waiting import wait_for
+from support.webhook_harness import (
     admission_review,
     durable_producer,
     opted_in_pod,
 )
-from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from durable_producer.operator.decide import reconcile
 from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
 from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE
 from durable_producer.operator.model.model import API_VERSION, KIND, DurableProducerSpec
-from integration.operator.kube_harness import ChartOperator, KubeApi
 from support.crd_validation import ApiServerValidation
+from support.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration

@@ -13,9 +13,9 @@ import pytest
 from durable_producer.contract import GROUP, PAUSE_ANNOTATION
 from durable_producer.operator.decide import pause
 from durable_producer.operator.model import conditions
-from integration.operator.kube_harness import ChartOperator, KubeApi
-from integration.operator.test_webhook_harness import durable_producer
+from support.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import durable_producer
 
 pytestmark = pytest.mark.integration
 

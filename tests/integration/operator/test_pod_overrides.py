@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from durable_producer import contract
 from durable_producer.operator.decide import agent_versions, reconcile
-from durable_producer.operator.settings import AgentImage
-from integration.operator.kube_harness import ChartOperator, KubeApi
-from integration.operator.test_webhook_harness import AGENT_IMAGE, durable_producer, opted_in_pod
+from durable_producer.operator.model.installation import AgentImage
+from support.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import AGENT_IMAGE, durable_producer, opted_in_pod
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from durable_producer import contract
 from durable_producer.operator.act import api_access, spark_actions
 from durable_producer.operator.decide import agent_container
 from durable_producer.operator.model.model import API_VERSION, KIND
-from integration.operator.kube_harness import ChartOperator, KubeApi
+from support.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration

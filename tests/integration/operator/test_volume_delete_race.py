@@ -23,7 +23,7 @@ from durable_producer.operator.act import pool_actions
 from durable_producer.operator.act.cluster import Cluster
 from durable_producer.operator.decide import handout
 from durable_producer.operator.decide import volume_pool as vp
-from integration.operator.kube_harness import KubeApi
+from support.kube_harness import KubeApi
 
 pytestmark = pytest.mark.integration
 

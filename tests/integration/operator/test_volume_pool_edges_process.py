@@ -18,16 +18,16 @@ from durable_producer.operator import startup
 from durable_producer.operator.act import api_access
 from durable_producer.operator.decide import volume_fit
 from durable_producer.operator.decide import volume_pool as vp
-from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_volume_pool_process import (
     FAST_POOL,
     annotations_of,
     run,
     status_of,
 )
-from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
 from support.kube_cluster import storage_class
+from support.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import durable_producer, opted_in_pod
 
 pytestmark = pytest.mark.integration
 

@@ -23,9 +23,9 @@ from durable_producer.local.ports import free_port
 from durable_producer.operator.act import api_access
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.decide import volume_pool as vp
-from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
-from integration.operator.test_webhook_harness import durable_producer, opted_in_pod
+from support.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import durable_producer, opted_in_pod
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ import pytest
 from durable_producer import contract
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.decide import volume_pool as vp
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
-from integration.operator.kube_harness import ChartOperator, KubeApi
-from integration.operator.test_webhook_harness import (
+from support.kube_harness import ChartOperator, KubeApi
+from support.webhook_harness import (
     AGENT_IMAGE,
     durable_producer,
     opted_in_pod,

@@ -21,10 +21,10 @@ from durable_producer.local.kube_processes import CONTAINER_STOP_MESSAGE_ANNOTAT
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.decide import volume_pool as vp
 from durable_producer.shutdown_record import ShutdownRecord
-from integration.operator.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from integration.operator.test_operator_on_api_server import durable_producer
-from integration.operator.test_webhook_harness import admission_review, opted_in_pod
+from support.kube_harness import CLAIM_GRACE, ChartOperator, KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import admission_review, opted_in_pod
 
 pytestmark = pytest.mark.integration
 

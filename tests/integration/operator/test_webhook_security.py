@@ -14,9 +14,11 @@ from typing import Any
 import pytest
 
 from durable_producer.operator.act import api_access
-from integration.operator.kube_harness import ChartOperator, ChartOperators, KubeApi
-from integration.operator.operator_harness import KubernetesApi
-from integration.operator.test_webhook_harness import (
+from support.kube_cluster import Cluster
+from support.kube_harness import ChartOperator, ChartOperators, KubeApi
+from support.operator_harness import KubernetesApi
+from support.waiting import wait_for
+from support.webhook_harness import (
     WebhookOperator,
     admission_review,
     answer_with,
@@ -26,8 +28,6 @@ from integration.operator.test_webhook_harness import (
     pool_resources,
     start_webhook_operator,
 )
-from support.kube_cluster import Cluster
-from support.waiting import wait_for
 
 __all__ = ["pool_resources", "start_webhook_operator"]
 

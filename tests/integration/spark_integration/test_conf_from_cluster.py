@@ -15,7 +15,7 @@ from durable_producer.contract import DRIVER_TEMPLATE_KEY, EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.cli import main
 from durable_producer.spark_integration.cluster import templates_configmap_name
 from durable_producer.spark_integration.conf import EXECUTOR_CONTAINER_NAME, EXECUTOR_TEMPLATE_FILE
-from integration.operator.kube_harness import KubeApi, kube_api
+from support.kube_harness import KubeApi, kube_api
 from support.spark_templates import executor_template
 
 __all__ = ["kube_api"]

@@ -26,15 +26,15 @@ from durable_producer import contract
 from durable_producer.contract import POOL_LABEL
 from durable_producer.operator.act import spark_actions
 from durable_producer.operator.decide import agent_container, pod_mutation
-from integration.operator.kube_harness import (
+from support.kube_harness import (
     ChartOperator,
     KubeApi,
     chart_operators,
     kube_api,
     start_chart_operator,
 )
-from integration.operator.test_webhook_harness import AGENT_IMAGE, durable_producer
 from support.waiting import wait_for
+from support.webhook_harness import AGENT_IMAGE, durable_producer
 
 __all__ = ["chart_operators", "kube_api", "start_chart_operator"]
 

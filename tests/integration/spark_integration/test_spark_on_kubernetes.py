@@ -21,7 +21,7 @@ import pytest
 
 from durable_producer.contract import EXECUTOR_TEMPLATE_KEY
 from durable_producer.spark_integration.conf import write_rendered_templates
-from integration.operator.kube_harness import KubeApi, kube_api
+from support.kube_harness import KubeApi, kube_api
 from support.spark_templates import executor_template
 
 __all__ = ["kube_api"]

@@ -14,6 +14,7 @@ import pytest
 
 from durable_producer.operator import settings
 from durable_producer.operator.act import admission
+from durable_producer.operator.model import installation
 from support.tools import CHART_DIR, objects_of_kind, render_chart, run_helm, single_object
 
 NAMESPACE = "durable-system"
@@ -192,12 +193,12 @@ def test_pool_timings_reach_the_operator(default_objects: list[dict[str, Any]]) 
                                         "idleTtlSeconds": 9, "drainTimeoutSeconds": 10,
                                         "drainRetryMaxSeconds": 11}}))
 
-    policy = settings.PoolPolicy.from_environ(env)
+    policy = settings.pool_policy_from_environ(env)
 
     assert (policy.claim_grace_seconds, policy.drain_grace_seconds, policy.idle_ttl_seconds,
             policy.drain_timeout_seconds, policy.drain_retry_max_seconds) == (7, 8, 9, 10, 11)
-    assert settings.PoolPolicy.from_environ(env_of(default_objects)) == (
-        settings.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
+    assert settings.pool_policy_from_environ(env_of(default_objects)) == (
+        installation.PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=60,
                                idle_ttl_seconds=900, drain_timeout_seconds=600))
 
 

@@ -12,8 +12,8 @@ import kubernetes_validate
 import pytest
 
 from durable_producer.operator.decide import agent_container, manifests, pod_mutation
+from durable_producer.operator.model.installation import AgentImage, PoolPolicy
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage, PoolPolicy
 from support.pod_security import BASELINE, pod_of, violations
 from support.tools import render_chart, single_object
 

@@ -1,5 +1,6 @@
-"""docs/architecture.md's tree of the buffer agent names every module the agent has, in the folder
-it is in, and no folder the agent does not have."""
+"""docs/architecture.md's tree names every module in the folder it is in, and no folder the code
+does not have: the buffer agent's block, and the whole of src/durable_producer/ (the operator,
+Spark, local/ and the top level with it)."""
 
 from __future__ import annotations
 
@@ -35,15 +36,22 @@ def agent_tree() -> dict[tuple[str, ...], str]:
     return tree
 
 
-def test_every_agent_module_is_named_in_its_folder() -> None:
-    tree = agent_tree()
+def unnamed_modules(
+    tree: dict[tuple[str, ...], str], root: Path, exempt: tuple[str, ...]
+) -> list[str]:
+    """The modules (.py, .c) of each folder of ``tree`` under ``root`` its words do not name."""
     missing = []
     for folder, words in tree.items():
         named = set(re.findall(r"\w+", words))
-        directory = AGENT.joinpath(*folder)
+        directory = root.joinpath(*folder)
         for path in sorted([*directory.glob("*.py"), *directory.glob("*.c")]):
-            if path.stem != "__init__" and path.stem not in named:
-                missing.append(str(path.relative_to(AGENT)))
+            if path.stem not in exempt and path.stem not in named:
+                missing.append(str(path.relative_to(root)))
+    return missing
+
+
+def test_every_agent_module_is_named_in_its_folder() -> None:
+    missing = unnamed_modules(agent_tree(), AGENT, ("__init__",))
     assert not missing, f"docs/architecture.md does not name {missing}"
 
 
@@ -54,3 +62,42 @@ def test_every_agent_folder_is_in_the_doc_and_exists() -> None:
         for path in AGENT.rglob("__init__.py")
     }
     assert set(tree) == on_disk
+
+
+PACKAGE = REPO / "src" / "durable_producer"
+ANY_FOLDER = re.compile(r"^(?P<indent> +)(?P<name>\w+)/(\s|$)")
+
+
+def package_tree() -> dict[tuple[str, ...], str]:
+    """The whole room-by-room tree (``src/durable_producer/`` to the end of its block):
+    folder (path parts) -> its words, file lines counted in the folder they are indented under."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    start = text.index("\nsrc/durable_producer/\n") + 1
+    lines = text[start : text.index("```", start)].splitlines()
+    tree: dict[tuple[str, ...], str] = {(): lines[0]}
+    stack: list[tuple[int, str]] = []
+    current: tuple[str, ...] = ()
+    for line in lines[1:]:
+        indent = len(line) - len(line.lstrip(" "))
+        folder = ANY_FOLDER.match(line)
+        if folder:
+            stack = [(d, n) for d, n in stack if d < indent] + [(indent, folder["name"])]
+            current = tuple(name for _, name in stack)
+            tree[current] = line
+        elif line.startswith(CONTINUATION):
+            tree[current] += " " + line
+        else:  # a file line: it belongs to the folder one level out
+            stack = [(d, n) for d, n in stack if d < indent]
+            current = tuple(name for _, name in stack)
+            tree[current] += " " + line
+    return tree
+
+
+def test_every_module_of_the_package_is_named_in_its_folder() -> None:
+    missing = unnamed_modules(package_tree(), PACKAGE, ("__init__", "__main__"))
+    assert not missing, f"docs/architecture.md does not name {missing}"
+
+
+def test_every_package_folder_is_in_the_doc_and_exists() -> None:
+    on_disk = {path.parent.relative_to(PACKAGE).parts for path in PACKAGE.rglob("__init__.py")}
+    assert set(package_tree()) == on_disk

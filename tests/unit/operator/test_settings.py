@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from durable_producer.operator.model import model
+from durable_producer.operator.model.installation import PoolPolicy
 from durable_producer.operator.settings import (
     AGENT_IMAGE_PULL_SECRETS_ENV,
     ALL_FEATURES,
@@ -15,27 +16,27 @@ from durable_producer.operator.settings import (
     WEBHOOK_KEY_FILE_ENV,
     WEBHOOK_PORT_ENV,
     WEBHOOK_TIMEOUT_ENV,
-    AgentImage,
     OperatorConfig,
     OperatorFeatures,
     OperatorTuning,
-    PoolPolicy,
     WebhookSettings,
+    agent_image_from_environ,
     pool_interval_from_environ,
+    pool_policy_from_environ,
 )
 
 
 def test_agent_image_falls_back_to_the_operator_environment() -> None:
     agent = model.AgentSidecarSettings()
-    installed = AgentImage.from_environ({model.AGENT_IMAGE_ENV: "reg/agent:1.2"})
-    assert AgentImage.from_environ({}).image_for(agent) == model.DEFAULT_AGENT_IMAGE
+    installed = agent_image_from_environ({model.AGENT_IMAGE_ENV: "reg/agent:1.2"})
+    assert agent_image_from_environ({}).image_for(agent) == model.DEFAULT_AGENT_IMAGE
     assert installed.image_for(agent) == "reg/agent:1.2"
     pinned = model.AgentSidecarSettings(image="mine/agent:9", image_pull_policy="Always")
     assert installed.image_for(pinned) == "mine/agent:9"
-    never = AgentImage.from_environ({model.AGENT_IMAGE_PULL_POLICY_ENV: "Never"})
+    never = agent_image_from_environ({model.AGENT_IMAGE_PULL_POLICY_ENV: "Never"})
     assert never.pull_policy_for(pinned) == "Always"
     assert never.pull_policy_for(agent) == "Never"
-    bogus = AgentImage.from_environ({model.AGENT_IMAGE_PULL_POLICY_ENV: "bogus"})
+    bogus = agent_image_from_environ({model.AGENT_IMAGE_PULL_POLICY_ENV: "bogus"})
     assert bogus.pull_policy_for(agent) == "IfNotPresent"
 
 
@@ -51,7 +52,7 @@ def test_watch_timeouts_from_environment(raw: str | None, expected: int) -> None
 
 @pytest.mark.parametrize(("raw", "expected"), [("5", 5.0), ("nonsense", 60.0), ("-1", 60.0)])
 def test_policy_from_environment(raw: str, expected: float) -> None:
-    policy = PoolPolicy.from_environ({"DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": raw})
+    policy = pool_policy_from_environ({"DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": raw})
 
     assert policy.drain_grace_seconds == expected
     assert policy.idle_ttl_seconds == PoolPolicy().idle_ttl_seconds
@@ -129,7 +130,7 @@ def test_the_webhook_listens_on_every_address_family_by_default() -> None:
 
 
 def test_agent_pull_secrets_from_environment() -> None:
-    image = AgentImage.from_environ({AGENT_IMAGE_PULL_SECRETS_ENV: "a, b,,a"})
+    image = agent_image_from_environ({AGENT_IMAGE_PULL_SECRETS_ENV: "a, b,,a"})
 
     assert image.pull_secrets == ("a", "b")
-    assert AgentImage.from_environ({}).pull_secrets == ()
+    assert agent_image_from_environ({}).pull_secrets == ()

@@ -23,7 +23,9 @@ from enum import Enum
 from kio.schema.errors import ErrorCode
 
 
-class Verdict(Enum):
+class AnswerVerdict(Enum):
+    """What Kafka's answer to a forwarded batch calls for (the module docstring)."""
+
     DONE = "done"
     RESOLVE = "resolve"
     REFRESH = "refresh"
@@ -79,17 +81,17 @@ _PRODUCER_STATE = frozenset(
 _DONE = frozenset({0, int(ErrorCode.duplicate_sequence_number)})
 
 
-def judge(code: int, *, head_of_line: bool) -> Verdict:
+def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:
     """``head_of_line``: the batch is its partition's first unacknowledged one."""
     if code in _DONE:
-        return Verdict.DONE
+        return AnswerVerdict.DONE
     if code in _PRODUCER_STATE or (code == _OUT_OF_ORDER and head_of_line):
-        return Verdict.RESOLVE
+        return AnswerVerdict.RESOLVE
     if code in _REFRESH:
-        return Verdict.REFRESH
+        return AnswerVerdict.REFRESH
     if code in PERMANENT:
-        return Verdict.REFUSED
-    return Verdict.RETRY
+        return AnswerVerdict.REFUSED
+    return AnswerVerdict.RETRY
 
 
 def error_name(code: int) -> str:

@@ -24,7 +24,7 @@ from durable_producer.buffer_agent.forward.failure_policy import (
     PERMANENT,
     TOO_LARGE,
     UNKNOWN_TOPIC,
-    Verdict,
+    AnswerVerdict,
     error_name,
     judge,
 )
@@ -213,7 +213,7 @@ class Sender:
         self, queue: PartitionQueue, batch: Batch, code: int, message: str | None, now: float
     ) -> None:
         verdict = judge(code, head_of_line=queue.head_of_line(batch))
-        if verdict is Verdict.DONE:
+        if verdict is AnswerVerdict.DONE:
             acked = queue.succeeded(batch)
             if acked:
                 self._on_acked(queue, acked)
@@ -224,12 +224,12 @@ class Sender:
         self._on_error("delivery", code, name, detail)
         queue.failed(batch, code, now)
         queue.retry_after(now, self._backoff(queue))
-        if verdict is Verdict.RESOLVE:
+        if verdict is AnswerVerdict.RESOLVE:
             queue.resolve = True
             queue.resolve_code = code
-        elif verdict is Verdict.REFRESH:
+        elif verdict is AnswerVerdict.REFRESH:
             self._refresh_wanted = True
-        elif verdict is Verdict.REFUSED and len(batch.frames) > 1:
+        elif verdict is AnswerVerdict.REFUSED and len(batch.frames) > 1:
             if code in TOO_LARGE:  # merged too large for the topic: merge less
                 limit = min(self._max_bytes(topic), batch.size) // 2
                 self._merge_limit[topic] = max(MIN_MERGE_BYTES, limit)
@@ -338,7 +338,7 @@ class Sender:
                 return
             if isinstance(found, int):
                 verdict = judge(found, head_of_line=False)
-                if verdict in (Verdict.REFRESH, Verdict.RETRY):
+                if verdict in (AnswerVerdict.REFRESH, AnswerVerdict.RETRY):
                     self._refresh_wanted = True
                     queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
                     return

@@ -40,7 +40,7 @@ from kio.schema.errors import ErrorCode
 from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.producer_state import ProducerState
-from durable_producer.buffer_agent.ingest.sequences import StoredBatch, Verdict
+from durable_producer.buffer_agent.ingest.sequences import SequenceVerdict, StoredBatch
 from durable_producer.buffer_agent.ingest.stats import IngestStats
 from durable_producer.buffer_agent.kafka.protocol import (
     PartitionResult,
@@ -233,11 +233,11 @@ class ProduceHandler:
         single = len(batches) == 1
         for header, view in batches:
             check = sequences.check(topic, partition, header)
-            if check.verdict is Verdict.ACCEPT:
+            if check.verdict is SequenceVerdict.ACCEPT:
                 stored = sequences.record(topic, partition, header)
                 payload = records if single else view
                 outcome.accepted.append((header, payload, stored))
-            elif check.verdict is Verdict.DUPLICATE:
+            elif check.verdict is SequenceVerdict.DUPLICATE:
                 assert check.duplicate_of is not None
                 original = check.duplicate_of
                 outcome.duplicates.append((original, self._pending.get(original)))
@@ -245,7 +245,7 @@ class ProduceHandler:
                 self._forget(outcome)
                 error = (
                     ErrorCode.invalid_producer_epoch
-                    if check.verdict is Verdict.INVALID_EPOCH
+                    if check.verdict is SequenceVerdict.INVALID_EPOCH
                     else ErrorCode.out_of_order_sequence_number
                 )
                 self._refuse(outcome, error, check.reason)

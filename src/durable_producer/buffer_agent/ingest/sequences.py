@@ -43,7 +43,10 @@ producers are forgotten, a tenth of the bound at a time."""
 _SEQUENCE_MODULUS = 2**31
 
 
-class Verdict(enum.Enum):
+class SequenceVerdict(enum.Enum):
+    """What a produced batch's sequence numbers say against its producer's state on the
+    partition: store it, answer it as the copy already stored, or refuse it."""
+
     ACCEPT = "accept"
     DUPLICATE = "duplicate"
     OUT_OF_ORDER = "out_of_order_sequence"
@@ -61,7 +64,7 @@ class StoredBatch:
 
 @dataclass(frozen=True, slots=True)
 class SequenceCheck:
-    verdict: Verdict
+    verdict: SequenceVerdict
     duplicate_of: StoredBatch | None = None
     reason: str = ""
 
@@ -112,36 +115,36 @@ class SequenceTracker:
     def check(self, topic: str, partition: int, header: BatchHeader) -> SequenceCheck:
         """Decide what to do with a batch, without changing any state."""
         if not header.is_idempotent:
-            return SequenceCheck(Verdict.ACCEPT)
+            return SequenceCheck(SequenceVerdict.ACCEPT)
         producer = self._producers.get(header.producer_id)
         state = None if producer is None else producer.partitions.get((topic, partition))
         if state is None:
-            return SequenceCheck(Verdict.ACCEPT)
+            return SequenceCheck(SequenceVerdict.ACCEPT)
         if header.producer_epoch < state.epoch:
             return SequenceCheck(
-                Verdict.INVALID_EPOCH,
+                SequenceVerdict.INVALID_EPOCH,
                 reason=f"producer {header.producer_id} epoch {header.producer_epoch} is older"
                 f" than the current epoch {state.epoch} on {topic}-{partition}",
             )
         if header.producer_epoch > state.epoch:
             if header.base_sequence == 0:
-                return SequenceCheck(Verdict.ACCEPT)
+                return SequenceCheck(SequenceVerdict.ACCEPT)
             return SequenceCheck(
-                Verdict.OUT_OF_ORDER,
+                SequenceVerdict.OUT_OF_ORDER,
                 reason=f"producer {header.producer_id} new epoch {header.producer_epoch} must"
                 f" start at sequence 0, got {header.base_sequence}",
             )
         if not state.batches:
-            return SequenceCheck(Verdict.ACCEPT)
+            return SequenceCheck(SequenceVerdict.ACCEPT)
         base_sequence, last_sequence = header.base_sequence, header.last_sequence
         for stored in state.batches:
             if stored.base_sequence == base_sequence and stored.last_sequence == last_sequence:
-                return SequenceCheck(Verdict.DUPLICATE, duplicate_of=stored)
+                return SequenceCheck(SequenceVerdict.DUPLICATE, duplicate_of=stored)
         expected = (state.batches[-1].last_sequence + 1) % _SEQUENCE_MODULUS
         if header.base_sequence == expected or state.lenient:
-            return SequenceCheck(Verdict.ACCEPT)
+            return SequenceCheck(SequenceVerdict.ACCEPT)
         return SequenceCheck(
-            Verdict.OUT_OF_ORDER,
+            SequenceVerdict.OUT_OF_ORDER,
             reason=f"producer {header.producer_id} epoch {header.producer_epoch} on"
             f" {topic}-{partition}: expected sequence {expected}, got {header.base_sequence}",
         )

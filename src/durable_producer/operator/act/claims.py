@@ -29,8 +29,8 @@ from durable_producer.operator.decide import (
     volume_pool,
 )
 from durable_producer.operator.decide.volume_fit import VolumeFit
+from durable_producer.operator.model.installation import PoolPolicy
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import PoolPolicy
 
 CLAIM_ATTEMPTS = 5
 

@@ -18,9 +18,9 @@ from durable_producer.contract import (
     METRICS_HOST,
 )
 from durable_producer.operator.decide import sizing
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.model.quantities import parse_quantity
-from durable_producer.operator.settings import AgentImage
 
 AGENT_USER_ID = 10001
 METRICS_PORT_NAME = "dp-metrics"

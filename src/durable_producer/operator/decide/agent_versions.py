@@ -17,8 +17,8 @@ from durable_producer.contract import AGENT_HASH_ANNOTATION
 from durable_producer.operator.decide import agent_container, overrides, pod_mutation, reconcile
 from durable_producer.operator.decide.injection_hash import sidecar_hash
 from durable_producer.operator.decide.kube_objects import Object, name_of
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
 
 OUTDATED_STATUS_KEY = "outdatedAgents"
 _FINISHED_PHASES = ("Succeeded", "Failed")

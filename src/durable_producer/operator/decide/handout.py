@@ -39,7 +39,7 @@ from durable_producer.operator.decide.volume_pool import (
     volume_state,
     volume_users,
 )
-from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.model.installation import PoolPolicy
 
 CLAIM_SETTLE_SECONDS = 10.0
 """A claim made for a generated pod name is reused only this long after it was made: before,

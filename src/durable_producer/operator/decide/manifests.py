@@ -36,8 +36,8 @@ from durable_producer.operator.decide.volume_pool import (
     VOLUME_FINALIZER,
     drain_job_name,
 )
+from durable_producer.operator.model.installation import AgentImage, PoolPolicy
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage, PoolPolicy
 
 
 def owner_reference(producer: Object, *, blocking: bool = True) -> dict[str, Any]:

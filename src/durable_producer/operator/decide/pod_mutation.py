@@ -36,8 +36,8 @@ from durable_producer.operator.decide.agent_container import (
     secret_volumes,
 )
 from durable_producer.operator.decide.injection_hash import sidecar_hash
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
 
 JsonPatchOp = dict[str, Any]
 

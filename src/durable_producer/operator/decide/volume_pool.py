@@ -51,7 +51,7 @@ from durable_producer.operator.decide.kube_objects import (
     parse_time,
 )
 from durable_producer.operator.decide.volume_fit import VolumeFit
-from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.model.installation import PoolPolicy
 
 DRAIN_VOLUME_LABEL = f"{GROUP}/drain-volume"
 CLAIMED_AT_ANNOTATION = f"{GROUP}/claimed-at"

@@ -256,7 +256,7 @@ class AgentPorts(CamelModel):
 
 
 # The image of injected agents when a DurableProducer names none: the operator's environment
-# (settings.AgentImage), else this default.
+# (settings.agent_image_from_environ into installation.AgentImage), else this default.
 DEFAULT_AGENT_IMAGE = "durable-producer/agent:0.1.0"
 AGENT_IMAGE_ENV = "DURABLE_PRODUCER_AGENT_IMAGE"
 AGENT_IMAGE_PULL_POLICY_ENV = "DURABLE_PRODUCER_AGENT_IMAGE_PULL_POLICY"

@@ -44,6 +44,7 @@ from support.ingest_harness import (
     record_batch,
 )
 from support.kafka_wire import encode_request, produce_body
+from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -506,9 +507,8 @@ def test_a_batch_whose_append_outlives_its_connection_at_shutdown_is_a_duplicate
         answer = ThreadPoolExecutor(1).submit(sender.produce, TOPIC, 0, batch)
         assert agent.wal is not None
         wal = agent.wal
-        deadline = time.monotonic() + 10
-        while wal.next_offset == 0 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: wal.next_offset != 0, timeout=10, interval=0.01,
+                 what="the produced batch written to the WAL")
         assert wal.next_offset == 1 and not answer.done()  # written, waiting for its fsync
 
         agent.stop_server()  # SIGTERM: connections cancelled, last snapshot, WAL closed

@@ -17,7 +17,7 @@ from durable_producer.buffer_agent.ingest.producer_state import (
     ProducerState,
     ProducerStateStore,
 )
-from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, Verdict
+from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, SequenceVerdict
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from support.ingest_harness import record_batch
 from support.producer_batches import accept, header
@@ -32,9 +32,9 @@ def test_snapshot_keeps_confirmed_batches_only(tmp_path: Path) -> None:
     store.save(tracker, 21)
     restored, offset = store.load()
     assert offset == 21
-    assert restored.check("t", 0, header(7, 1, 0, records=4)).verdict is Verdict.DUPLICATE
-    assert restored.check("t", 0, header(7, 1, 4)).verdict is Verdict.ACCEPT
-    assert restored.check("t", 0, header(7, 0, 4)).verdict is Verdict.INVALID_EPOCH
+    assert restored.check("t", 0, header(7, 1, 0, records=4)).verdict is SequenceVerdict.DUPLICATE
+    assert restored.check("t", 0, header(7, 1, 4)).verdict is SequenceVerdict.ACCEPT
+    assert restored.check("t", 0, header(7, 0, 4)).verdict is SequenceVerdict.INVALID_EPOCH
 
 
 def test_corrupt_snapshot_is_ignored(tmp_path: Path) -> None:
@@ -67,9 +67,9 @@ def test_restore_replays_the_wal_after_the_snapshot(tmp_path: Path) -> None:
         wal.append("t", 0, idempotent_batch(1), 1)  # stored after the snapshot
         restored = ProducerState(wal, tmp_path / "state")
         restored.restore()
-    assert restored.sequences.check("t", 0, header(7, 0, 0)).verdict is Verdict.DUPLICATE
-    assert restored.sequences.check("t", 0, header(7, 0, 1)).verdict is Verdict.DUPLICATE
-    assert restored.sequences.check("t", 0, header(7, 0, 2)).verdict is Verdict.ACCEPT
+    assert restored.sequences.check("t", 0, header(7, 0, 0)).verdict is SequenceVerdict.DUPLICATE
+    assert restored.sequences.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.DUPLICATE
+    assert restored.sequences.check("t", 0, header(7, 0, 2)).verdict is SequenceVerdict.ACCEPT
     assert restored.sequences.max_producer_id() == 7
 
 
@@ -100,7 +100,7 @@ def test_lost_history_makes_restored_partitions_lenient_once(tmp_path: Path) -> 
         wal.checkpoint(2)  # frames the snapshot does not cover are gone
         restored = ProducerState(wal, tmp_path / "state")
         restored.restore()
-    assert restored.sequences.check("t", 0, header(7, 0, 9)).verdict is Verdict.ACCEPT
+    assert restored.sequences.check("t", 0, header(7, 0, 9)).verdict is SequenceVerdict.ACCEPT
 
 
 def test_a_snapshot_the_disk_has_no_room_for_keeps_the_old_one(
@@ -175,4 +175,5 @@ def test_a_restore_without_snapshot_holds_a_bounded_part_of_the_backlog(tmp_path
         finally:
             tracemalloc.stop()
     assert peak < 48 << 20, f"restore peaked at {peak >> 20} MiB for {frames} MiB of backlog"
-    assert state.sequences.check("t", 0, header(9, 0, frames - 1)).verdict is Verdict.DUPLICATE
+    retry = state.sequences.check("t", 0, header(9, 0, frames - 1))
+    assert retry.verdict is SequenceVerdict.DUPLICATE

@@ -11,7 +11,7 @@ from durable_producer.buffer_agent.ingest import sequences
 from durable_producer.buffer_agent.ingest.sequences import (
     TRACKED_BATCHES,
     SequenceTracker,
-    Verdict,
+    SequenceVerdict,
 )
 from support.producer_batches import accept, header
 
@@ -21,16 +21,16 @@ def test_in_order_batches_are_accepted_and_retries_are_duplicates() -> None:
     accept(tracker, header(7, 0, 0, records=3), 10)
     accept(tracker, header(7, 0, 3, records=2), 11)
     check = tracker.check("t", 0, header(7, 0, 0, records=3))
-    assert check.verdict is Verdict.DUPLICATE
+    assert check.verdict is SequenceVerdict.DUPLICATE
     assert check.duplicate_of is not None and check.duplicate_of.wal_offset == 10
-    assert tracker.check("t", 0, header(7, 0, 3, records=2)).verdict is Verdict.DUPLICATE
+    assert tracker.check("t", 0, header(7, 0, 3, records=2)).verdict is SequenceVerdict.DUPLICATE
 
 
 def test_gap_is_out_of_order() -> None:
     tracker = SequenceTracker()
     accept(tracker, header(7, 0, 0, records=3), 1)
     check = tracker.check("t", 0, header(7, 0, 5))
-    assert check.verdict is Verdict.OUT_OF_ORDER
+    assert check.verdict is SequenceVerdict.OUT_OF_ORDER
     assert "expected sequence 3, got 5" in check.reason
 
 
@@ -38,17 +38,17 @@ def test_only_the_last_five_batches_are_remembered() -> None:
     tracker = SequenceTracker()
     for sequence in range(TRACKED_BATCHES + 1):
         accept(tracker, header(7, 0, sequence), sequence)
-    assert tracker.check("t", 0, header(7, 0, 0)).verdict is Verdict.OUT_OF_ORDER
-    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.DUPLICATE
+    assert tracker.check("t", 0, header(7, 0, 0)).verdict is SequenceVerdict.OUT_OF_ORDER
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.DUPLICATE
 
 
 def test_epochs() -> None:
     tracker = SequenceTracker()
     accept(tracker, header(7, 2, 0), 1)
     older = tracker.check("t", 0, header(7, 1, 1))
-    assert older.verdict is Verdict.INVALID_EPOCH
+    assert older.verdict is SequenceVerdict.INVALID_EPOCH
     assert "epoch 1 is older than the current epoch 2" in older.reason
-    assert tracker.check("t", 0, header(7, 3, 4)).verdict is Verdict.OUT_OF_ORDER
+    assert tracker.check("t", 0, header(7, 3, 4)).verdict is SequenceVerdict.OUT_OF_ORDER
     accept(tracker, header(7, 3, 0), 2)
     assert dict(tracker.producers()) == {7: 3}
 
@@ -58,20 +58,20 @@ def test_partitions_and_producers_are_independent() -> None:
     accept(tracker, header(7, 0, 0), 1, partition=0)
     accept(tracker, header(7, 0, 0), 2, partition=1)
     accept(tracker, header(8, 0, 0), 3, partition=0)
-    assert tracker.check("t", 1, header(7, 0, 1)).verdict is Verdict.ACCEPT
-    assert tracker.check("other", 0, header(7, 0, 0)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 1, header(7, 0, 1)).verdict is SequenceVerdict.ACCEPT
+    assert tracker.check("other", 0, header(7, 0, 0)).verdict is SequenceVerdict.ACCEPT
 
 
 def test_sequence_wraps_around() -> None:
     tracker = SequenceTracker()
     accept(tracker, header(7, 0, 2**31 - 2, records=2), 1)
-    assert tracker.check("t", 0, header(7, 0, 0)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 0)).verdict is SequenceVerdict.ACCEPT
 
 
 def test_non_idempotent_batches_are_not_tracked() -> None:
     tracker = SequenceTracker()
     plain = header(-1, -1, -1)
-    assert tracker.check("t", 0, plain).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, plain).verdict is SequenceVerdict.ACCEPT
     assert tracker.record("t", 0, plain, 1) is None
     assert len(tracker) == 0
 
@@ -81,9 +81,9 @@ def test_forget_undoes_a_failed_append() -> None:
     accept(tracker, header(7, 0, 0), 1)
     pending = tracker.record("t", 0, header(7, 0, 1))
     assert pending is not None and pending.wal_offset is None
-    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.DUPLICATE
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.DUPLICATE
     tracker.forget("t", 0, 7, pending)
-    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.ACCEPT
 
 
 def test_epochs_are_per_partition_as_on_a_broker() -> None:
@@ -94,9 +94,9 @@ def test_epochs_are_per_partition_as_on_a_broker() -> None:
     accept(tracker, header(7, 0, 0), 1, partition=0)
     accept(tracker, header(7, 0, 0), 2, partition=1)
     accept(tracker, header(7, 1, 0), 3, partition=1)
-    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.ACCEPT
     older = tracker.check("t", 1, header(7, 0, 1))
-    assert older.verdict is Verdict.INVALID_EPOCH
+    assert older.verdict is SequenceVerdict.INVALID_EPOCH
     assert older.reason == "producer 7 epoch 0 is older than the current epoch 1 on t-1"
     assert dict(tracker.producers()) == {7: 1}
 
@@ -111,9 +111,9 @@ def test_a_refused_batch_of_a_new_epoch_leaves_the_epoch_as_it_was() -> None:
     assert bumped is not None
     tracker.forget("t", 0, 7, bumped)  # its append was refused: the WAL is full
     assert dict(tracker.producers()) == {7: 0}
-    assert tracker.check("t", 0, header(7, 0, 2)).verdict is Verdict.ACCEPT
-    assert tracker.check("t", 0, header(7, 0, 0, records=2)).verdict is Verdict.DUPLICATE
-    assert tracker.check("t", 0, header(7, 1, 0)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 2)).verdict is SequenceVerdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 0, records=2)).verdict is SequenceVerdict.DUPLICATE
+    assert tracker.check("t", 0, header(7, 1, 0)).verdict is SequenceVerdict.ACCEPT
 
 
 def test_a_new_epoch_stays_while_one_of_its_batches_is_stored_or_pending() -> None:
@@ -129,8 +129,8 @@ def test_a_new_epoch_stays_while_one_of_its_batches_is_stored_or_pending() -> No
     assert refused is not None
     tracker.forget("t", 0, 7, refused)
     assert dict(tracker.producers()) == {7: 1}
-    assert tracker.check("t", 0, header(7, 0, 1)).verdict is Verdict.INVALID_EPOCH
-    assert tracker.check("t", 0, header(7, 1, 1)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.INVALID_EPOCH
+    assert tracker.check("t", 0, header(7, 1, 1)).verdict is SequenceVerdict.ACCEPT
 
 
 def test_snapshots_keep_each_partitions_epoch_and_read_the_older_format() -> None:
@@ -138,13 +138,13 @@ def test_snapshots_keep_each_partitions_epoch_and_read_the_older_format() -> Non
     accept(tracker, header(7, 0, 0), 1, partition=0)
     accept(tracker, header(7, 2, 0), 2, partition=1)
     restored = SequenceTracker.from_json(json.loads(tracker.to_json_text()))
-    assert restored.check("t", 0, header(7, 0, 1)).verdict is Verdict.ACCEPT
-    assert restored.check("t", 1, header(7, 1, 1)).verdict is Verdict.INVALID_EPOCH
+    assert restored.check("t", 0, header(7, 0, 1)).verdict is SequenceVerdict.ACCEPT
+    assert restored.check("t", 1, header(7, 1, 1)).verdict is SequenceVerdict.INVALID_EPOCH
     older = {
         "producers": {"7": {"epoch": 2, "last_seen": 0, "partitions": [["t", 0, [[0, 0, 1]]]]}}
     }
     assert SequenceTracker.from_json(older).check("t", 0, header(7, 1, 1)).verdict is (
-        Verdict.INVALID_EPOCH
+        SequenceVerdict.INVALID_EPOCH
     )
 
 
@@ -155,7 +155,7 @@ def test_a_producer_whose_first_batch_is_refused_stays_unknown() -> None:
     assert refused is not None
     tracker.forget("t", 0, 7, refused)
     assert dict(tracker.producers()) == {}
-    assert tracker.check("t", 0, header(7, 2, 9)).verdict is Verdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 2, 9)).verdict is SequenceVerdict.ACCEPT
     assert tracker.to_json_text() == '{"producers":{}}'
 
 
@@ -165,17 +165,17 @@ def test_replay_is_idempotent_and_respects_epochs() -> None:
     tracker.replay("t", 0, header(7, 1, 0), 5)
     tracker.replay("t", 0, header(7, 0, 9), 3)
     tracker.replay("t", 0, header(7, 1, 1), 6)
-    assert tracker.check("t", 0, header(7, 1, 2)).verdict is Verdict.ACCEPT
-    assert tracker.check("t", 0, header(7, 1, 1)).verdict is Verdict.DUPLICATE
+    assert tracker.check("t", 0, header(7, 1, 2)).verdict is SequenceVerdict.ACCEPT
+    assert tracker.check("t", 0, header(7, 1, 1)).verdict is SequenceVerdict.DUPLICATE
 
 
 def test_lenient_partitions_accept_one_gap_after_lost_history() -> None:
     tracker = SequenceTracker()
     accept(tracker, header(7, 0, 0), 1)
     tracker.mark_lenient()
-    assert tracker.check("t", 0, header(7, 0, 0)).verdict is Verdict.DUPLICATE
+    assert tracker.check("t", 0, header(7, 0, 0)).verdict is SequenceVerdict.DUPLICATE
     accept(tracker, header(7, 0, 40), 2)
-    assert tracker.check("t", 0, header(7, 0, 60)).verdict is Verdict.OUT_OF_ORDER
+    assert tracker.check("t", 0, header(7, 0, 60)).verdict is SequenceVerdict.OUT_OF_ORDER
 
 
 def test_entries_are_bounded_and_the_least_recently_seen_producers_go_first(
@@ -201,8 +201,8 @@ def test_entries_are_bounded_and_the_least_recently_seen_producers_go_first(
     kept = {producer_id for producer_id, _ in tracker.producers()}
     assert 1_999 in kept and 0 not in kept  # the newest stay, the oldest went
     retry = tracker.check("t", 0, header(1_999, 0, 0))
-    assert retry.verdict is Verdict.DUPLICATE  # a retry of a kept producer is still caught
-    assert tracker.check("t", 0, header(0, 0, 7)).verdict is Verdict.ACCEPT  # unknown again
+    assert retry.verdict is SequenceVerdict.DUPLICATE  # a retry of a kept producer is still caught
+    assert tracker.check("t", 0, header(0, 0, 7)).verdict is SequenceVerdict.ACCEPT  # unknown again
 
 
 def test_the_snapshot_text_renders_only_producers_changed_since_the_last(

@@ -25,6 +25,7 @@ from durable_producer.buffer_agent.wal import (
 )
 from durable_producer.buffer_agent.wal.segment import list_segments
 from durable_producer.buffer_agent.wal.writer import OFFLOAD_WRITE_BYTES
+from support.waiting import wait_for
 from support.wal_helpers import SMALL, payload_for
 
 
@@ -240,9 +241,8 @@ def test_interval_policy_syncs_in_the_background(wal_dir: Path) -> None:
     config = replace(SMALL, fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=20)
     with WriteAheadLog.open(wal_dir, config) as wal:
         offset = wal.append("t", 0, b"x")
-        deadline = time.monotonic() + 5
-        while wal.stats().durable_offset < offset and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_for(lambda: wal.stats().durable_offset >= offset, timeout=5, interval=0.01,
+                 what="the background fsync")
         assert wal.stats().durable_offset == offset
 
 

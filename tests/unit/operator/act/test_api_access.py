@@ -50,8 +50,8 @@ def test_features_creating_blocking_owner_references_may_update_the_owners_final
     from datetime import UTC, datetime
 
     from durable_producer.operator.decide import manifests, spark_templates
+    from durable_producer.operator.model.installation import AgentImage, PoolPolicy
     from durable_producer.operator.model.model import DurableProducerSpec
-    from durable_producer.operator.settings import AgentImage, PoolPolicy
 
     producer = {"metadata": {"name": "orders", "namespace": "shop", "uid": "u-1"}}
     spec = DurableProducerSpec.model_validate({

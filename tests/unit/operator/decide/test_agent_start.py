@@ -9,7 +9,7 @@ from typing import Any
 from durable_producer.operator.decide import agent_start
 from durable_producer.operator.decide import volume_pool as vp
 from durable_producer.operator.decide.kube_objects import format_time
-from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.model.installation import PoolPolicy
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy(agent_start_grace_seconds=120)

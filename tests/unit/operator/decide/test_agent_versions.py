@@ -8,8 +8,8 @@ from typing import Any
 from durable_producer import contract
 from durable_producer.operator.decide import agent_container, agent_versions, pod_mutation
 from durable_producer.operator.decide.injection_hash import sidecar_hash
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
 
 OLD = AgentImage(image="registry.example/agent:1.0")
 NEW = AgentImage(image="registry.example/agent:1.1")

@@ -13,7 +13,7 @@ from durable_producer.contract import (
 )
 from durable_producer.operator.decide import agent_figures, pool_status
 from durable_producer.operator.decide import volume_pool as vp
-from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.model.installation import PoolPolicy
 
 NOW = datetime(2026, 5, 1, 12, 0, 0, tzinfo=UTC)
 POLICY = PoolPolicy()

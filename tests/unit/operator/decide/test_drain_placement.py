@@ -7,8 +7,8 @@ from typing import Any
 
 from durable_producer.operator.decide import drain_placement, manifests
 from durable_producer.operator.decide import volume_pool as vp
+from durable_producer.operator.model.installation import AgentImage, PoolPolicy
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage, PoolPolicy
 
 SPOT = {"key": "pool", "operator": "Equal", "value": "spot", "effect": "NoSchedule"}
 ZONE = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [

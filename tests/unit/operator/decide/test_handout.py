@@ -10,7 +10,7 @@ from typing import Any
 
 from durable_producer.operator.decide import handout, pod_key
 from durable_producer.operator.decide import volume_pool as vp
-from durable_producer.operator.settings import PoolPolicy
+from durable_producer.operator.model.installation import PoolPolicy
 from support.times import NOW, ago
 
 POLICY = PoolPolicy(claim_grace_seconds=120, drain_grace_seconds=30, idle_ttl_seconds=300)

@@ -10,8 +10,8 @@ import pytest
 
 from durable_producer import contract
 from durable_producer.operator.decide import pod_clashes, pod_mutation
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
 
 SPEC = DurableProducerSpec.model_validate({
     "kafka": {"bootstrapServers": ["kafka:9092"],

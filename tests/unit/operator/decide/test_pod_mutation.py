@@ -15,10 +15,11 @@ from durable_producer import contract, volume_budget
 from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.operator.decide import agent_container, pod_mutation
 from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
+from durable_producer.operator.settings import agent_image_from_environ
 
-AGENT_IMAGE = AgentImage.from_environ(
+AGENT_IMAGE = agent_image_from_environ(
     {"DURABLE_PRODUCER_AGENT_IMAGE": "registry.example/agent:1.2.3"})
 CLAIM = "orders-buffer-abc"
 

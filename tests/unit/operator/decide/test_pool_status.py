@@ -13,8 +13,8 @@ from durable_producer.operator.decide import pool_status
 from durable_producer.operator.decide import volume_pool as vp
 from durable_producer.operator.decide.volume_fit import VolumeFit
 from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE, capped_message
+from durable_producer.operator.model.installation import PoolPolicy
 from durable_producer.operator.model.quantities import GIB
-from durable_producer.operator.settings import PoolPolicy
 from support.times import NOW, ago
 
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300)

@@ -13,8 +13,8 @@ import yaml
 from durable_producer import contract
 from durable_producer.operator.decide import agent_container, pod_mutation, spark_templates
 from durable_producer.operator.decide.spark_templates import TemplatesActionKind
+from durable_producer.operator.model.installation import AgentImage
 from durable_producer.operator.model.model import API_VERSION, KIND, DurableProducerSpec
-from durable_producer.operator.settings import AgentImage
 from durable_producer.spark_integration.conf import (
     DRIVER_TEMPLATE_KEY,
     EXECUTOR_CONTAINER_NAME,

@@ -11,9 +11,9 @@ from typing import Any
 from durable_producer.operator.decide import handout, manifests, volume_fit
 from durable_producer.operator.decide import volume_pool as vp
 from durable_producer.operator.decide.volume_fit import VolumeFit
+from durable_producer.operator.model.installation import PoolPolicy
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.model.quantities import GIB
-from durable_producer.operator.settings import PoolPolicy
 from support.times import NOW, ago
 
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300)

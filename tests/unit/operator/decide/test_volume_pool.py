@@ -22,8 +22,9 @@ from durable_producer.operator.decide import (
 from durable_producer.operator.decide import volume_pool as vp
 from durable_producer.operator.decide.kube_objects import format_time
 from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
+from durable_producer.operator.model.installation import AgentImage, PoolPolicy
 from durable_producer.operator.model.model import DurableProducerSpec
-from durable_producer.operator.settings import POOL_ENV, AgentImage, PoolPolicy
+from durable_producer.operator.settings import POOL_ENV
 from support.times import NOW, ago
 
 POLICY = PoolPolicy(claim_grace_seconds=60, drain_grace_seconds=30, idle_ttl_seconds=300,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -13,15 +14,15 @@ from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
 from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
+from support import wal_helpers
 from support.wal_helpers import SMALL, payload_for
 
 ONE_SEGMENT = replace(SMALL, segment_bytes=1 << 20, max_frame_bytes=4096, max_bytes=1 << 22)
 
 
-def write_frames(directory: Path, count: int, size: int = 300, config=ONE_SEGMENT) -> None:
-    with WriteAheadLog.open(directory, config) as wal:
-        for i in range(count):
-            wal.append("orders", i % 3, payload_for(i, size), 1)
+write_frames = partial(
+    wal_helpers.write_frames, config=ONE_SEGMENT, size=300, topic="orders", partitions=3
+)
 
 
 def read_all(directory: Path, config=ONE_SEGMENT) -> tuple[list[int], WriteAheadLog]:

@@ -15,13 +15,7 @@ from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.volume.format import MAX_OFFSET, encode_segment_header
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from durable_producer.buffer_agent.wal.segment import list_segments
-from support.wal_helpers import SMALL, payload_for
-
-
-def write_frames(directory: Path, count: int) -> None:
-    with WriteAheadLog.open(directory, SMALL) as wal:
-        for offset in range(count):
-            wal.append("t", 0, payload_for(offset), 1)
+from support.wal_helpers import SMALL, payload_for, write_frames
 
 
 def records(directory: Path) -> list[dict[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -14,15 +15,13 @@ from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
 from durable_producer.buffer_agent.wal.recovery.inspect import inspect_wal
 from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
-from support.wal_helpers import SMALL, payload_for
+from support import wal_helpers
+from support.wal_helpers import SMALL
 
 ALWAYS = replace(SMALL, fsync=FsyncPolicy.ALWAYS)
 
 
-def write_frames(directory: Path, count: int, size: int = 300) -> None:
-    with WriteAheadLog.open(directory, ALWAYS) as wal:
-        for offset in range(count):
-            wal.append("t", 0, payload_for(offset, size), 1)
+write_frames = partial(wal_helpers.write_frames, config=ALWAYS, size=300)
 
 
 def flip(path: Path, *positions: int) -> None:
@@ -73,9 +72,7 @@ def test_under_interval_the_same_tail_is_truncated_as_torn(wal_dir: Path) -> Non
 def test_inspect_reports_what_recovery_then_does(
     wal_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with WriteAheadLog.open(wal_dir, ALWAYS) as wal:
-        for offset in range(40):
-            wal.append("t", 0, payload_for(offset, 600), 1)
+    write_frames(wal_dir, 40, size=600)
     segments = list_segments(wal_dir)
     first_spans = scan_segment(segments[0][1], segments[0][0]).spans
     flip(segments[0][1], first_spans[3].start + 50)  # a frame inside the oldest segment

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import subprocess
 import threading
 import urllib.error
@@ -131,12 +130,6 @@ def kubernetes_api() -> Iterator[KubernetesApi]:
     finally:
         loop.call_soon_threadsafe(started["stop"].set)
         thread.join(timeout=10)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass(frozen=True)

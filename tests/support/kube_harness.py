@@ -32,12 +32,12 @@ from durable_producer.local.kube_pki import CertificateAuthority
 from durable_producer.local.kube_processes import JOB_POD_EXIT_ANNOTATION
 from durable_producer.local.ports import LOOPBACK, free_port
 from durable_producer.operator.model import model
-from integration.operator.operator_harness import OPERATOR_START_TIMEOUT_SECONDS, OperatorProcess
-from integration.operator.test_webhook_harness import AGENT_IMAGE, WebhookOperator
 from support.kube_cluster import AuditedRequest, Cluster, audited_requests
+from support.operator_harness import OPERATOR_START_TIMEOUT_SECONDS, OperatorProcess
 from support.outcome import call_failed
 from support.tools import CHART_DIR, helm_binary
 from support.waiting import wait_for
+from support.webhook_harness import AGENT_IMAGE, WebhookOperator
 
 # What tests outside kopf's own settings change: the pool timer runs every half second.
 # The volume pool's claim grace in tests: a claim the webhook made lives this long without its

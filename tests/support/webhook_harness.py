@@ -29,8 +29,9 @@ import jsonpatch
 import kmock
 import pytest
 
-from integration.operator import operator_harness
-from integration.operator.operator_harness import (
+from durable_producer.local.ports import free_port
+from support import operator_harness
+from support.operator_harness import (
     NAMESPACE,
     KubernetesApi,
     OperatorProcess,
@@ -67,12 +68,6 @@ def make_certificate(directory: Path) -> tuple[Path, Path]:
         check=True, capture_output=True, timeout=60,
     )  # fmt: skip
     return cert, key
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -198,7 +193,7 @@ def start_webhook_operator(
         runs when the volume pool is switched off). ``peering``: run as the chart does, as one
         of several replicas sharing the handlers through that peering object (not
         standalone)."""
-        port = _free_port()
+        port = free_port()
         env = {
             **os.environ,
             "KUBECONFIG": str(kubeconfig),
@@ -211,7 +206,7 @@ def start_webhook_operator(
             "DURABLE_PRODUCER_POOL_INTERVAL_SECONDS": "0.5",
             **pool_env,
         }
-        liveness_url = f"http://127.0.0.1:{_free_port()}/healthz"
+        liveness_url = f"http://127.0.0.1:{free_port()}/healthz"
         log_path = tmp_path / f"operator-{len(started)}.log"
         command = [
             sys.executable, "-m", "kopf", "run",
