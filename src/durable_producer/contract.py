@@ -59,6 +59,9 @@ AGENT_CONTAINER_NAME: Final = "durable-agent"
 BUFFER_VOLUME_NAME: Final = "durable-buffer"
 DATA_DIR: Final = "/var/lib/durable-producer"
 """Where the buffer volume is mounted in the agent; the WAL is ``DATA_DIR/wal``."""
+DRAIN_KEPT_DEAD_LETTERS_EXIT: Final = 4
+"""``durable-agent drain``'s exit code when the WAL reached Kafka but dead letters are still on
+the volume: it is not empty (the drain Job fails at once on it: manifests.py)."""
 AGENT_HOST: Final = "127.0.0.1"
 KAFKA_PORT: Final = 9092
 """The agent's Kafka-protocol listener (applications produce to ``127.0.0.1:9092``)."""

@@ -50,12 +50,11 @@ from durable_producer.buffer_agent.volume.space import (
     measure_volume,
 )
 from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.contract import DRAIN_KEPT_DEAD_LETTERS_EXIT
 from durable_producer.shutdown_record import ShutdownRecord, render
 
 log = logging.getLogger(__name__)
 PUBLISH_INTERVAL_S = 1.0
-DEAD_LETTERS_KEPT_EXIT = 4
-"""``drain``: everything in the WAL reached Kafka, but dead letters are still on the volume."""
 
 
 @dataclass(slots=True)
@@ -296,7 +295,7 @@ class BufferAgent:
 
     def drain(self, timeout_s: float) -> int:
         """Forward everything on the volume; exit code 0 when all of it reached Kafka and
-        the volume is empty, 1 when the time ran out, ``DEAD_LETTERS_KEPT_EXIT`` when dead
+        the volume is empty, 1 when the time ran out, ``DRAIN_KEPT_DEAD_LETTERS_EXIT`` when dead
         letters are still on it."""
         wal, forwarder = self._open_wal_and_forwarder()
         try:
@@ -316,7 +315,7 @@ class BufferAgent:
                     kept,
                     self.settings.agent.dead_letter_dir,
                 )
-                return DEAD_LETTERS_KEPT_EXIT
+                return DRAIN_KEPT_DEAD_LETTERS_EXIT
             return 0
         finally:
             if forwarder.running:

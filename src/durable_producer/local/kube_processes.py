@@ -216,11 +216,12 @@ CONTAINER_STOP_MESSAGE_ANNOTATION = "local.durable.dev/stop-message"
 # kwok's behaviour, as its Stage objects: a node becomes Ready; a scheduled pod becomes Running
 # (native sidecars started, other init containers completed); a pod of a Job runs until it is
 # annotated with JOB_POD_EXIT_ANNOTATION "0" (it succeeds, as a drain Job's pod does once its
-# volume is forwarded) or "1" (it fails); a pod being deleted goes (what the kubelet does once
-# its containers stopped). A pod annotated with CONTAINER_STOP_MESSAGE_ANNOTATION first gets
-# the status the kubelet writes before it deletes a pod whose containers stopped: every
-# container terminated with exit code 0, the init containers (the agent, a native sidecar)
-# with that termination message (what the agent wrote to its termination-message file).
+# volume is forwarded) or "1" or "4" (it fails with that exit code); a pod being deleted goes
+# (what the kubelet does once its containers stopped). A pod annotated with
+# CONTAINER_STOP_MESSAGE_ANNOTATION first gets the status the kubelet writes before it deletes
+# a pod whose containers stopped: every container terminated with exit code 0, the init
+# containers (the agent, a native sidecar) with that termination message (what the agent
+# wrote to its termination-message file).
 KWOK_STAGES = """\
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -330,14 +331,15 @@ spec:
     - {key: '.metadata.deletionTimestamp', operator: DoesNotExist}
     - {key: '.status.phase', operator: In, values: [Running]}
     - {key: '.metadata.ownerReferences.[].kind', operator: In, values: [Job]}
-    - {key: '.metadata.annotations["EXIT_ANNOTATION"]', operator: In, values: ['1']}
+    - {key: '.metadata.annotations["EXIT_ANNOTATION"]', operator: In, values: ['1', '4']}
   next:
     statusTemplate: |
       {{ $now := Now }}
+      {{ $code := index .metadata.annotations "EXIT_ANNOTATION" }}
       containerStatuses:
       {{ range .spec.containers }}
       - {name: {{ .name | Quote }}, image: {{ .image | Quote }}, ready: false, restartCount: 0,
-         started: false, state: {terminated: {exitCode: 1, reason: Error,
+         started: false, state: {terminated: {exitCode: {{ $code }}, reason: Error,
                                               startedAt: {{ $now | Quote }},
                                               finishedAt: {{ $now | Quote }}}}}
       {{ end }}

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from durable_producer import contract
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
 from durable_producer.contract import POOL_LABEL
@@ -377,6 +379,42 @@ def test_a_failed_drain_job_degrades_the_producer_and_is_retried(
 
     wait_for(fresh_job, timeout=60, what="a new drain Job")
     assert volume in kube_api.items(kube_api.pvcs_path)
+
+
+def test_a_drain_that_finds_dead_letters_fails_at_once_and_keeps_the_volume(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """``durable-agent drain`` exits 4 when the WAL reached Kafka but dead letters are still on
+    the volume (it exited 0 before, and the volume was deleted with them). The real Job
+    controller fails the Job at its first pod (the pod failure policy: another pod would find
+    the same letters), and Degraded says what is on the volume and what to do."""
+    kube_api.create(durable_producer())
+    start_chart_operator(**FAST_POOL)
+    volume = run(kube_api, "gone")
+    job_name = vp.drain_job_name(volume)
+    kube_api.delete_pod("gone")
+    wait_for(lambda: job_name in kube_api.items(kube_api.jobs_path), timeout=60,
+             what="the drain Job")
+
+    def kept() -> dict[str, Any] | None:
+        kube_api.finish_drains(exit_code=str(contract.DRAIN_KEPT_DEAD_LETTERS_EXIT))
+        found = degraded(kube_api)
+        return found if "dead letters" in found.get("message", "") else None
+
+    condition = wait_for(kept, timeout=90, interval=0.5,
+                         what="the Job to fail on exit 4 and Degraded to say why")
+    print(f"\n{condition['message']}")
+    assert volume in condition["message"] and vp.ABANDON_ANNOTATION in condition["message"]
+    # The Job controller's own record of the pods it made (its requests are not audited).
+    pods_per_job = Counter(
+        (event.get("involvedObject") or {}).get("uid") for event in kube_api.events()
+        if event.get("reason") == "SuccessfulCreate"
+        and (event.get("involvedObject") or {}).get("kind") == "Job")
+    assert pods_per_job and max(pods_per_job.values()) == 1, (
+        f"pods per drain Job: {pods_per_job}; the first pod's exit 4 tells all")
+    assert volume in kube_api.items(kube_api.pvcs_path)
+    annotations = annotations_of(kube_api, volume)
+    assert annotations.get(vp.BACKLOG_ANNOTATION) != vp.BACKLOG_EMPTY
 
 
 def test_a_drain_job_runs_where_the_volumes_pod_could(

@@ -15,9 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.contract import (
+    AGENT_CONTAINER_NAME,
     API_VERSION,
     BUFFER_VOLUME_NAME,
     CLAIM_TOKEN_ANNOTATION,
+    DRAIN_KEPT_DEAD_LETTERS_EXIT,
     KIND,
     POOL_LABEL,
 )
@@ -152,6 +154,20 @@ def drain_job_manifest(
         "spec": {
             "backoffLimit": 2,
             "activeDeadlineSeconds": 3 * (policy.drain_timeout_seconds + 60),
+            # Dead letters on the volume: another pod would find them too (volume_pool.py
+            # words the failure).
+            "podFailurePolicy": {
+                "rules": [
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {
+                            "containerName": AGENT_CONTAINER_NAME,
+                            "operator": "In",
+                            "values": [DRAIN_KEPT_DEAD_LETTERS_EXIT],
+                        },
+                    }
+                ]
+            },
             "template": {
                 "metadata": {
                     "labels": labels,

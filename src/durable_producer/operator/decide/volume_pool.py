@@ -167,6 +167,17 @@ def job_outcome(job: Object) -> str:
     return "running"
 
 
+def kept_dead_letters(job: Object) -> bool:
+    """Whether a drain Job failed because dead letters are still on its volume (its pod
+    exited DRAIN_KEPT_DEAD_LETTERS_EXIT: the Job's pod failure policy failed it at once)."""
+    return any(
+        condition.get("type") == "Failed"
+        and condition.get("status") == "True"
+        and condition.get("reason") == "PodFailurePolicy"
+        for condition in (job.get("status") or {}).get("conditions") or []
+    )
+
+
 def release_patch(pvc: Object) -> dict[str, Any]:
     """Merge patch removing our finalizer (the API server may then remove the PVC)."""
     metadata = pvc.get("metadata") or {}
@@ -473,11 +484,19 @@ def _plan_draining(plan: PoolPlan, pvc: Object, context: _Context) -> dict[str, 
         }
     failures = drain_failures(pvc) + 1
     retry = drain_delay(context.policy, failures, urgent=False)
-    plan.problems.append(
-        f"drain Job {job_name} for volume {name} failed ({failures} time(s)); it is retried"
-        f" in {retry:.0f}s (each failure doubles the wait): check the Job's logs and the"
-        " Kafka connection"
-    )
+    if kept_dead_letters(job):
+        plan.problems.append(
+            f"volume {name} is not empty: its WAL reached Kafka but dead letters (records Kafka"
+            f" refused for good) are on it (drain Job {job_name}, {failures} time(s)); it is"
+            f" kept and drained again in {retry:.0f}s: re-send them or, if they are not wanted,"
+            f" set {ABANDON_ANNOTATION}=true on the DurableProducer (runbook: Dead letters)"
+        )
+    else:
+        plan.problems.append(
+            f"drain Job {job_name} for volume {name} failed ({failures} time(s)); it is retried"
+            f" in {retry:.0f}s (each failure doubles the wait): check the Job's logs and the"
+            " Kafka connection"
+        )
     return {
         DRAIN_JOB_ANNOTATION: None,
         DRAIN_REQUEST_ANNOTATION: None,

@@ -561,6 +561,29 @@ def test_a_failed_drain_names_the_next_wait() -> None:
     assert "failed (3 time(s))" in problem and "retried in 120s" in problem
 
 
+def test_a_drain_failed_on_dead_letters_says_so_and_keeps_the_volume() -> None:
+    volume = pvc("v", released_at=ago(100), backlog="unknown", drain_job="v-drain")
+    failed = job("v-drain", conditions=[{"type": "Failed", "status": "True",
+                                         "reason": "PodFailurePolicy"}])
+
+    plan = vp.plan_pool([volume], [], [failed], NOW, POLICY)
+
+    (problem,) = plan.problems
+    assert "v is not empty" in problem and "dead letters" in problem
+    assert vp.ABANDON_ANNOTATION in problem
+    assert annotation_patch(plan, "v").get(vp.BACKLOG_ANNOTATION) is None  # not marked empty
+    assert not plan.volumes_to_delete
+
+
+def test_the_drain_job_fails_at_its_first_pod_that_finds_dead_letters() -> None:
+    (rule,) = manifests.drain_job_manifest(
+        {"metadata": {"name": "orders", "namespace": "shop", "uid": "u"}}, make_spec(), "v",
+        POLICY, AgentImage())["spec"]["podFailurePolicy"]["rules"]
+    assert rule == {"action": "FailJob", "onExitCodes": {
+        "containerName": contract.AGENT_CONTAINER_NAME, "operator": "In",
+        "values": [contract.DRAIN_KEPT_DEAD_LETTERS_EXIT]}}
+
+
 def test_a_claim_clears_the_failed_drains() -> None:
     patch = handout.claim_patch(pvc("v", failures="4"), "token", NOW)
 
