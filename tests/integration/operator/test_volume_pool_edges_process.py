@@ -71,6 +71,36 @@ def test_a_size_too_small_for_the_agent_is_refused_not_ready(
     assert kube_api.items(kube_api.pvcs_path) == {}
 
 
+def test_a_storage_class_that_does_not_exist_is_not_ready_until_it_appears(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """Review D8: a DurableProducer naming a StorageClass the cluster lacks was Ready=True,
+    while every opted-in pod would wait for a volume that is never provisioned."""
+    missing = f"missing-{kube_api.namespace}"
+    kube_api.create(producer_with(storage={"storageClassName": missing}))
+    start_chart_operator()
+
+    ready = wait_for(lambda: condition(kube_api, "Ready") or None, timeout=60, what="Ready")
+
+    assert (ready["status"], ready["reason"]) == ("False", "StorageClassNotFound"), ready
+    assert f"spec.storage.storageClassName '{missing}' names no StorageClass" in ready["message"]
+    assert "Create the StorageClass" in ready["message"]
+    status, answer = kube_api.call("POST", STORAGE_CLASSES_PATH, storage_class(missing))
+    assert status == 201, answer
+    try:
+        # No event reaches the operator: the resync timer checks again.
+        fixed = wait_for(lambda: (found := condition(kube_api, "Ready")).get("status") == "True"
+                         and found, timeout=60, what="Ready=True once the class exists")
+        assert fixed["reason"] == "Reconciled"
+        cluster_reads = {(r.group, r.resource, r.verb, r.code) for r in kube_api.cluster_requests()
+                         if r.user_agent == api_access.STORAGE_CLASSES_USER_AGENT
+                         and r.name == missing}
+        assert ("storage.k8s.io", "storageclasses", "get", 404) in cluster_reads
+        assert all(code != 403 for *_, code in cluster_reads)
+    finally:
+        kube_api.call("DELETE", f"{STORAGE_CLASSES_PATH}/{missing}")
+
+
 # Defect 2: after a spec change the pool handed out volumes that were too small.
 
 
