@@ -224,7 +224,9 @@ def reconcile_status(
         write_reconcile_conditions(body, desired.pop("conditions", []), config)
         current.pop("conditions", None)
         patch.status.update(reconcile.status_patch(current, desired))
-    if outcome.problem is not None:
+    # A class still missing when the resync looks again was reported already: no new event.
+    reported = missing is not None and reconcile.awaits_storage_class(body.get("status"))
+    if outcome.problem is not None and not reported:
         logger.warning(outcome.problem)
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
 
@@ -269,15 +271,18 @@ def resync_durable_producer(
     if pause.condition_is_stale(body):
         logger.info("the pause annotation is %s but the condition says otherwise: reconciling",
                     "set" if paused else "gone")  # fmt: skip
-    elif reconcile.awaits_storage_class(status) and not paused:
-        logger.info("checking again for the StorageClass the spec names")
-    elif paused or not reconcile.is_behind(meta.get("generation"), status):
-        return
-    else:
+    elif reconcile.is_behind(meta.get("generation"), status) and not paused:
         logger.info(
             "generation %s is not reconciled yet (status.observedGeneration %s): reconciling",
             meta.get("generation"), status.get("observedGeneration"),
         )
+    elif reconcile.awaits_storage_class(status) and not paused:
+        # Looking for the class again (one GET); the spec is reconciled: no templates.
+        logger.debug("checking again for the StorageClass the spec names")
+        reconcile_status(body, meta, patch, logger, config_of(memo))
+        return
+    else:
+        return
     reconcile_status(body, meta, patch, logger, config_of(memo))  # paused: the condition
     if not paused and config_of(memo).features.spark_pod_templates:
         render_spark_templates(body=body, patch=patch, logger=logger)

@@ -85,6 +85,12 @@ def test_a_storage_class_that_does_not_exist_is_not_ready_until_it_appears(
     assert (ready["status"], ready["reason"]) == ("False", "StorageClassNotFound"), ready
     assert f"spec.storage.storageClassName '{missing}' names no StorageClass" in ready["message"]
     assert "Create the StorageClass" in ready["message"]
+    def warnings() -> list[dict[str, Any]]:
+        return [e for e in kube_api.events() if e.get("reason") == "StorageClassNotFound"]
+
+    reported = wait_for(warnings, what="a Warning event")
+    time.sleep(3)  # six pool intervals: the resync timer looks again each time, silently
+    assert warnings() == reported and reported[0]["message"] == ready["message"]
     status, answer = kube_api.call("POST", STORAGE_CLASSES_PATH, storage_class(missing))
     assert status == 201, answer
     try:
