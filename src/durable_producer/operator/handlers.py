@@ -246,7 +246,8 @@ def write_reconcile_conditions(
         )  # fmt: skip
     except ApiException as error:
         raise kopf.TemporaryError(
-            f"cannot write the conditions: {pool_actions.api_error_text(error)}", delay=10
+            f"cannot write the conditions: {pool_actions.api_error_text(error)}",
+            delay=config.pool_interval_seconds,
         ) from error
 
 
