@@ -58,6 +58,7 @@ from typing import Any
 
 import jsonpatch
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from durable_producer.contract import GROUP, PLURAL, PRODUCER_LABEL, VERSION
 from durable_producer.operator import http_endpoint, metrics, startup
@@ -66,9 +67,13 @@ from durable_producer.operator.act import (
     clean_shutdowns,
     pool_actions,
     spark_actions,
+    status_writes,
 )
+from durable_producer.operator.act.api_access import STATUS_USER_AGENT, STORAGE_CLASSES_USER_AGENT
+from durable_producer.operator.act.cluster import cluster
 from durable_producer.operator.decide import pause, reconcile
 from durable_producer.operator.decide.pool_status import REASON_POOL_PROBLEM
+from durable_producer.operator.model.conditions import reconcile_conditions
 from durable_producer.operator.settings import OperatorConfig
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -132,17 +137,6 @@ def counted(handler: str) -> Iterator[None]:
     metrics.handler_run(handler, metrics.RESULT_SUCCESS)
 
 
-def paused(body: kopf.Body, patch: kopf.Patch) -> bool:
-    """Whether the DurableProducer is paused; if so, its status says so (pause.py)."""
-    if not pause.is_paused(body):
-        return False
-    generation = (body.get("metadata") or {}).get("generation")
-    patch.status.update(
-        pause.paused_status_patch(body.get("status") or {}, generation, datetime.now(UTC))
-    )
-    return True
-
-
 def register_feature_handlers(
     config: OperatorConfig, registry: kopf.OperatorRegistry, logger: kopf.Logger
 ) -> None:
@@ -183,38 +177,101 @@ def register_feature_handlers(
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE)
 def reconcile_durable_producer(
-    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger, **_: Any
+    body: kopf.Body,
+    meta: kopf.Meta,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    **_: Any,
 ) -> None:
-    """Compute the desired status and patch what differs. Never raises on a bad spec.
+    """Compute the desired status and write what differs. Never raises on a bad spec.
 
     A bad spec is reported in the status; an unexpected error in the pure code is a bug that
     retrying cannot fix, so it fails the handler permanently (until the next change). Paused:
     only the ReconciliationPaused condition is written.
     """
-    reconcile_status(body, meta, patch, logger)
+    reconcile_status(body, meta, patch, logger, config_of(memo))
+
+
+def missing_storage_class(
+    body: kopf.Body, config: OperatorConfig, logger: kopf.Logger
+) -> str | None:
+    """The spec's StorageClass when the API server says there is none (review D8).
+
+    Only with the volume pool on (no volumes otherwise; the read is the pool's access). No
+    class in the spec (the cluster default) is not checked: without a default class such a
+    PVC binds to a pre-provisioned volume without a class, which is a valid setup."""
+    spec = reconcile.parse_spec(body.get("spec"))
+    if not config.features.volume_pool or isinstance(spec, str):
+        return None
+    name = spec.storage.storage_class_name
+    if not name:
+        return None
+    try:
+        found = cluster(STORAGE_CLASSES_USER_AGENT).get_storage_class(name)
+    except ApiException as error:
+        logger.info("cannot read StorageClass %s (%s): not checked",
+                    name, pool_actions.api_error_text(error))  # fmt: skip
+        return None
+    return name if found is None else None
 
 
 def reconcile_status(
-    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger
-) -> None:
-    """Patch the status reconcile (pure) wants for this spec and generation (paused: only
-    the ReconciliationPaused condition); warn about a bad spec."""
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger,
+    config: OperatorConfig,
+) -> None:  # fmt: skip
+    """Write the status reconcile (pure) wants for this spec and generation (paused: only
+    the ReconciliationPaused condition); warn about a bad spec.
+
+    The conditions reconcile owns are applied first (status_writes), under its own field
+    manager: the pool timer's stay as they are whatever this view of them is; the rest
+    (observedGeneration last) goes into kopf's merge patch."""
     with counted(RECONCILE_ID):
-        if paused(body, patch):
-            return
         current = dict(body.get("status") or {})
         now = datetime.now(UTC)
+        if pause.is_paused(body):
+            generation = (body.get("metadata") or {}).get("generation")
+            conditions = pause.paused_conditions(
+                current.get("conditions") or [], True, generation, now
+            )
+            write_reconcile_conditions(body, conditions or [], config)
+            return
+        missing = missing_storage_class(body, config, logger)
         try:
             outcome = reconcile.desired_status(
-                body.get("spec"), current, meta.get("generation"), now
+                body.get("spec"), current, meta.get("generation"), now, missing
             )
         except Exception as error:
             raise kopf.PermanentError(f"reconcile failed: {error!r}") from error
         desired = pause.resumed_status(outcome.status, meta.get("generation"), now)
+        write_reconcile_conditions(body, desired.pop("conditions", []), config)
+        current.pop("conditions", None)
         patch.status.update(reconcile.status_patch(current, desired))
-    if outcome.problem is not None:
+    # A class still missing when the resync looks again was reported already: no new event.
+    reported = missing is not None and reconcile.awaits_storage_class(body.get("status"))
+    if outcome.problem is not None and not reported:
         logger.warning(outcome.problem)
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
+
+
+def write_reconcile_conditions(
+    body: kopf.Body, conditions: list[dict[str, Any]], config: OperatorConfig
+) -> None:
+    """Apply reconcile's condition types (Degraded too without the pool); an API error is
+    retried by kopf."""
+    if not conditions:
+        return
+    try:
+        status_writes.apply_conditions(
+            cluster(STATUS_USER_AGENT), body, conditions,
+            reconcile_conditions(config.features.volume_pool),
+            status_writes.RECONCILE_FIELD_MANAGER,
+        )  # fmt: skip
+    except ApiException as error:
+        raise kopf.TemporaryError(
+            f"cannot write the conditions: {pool_actions.api_error_text(error)}",
+            delay=config.pool_interval_seconds,
+        ) from error
 
 
 def resync_durable_producer(
@@ -238,14 +295,19 @@ def resync_durable_producer(
     if pause.condition_is_stale(body):
         logger.info("the pause annotation is %s but the condition says otherwise: reconciling",
                     "set" if paused else "gone")  # fmt: skip
-    elif paused or not reconcile.is_behind(meta.get("generation"), status):
-        return
-    else:
+    elif reconcile.is_behind(meta.get("generation"), status) and not paused:
         logger.info(
             "generation %s is not reconciled yet (status.observedGeneration %s): reconciling",
             meta.get("generation"), status.get("observedGeneration"),
         )
-    reconcile_status(body, meta, patch, logger)  # paused: the condition alone
+    elif reconcile.awaits_storage_class(status) and not paused:
+        # Looking for the class again (one GET); the spec is reconciled: no templates.
+        logger.debug("checking again for the StorageClass the spec names")
+        reconcile_status(body, meta, patch, logger, config_of(memo))
+        return
+    else:
+        return
+    reconcile_status(body, meta, patch, logger, config_of(memo))  # paused: the condition
     if not paused and config_of(memo).features.spark_pod_templates:
         render_spark_templates(body=body, patch=patch, logger=logger)
 
@@ -293,7 +355,7 @@ def drain_volumes_before_deletion(
     with counted(DRAIN_HANDLER_ID):
         if pause.is_paused(body):
             raise kopf.TemporaryError(pause.PAUSED_MESSAGE, delay=config.pool_interval_seconds)
-        pool_actions.handle_deletion(body, config, logger, patch.status)
+        pool_actions.handle_deletion(body, config, logger)
     metadata = body.get("metadata") or {}
     metrics.POOL_FIGURES.forget(str(metadata.get("namespace")), str(metadata.get("name")))
 

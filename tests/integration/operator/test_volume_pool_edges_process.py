@@ -71,6 +71,42 @@ def test_a_size_too_small_for_the_agent_is_refused_not_ready(
     assert kube_api.items(kube_api.pvcs_path) == {}
 
 
+def test_a_storage_class_that_does_not_exist_is_not_ready_until_it_appears(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    """Review D8: a DurableProducer naming a StorageClass the cluster lacks was Ready=True,
+    while every opted-in pod would wait for a volume that is never provisioned."""
+    missing = f"missing-{kube_api.namespace}"
+    kube_api.create(producer_with(storage={"storageClassName": missing}))
+    start_chart_operator()
+
+    ready = wait_for(lambda: condition(kube_api, "Ready") or None, timeout=60, what="Ready")
+
+    assert (ready["status"], ready["reason"]) == ("False", "StorageClassNotFound"), ready
+    assert f"spec.storage.storageClassName '{missing}' names no StorageClass" in ready["message"]
+    assert "Create the StorageClass" in ready["message"]
+    def warnings() -> list[dict[str, Any]]:
+        return [e for e in kube_api.events() if e.get("reason") == "StorageClassNotFound"]
+
+    reported = wait_for(warnings, what="a Warning event")
+    time.sleep(3)  # six pool intervals: the resync timer looks again each time, silently
+    assert warnings() == reported and reported[0]["message"] == ready["message"]
+    status, answer = kube_api.call("POST", STORAGE_CLASSES_PATH, storage_class(missing))
+    assert status == 201, answer
+    try:
+        # No event reaches the operator: the resync timer checks again.
+        fixed = wait_for(lambda: (found := condition(kube_api, "Ready")).get("status") == "True"
+                         and found, timeout=60, what="Ready=True once the class exists")
+        assert fixed["reason"] == "Reconciled"
+        cluster_reads = {(r.group, r.resource, r.verb, r.code) for r in kube_api.cluster_requests()
+                         if r.user_agent == api_access.STORAGE_CLASSES_USER_AGENT
+                         and r.name == missing}
+        assert ("storage.k8s.io", "storageclasses", "get", 404) in cluster_reads
+        assert all(code != 403 for *_, code in cluster_reads)
+    finally:
+        kube_api.call("DELETE", f"{STORAGE_CLASSES_PATH}/{missing}")
+
+
 # Defect 2: after a spec change the pool handed out volumes that were too small.
 
 
@@ -112,23 +148,43 @@ def spec_change_with_an_expandable_class(
     degraded = wait_for(lambda: condition(kube_api, "Degraded").get("reason")
                         == "VolumesBelowSpec" and condition(kube_api, "Degraded"),
                         timeout=60, what="Degraded: a smaller volume still in use")
-    deployed = [
+
+    # No resizer runs here: the grown volume's status.capacity is still 2Gi. It counts at
+    # the size it has (review D10: before, at the size asked for), so it waits and a new pod
+    # gets a new volume of the new size.
+    waiting = [
         {"size": "2Gi", "storageClassName": expandable, "fitsSpec": False, "inUse": 1,
-         "claimed": 0, "free": 0, "draining": 0},
-        {"size": "4Gi", "storageClassName": expandable, "fitsSpec": True, "inUse": 0,
          "claimed": 0, "free": 1, "draining": 0},
     ]
     status = wait_for(lambda: (s := status_of(kube_api)).get("deployedVolumes")
-                      == deployed and s, timeout=60,
-                      what="status.deployedVolumes: what is deployed")
+                      == waiting and s, timeout=60,
+                      what="status.deployedVolumes: the expansion not done yet")
     assert status["runwaySeconds"] < 600  # what 2Gi buys at 4 MiB/s, not what 4Gi buys
     assert f"only {status['runwaySeconds']}s" in degraded["message"]
-
-    # New pods get volumes that fit: the grown one, then a new one of the new size.
-    assert run(kube_api, "new-a") == released
-    fresh = run(kube_api, "new-b")
+    fresh = run(kube_api, "new-a")
     assert fresh not in (released, still_running)
     assert requested_size(kube_api, fresh) == "4Gi"
+
+    # The resizer and the kubelet grow it (as a CSI driver's would): now it fits.
+    volume_name = kube_api.items(kube_api.pvcs_path)[released]["spec"]["volumeName"]
+    code, answer = kube_api.call(
+        "PATCH", f"/api/v1/persistentvolumes/{volume_name}",
+        {"spec": {"capacity": {"storage": "4Gi"}}}, content_type="application/merge-patch+json")
+    assert code == 200, answer
+    code, answer = kube_api.call(
+        "PATCH", f"{kube_api.pvcs_path}/{released}/status",
+        {"status": {"capacity": {"storage": "4Gi"}}},
+        content_type="application/merge-patch+json")
+    assert code == 200, answer
+    deployed = [
+        {"size": "2Gi", "storageClassName": expandable, "fitsSpec": False, "inUse": 1,
+         "claimed": 0, "free": 0, "draining": 0},
+        {"size": "4Gi", "storageClassName": expandable, "fitsSpec": True, "inUse": 1,
+         "claimed": 0, "free": 1, "draining": 0},
+    ]
+    wait_for(lambda: status_of(kube_api).get("deployedVolumes") == deployed, timeout=60,
+             what="status.deployedVolumes: the grown volume fits")
+    assert run(kube_api, "new-b") == released
     assert kube_api.items(kube_api.jobs_path) == {}
     storage_reads = {(r.group, r.resource, r.verb) for r in kube_api.cluster_requests()
                      if r.user_agent == api_access.STORAGE_CLASSES_USER_AGENT}

@@ -98,9 +98,16 @@ SPARK_TEMPLATES_API_ACCESS: ApiAccess = (
     OWNER_FINALIZERS_ACCESS,
 )
 
+# The reconcile handler's conditions (server-side apply; act/status_writes.py): kopf's own
+# client has no apply, so the operator writes them itself, with the base rules' status access.
+STATUS_USER_AGENT = f"{POOL_USER_AGENT}/status"
+STATUS_API_ACCESS: ApiAccess = ((GROUP, f"{PLURAL}/status", ("patch",)),)
+
 # Reading StorageClasses (cluster-scoped) to learn whether a pool volume that became too small
-# for the spec can be grown (allowVolumeExpansion; pool_actions.py). Without this access such
-# volumes are drained and retired instead of grown.
+# for the spec can be grown (allowVolumeExpansion; pool_actions.py), and whether the class the
+# spec names exists (reconcile, with the pool on: Ready=False StorageClassNotFound). Without
+# this access such volumes are drained and retired instead of grown, and the class is not
+# checked.
 STORAGE_CLASSES_USER_AGENT = f"{POOL_USER_AGENT}/storage-classes"
 STORAGE_CLASSES_API_ACCESS: ApiAccess = (("storage.k8s.io", "storageclasses", ("get",)),)
 

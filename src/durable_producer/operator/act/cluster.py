@@ -22,10 +22,11 @@ from typing import Any
 import kubernetes
 from kubernetes.client.exceptions import ApiException
 
-from durable_producer.contract import GROUP, PLURAL, POOL_LABEL, PRODUCER_LABEL, VERSION
+from durable_producer.contract import GROUP, KIND, PLURAL, POOL_LABEL, PRODUCER_LABEL, VERSION
 from durable_producer.operator.decide.kube_objects import JsonObject
 
 MERGE_PATCH = "application/merge-patch+json"
+APPLY_PATCH = "application/apply-patch+yaml"  # server-side apply (JSON is valid YAML)
 # Outside a deadline (the timers and handlers): a hung connection must not stall them for ever.
 DEFAULT_REQUEST_TIMEOUT_SECONDS = 60.0
 
@@ -162,6 +163,39 @@ class Cluster:
                 return False
             raise
         return True
+
+    def apply_producer_conditions(
+        self,
+        namespace: str,
+        name: str,
+        conditions: list[JsonObject],
+        field_manager: str,
+        resource_version: str | None = None,
+    ) -> str | None:
+        """Server-side apply ``conditions`` to the status as ``field_manager`` (forced: they
+        are its own). The list is a map keyed by type: conditions of other managers stay, and
+        one this manager applied before but not now is removed. With ``resource_version``
+        only onto that version. The new resourceVersion; None when the object changed
+        meanwhile (409) or is gone (404)."""
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "metadata": {"name": name, "namespace": namespace}
+            | ({"resourceVersion": resource_version} if resource_version else {}),
+            "status": {"conditions": conditions},
+        }
+        try:
+            answer = _json(
+                self.custom.patch_namespaced_custom_object_status(
+                    GROUP, VERSION, namespace, PLURAL, name, body, field_manager=field_manager,
+                    force=True, _content_type=APPLY_PATCH, **_call_options(),
+                )
+            )  # fmt: skip
+        except ApiException as error:
+            if error.status in (404, 409):
+                return None
+            raise
+        return str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "") or None
 
     # ------------------------------------------------------------------ a producer's objects
 

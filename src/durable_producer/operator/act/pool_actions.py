@@ -14,7 +14,7 @@ ignored: the next run sees the new state and plans again. A drain Job the API se
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
@@ -24,7 +24,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.operator import metrics
-from durable_producer.operator.act import agent_scrape
+from durable_producer.operator.act import agent_scrape, status_writes
 from durable_producer.operator.act.api_access import POOL_USER_AGENT, STORAGE_CLASSES_USER_AGENT
 from durable_producer.operator.act.cluster import Cluster, cluster, ignore_statuses
 from durable_producer.operator.act.locks import producer_lock
@@ -39,6 +39,7 @@ from durable_producer.operator.decide import (
 )
 from durable_producer.operator.decide.kube_objects import JsonObject
 from durable_producer.operator.decide.volume_fit import VolumeFit
+from durable_producer.operator.model.conditions import DELETION_CONDITIONS, POOL_CONDITIONS
 from durable_producer.operator.model.model import DurableProducerSpec
 from durable_producer.operator.settings import OperatorConfig
 
@@ -237,35 +238,39 @@ def publish_pool_status(
     """Write the pool timer's status changes only onto the object they were computed from.
 
     The timer's run takes seconds (listing, scraping agents); reconcile may write the status
-    meanwhile (a new generation, the pause condition). A merge patch of ``conditions``
-    replaces the whole list, so an unconditional write from this run's older view would undo
-    reconcile's: the patch carries the resourceVersion the run read, the API server refuses
-    it if the object changed since, and the next run publishes from a fresh view. False then.
+    meanwhile (a new generation, the pause condition). The timer's own conditions (Degraded,
+    BacklogCannotDrain) are applied first (status_writes: reconcile's are never touched),
+    then its other fields merge-patched onto the version that apply left. Both carry the
+    resourceVersion: the API server refuses them if the object changed since the run read
+    it, and the next run publishes from a fresh view. False then.
     """
     if not changes:
         return True
     metadata = producer.get("metadata") or {}
-    resource_version = metadata.get("resourceVersion")
-    if not resource_version:
-        return False
-    written = cluster(POOL_USER_AGENT).patch_producer_status_if_unchanged(
-        str(metadata.get("namespace")), str(metadata.get("name")), str(resource_version),
-        dict(changes),
-    )  # fmt: skip
+    namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
+    fields = {key: value for key, value in changes.items() if key != "conditions"}
+    api = cluster(POOL_USER_AGENT)
+    version = metadata.get("resourceVersion")
+    if version and "conditions" in changes:
+        version = status_writes.apply_conditions(
+            api, producer, changes["conditions"], POOL_CONDITIONS,
+            status_writes.POOL_FIELD_MANAGER, guarded=True,
+        )  # fmt: skip
+    written = bool(version) and (
+        not fields
+        or api.patch_producer_status_if_unchanged(namespace, name, str(version), fields)
+    )
     if not written:
         logger.debug("the DurableProducer changed during this pool run; publishing at the next")
     return written
 
 
 def handle_deletion(
-    producer: Mapping[str, Any],
-    config: OperatorConfig,
-    logger: kopf.Logger,
-    status: MutableMapping[str, Any] | None = None,
+    producer: Mapping[str, Any], config: OperatorConfig, logger: kopf.Logger
 ) -> None:
     """Drain and delete the pool; kopf.TemporaryError (retried) while volumes remain.
 
-    ``status`` (the handler's status patch) gets the Deleting condition saying what is waited
+    The Deleting condition (the delete handler's own, status_writes) says what is waited
     for: pods and drains, or volumes with backlog that cannot be drained (held).
     """
     run = run_pool(producer, config, deleting=True, logger=logger)
@@ -274,8 +279,11 @@ def handle_deletion(
     remaining = sorted(names - gone)
     if remaining:
         update = pool_status.deleting_status(producer, run.plan, remaining, datetime.now(UTC))
-        if status is not None:
-            status.update(update.changes)
+        if "conditions" in update.changes:
+            status_writes.apply_conditions(
+                cluster(POOL_USER_AGENT), producer, update.changes["conditions"],
+                DELETION_CONDITIONS, status_writes.DELETION_FIELD_MANAGER,
+            )  # fmt: skip
         raise kopf.TemporaryError(update.message, delay=config.pool_interval_seconds)
     metadata = producer.get("metadata") or {}
     logger.info("DurableProducer %s/%s released", metadata.get("namespace"), metadata.get("name"))

@@ -67,14 +67,6 @@ def paused_conditions(
     )
 
 
-def paused_status_patch(
-    status: Mapping[str, Any], generation: int | None, now: datetime
-) -> dict[str, Any]:
-    """The status merge patch while paused: only the condition (empty when already set)."""
-    conditions = paused_conditions(status.get("conditions") or [], True, generation, now)
-    return {} if conditions is None else {"conditions": conditions}
-
-
 def resumed_status(
     desired: Mapping[str, Any], generation: int | None, now: datetime
 ) -> dict[str, Any]:

@@ -34,15 +34,12 @@ from durable_producer.operator.model.conditions import (
     REASON_INGEST_ABOVE_FORWARD_RATE,
     REASON_NO_AGENT_FIGURES,
     REASON_POOL_PROBLEM,
-    REASON_VOLUMES_BELOW_SPEC,
     capped_message,
 )
 from durable_producer.operator.model.quantities import format_bytes
 
 __all__ = ["REASON_POOL_PROBLEM", "PoolStatusUpdate", "pool_status_update"]
 
-# Degraded reasons the pool timer sets, and so may clear.
-POOL_REASONS = frozenset({REASON_POOL_PROBLEM, REASON_VOLUMES_BELOW_SPEC})
 _STATE_KEYS = {
     VolumeState.IN_USE: "inUse",
     VolumeState.CLAIMED: "claimed",
@@ -141,11 +138,11 @@ def degraded_conditions(
 
     ``baseline`` holds the conditions the spec and the deployed volumes give
     (reconcile.desired_status): its Degraded message (e.g. a short runway) is kept next to the
-    pool problems, and it is what Degraded returns to once the problems are gone. Only a
-    Degraded the pool timer may set (POOL_REASONS) is ever cleared or replaced by it.
+    pool problems, and it is what Degraded is once the problems are gone. With the volume
+    pool on, Degraded is the pool timer's alone (conditions.POOL_CONDITIONS): reconcile does
+    not write it. No baseline (an invalid spec) and no problems: Degraded stays as it is.
     """
     degraded = next((c for c in current if c.get("type") == DEGRADED), None)
-    ours = degraded is not None and degraded.get("reason") in POOL_REASONS | {reason}
     base = next((c for c in baseline if c.get("type") == DEGRADED), None)
     if problems:
         messages = list(problems)
@@ -162,11 +159,10 @@ def degraded_conditions(
         )
     if base is None:
         return None
-    restore = ours or base.get("reason") == REASON_VOLUMES_BELOW_SPEC
     same = degraded is not None and all(
         degraded.get(key) == base.get(key) for key in ("status", "reason", "message")
     )
-    if not restore or same:
+    if same:
         return None
     return reconcile.set_condition(
         current,
@@ -235,8 +231,7 @@ def pool_status_update(
     status = producer.get("status") or {}
     if not _settled(producer):
         # The timer's view predates the reconcile handler's latest status (no Ready yet, or
-        # a newer generation): a conditions list written from here would replace the one
-        # reconcile writes meanwhile (a merge patch replaces lists). Next run.
+        # a newer generation, maybe an invalid spec): Degraded waits for reconcile. Next run.
         changes = {k: v for k, v in update.changes.items() if k != "conditions"}
         return PoolStatusUpdate(changes, update.warnings, update.message)
     current = update.changes.get("conditions", status.get("conditions") or [])
@@ -317,7 +312,7 @@ def deleting_status(
     ]
     if plan.held:
         messages.append(held_message(plan.held))
-    message = "; ".join(messages)
+    message = capped_message("; ".join(messages))
     conditions = reconcile.set_condition(
         status.get("conditions") or [],
         DELETING,

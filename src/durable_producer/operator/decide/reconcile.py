@@ -28,6 +28,7 @@ from durable_producer.operator.model.conditions import (
     REASON_INVALID_SPEC,
     REASON_RECONCILED,
     REASON_RUNWAY_BELOW_TARGET,
+    REASON_STORAGE_CLASS_NOT_FOUND,
     REASON_VOLUMES_BELOW_SPEC,
     REASONS,
     capped_message,
@@ -44,11 +45,13 @@ __all__ = [
     "REASON_RECONCILED",
     "REASON_RUNWAY_BELOW_TARGET",
     "ReconcileOutcome",
+    "awaits_storage_class",
     "desired_status",
     "is_behind",
     "parse_spec",
     "set_condition",
     "status_patch",
+    "storage_class_missing",
 ]
 
 StatusDict = dict[str, Any]
@@ -171,16 +174,37 @@ def _volumes_below_spec(
     )
 
 
+def storage_class_missing(name: str) -> str:
+    """Ready's message when ``spec.storage.storageClassName`` names no StorageClass."""
+    return (
+        f"spec.storage.storageClassName {name!r} names no StorageClass in the cluster: buffer"
+        " volumes of that class would stay Pending, and the opted-in pods waiting for them"
+        " would not start. Create the StorageClass, or set spec.storage.storageClassName to"
+        " one that exists (`kubectl get storageclass`; leave it out for the cluster default);"
+        " the operator checks again every pool interval"
+    )
+
+
+def awaits_storage_class(status: Mapping[str, Any] | None) -> bool:
+    """Whether Ready says the spec's StorageClass was missing (the resync timer checks again)."""
+    conditions = (status or {}).get("conditions") or []
+    ready: Mapping[str, Any] = next((c for c in conditions if c.get("type") == READY), {})
+    return ready.get("reason") == REASON_STORAGE_CLASS_NOT_FOUND
+
+
 def desired_status(
     raw_spec: Mapping[str, Any] | None,
     current_status: Mapping[str, Any] | None,
     generation: int | None,
     now: datetime,
+    missing_storage_class: str | None = None,
 ) -> ReconcileOutcome:
     """The status the object should have for this spec and generation.
 
     ``runwaySeconds`` is the runway of the smallest volume in use when that is shorter than
     what the spec's size buys (``status.deployedVolumes``, published by the pool timer).
+    ``missing_storage_class``: the spec's StorageClass, which the API server says does not
+    exist (Ready=False StorageClassNotFound; sizes and Degraded as for any valid spec).
     """
     current = dict(current_status or {})
     conditions: list[dict[str, Any]] = [dict(c) for c in current.get("conditions") or []]
@@ -209,9 +233,15 @@ def desired_status(
         f"buffer volumes of {sizing.size_quantity} survive {sizing.runway_seconds}s"
         " of Kafka outage at peak rate"
     )
-    conditions = set_condition(
-        conditions, READY, "True", REASON_RECONCILED, ready_message, generation, now
-    )
+    if missing_storage_class is None:
+        conditions = set_condition(
+            conditions, READY, "True", REASON_RECONCILED, ready_message, generation, now
+        )
+    else:
+        conditions = set_condition(
+            conditions, READY, "False", REASON_STORAGE_CLASS_NOT_FOUND,
+            storage_class_missing(missing_storage_class), generation, now,
+        )  # fmt: skip
     warning, reason = sizing.warning, sizing.warning_reason
     below = _volumes_below_spec(inputs, sizing.size_bytes, smallest_volume_in_use(current))
     if below is not None:
@@ -225,6 +255,9 @@ def desired_status(
             conditions, DEGRADED, "False", REASON_AS_EXPECTED, "", generation, now
         )
     status["conditions"] = conditions
+    if missing_storage_class is not None:
+        problem = storage_class_missing(missing_storage_class)
+        return ReconcileOutcome(_without_none(status), problem, REASON_STORAGE_CLASS_NOT_FOUND)
     return ReconcileOutcome(status=_without_none(status), problem=warning, problem_reason=reason)
 
 

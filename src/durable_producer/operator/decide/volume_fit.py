@@ -9,6 +9,14 @@ and otherwise drained (if it may hold backlog) and deleted; see volume_pool.plan
 The storage class a volume was asked for is recorded on the PVC when it is created: a PVC
 created without a class gets the cluster default's name from the API server, which says
 nothing about what the spec asked.
+
+A volume's size is what it has (``status.capacity``), not what was asked: an expansion
+counts once done (review D10). The resizer grows the disk (the PVC's ``Resizing``
+condition), then, for most drivers, the kubelet grows the filesystem when a pod mounts it
+(``FileSystemResizePending``): from then on the next pod sees the new size, so it counts.
+A resize in progress, or refused by the storage (EBS allows one change per volume in six
+hours), leaves the old size; the volume then waits for it, and is drained and retired if
+the storage says it cannot be done (``allocatedResourceStatuses``: ``...Infeasible``).
 """
 
 from __future__ import annotations
@@ -65,6 +73,51 @@ def requested_bytes(pvc: Object) -> int | None:
         return None
 
 
+def usable_bytes(pvc: Object) -> int | None:
+    """The size a pod mounting the volume gets: ``status.capacity.storage``; the request while
+    unbound (it is provisioned at that size) or once only the filesystem is left to grow."""
+    requested = requested_bytes(pvc)
+    quantity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    try:
+        capacity = parse_bytes(str(quantity)) if quantity is not None else None
+    except ValueError:
+        capacity = None
+    if capacity is None:
+        return requested
+    if requested is not None and capacity < requested and _filesystem_resize_pending(pvc):
+        return requested
+    return capacity
+
+
+def _filesystem_resize_pending(pvc: Object) -> bool:
+    conditions = (pvc.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == "FileSystemResizePending" and c.get("status") == "True"
+        for c in conditions
+    )
+
+
+def resize_infeasible(pvc: Object) -> bool:
+    """The storage said the volume's expansion cannot be done (RecoverVolumeExpansionFailure:
+    ``ControllerResizeInfeasible``, ``NodeResizeInfeasible``)."""
+    statuses = (pvc.get("status") or {}).get("allocatedResourceStatuses") or {}
+    return str(statuses.get("storage") or "").endswith("Infeasible")
+
+
+def resize_pending(pvc: Object, fit: VolumeFit) -> bool:
+    """Of the spec's class, already asked to grow to the spec's size (or more), not there yet
+    and not refused: it waits for the resize instead of being drained and retired."""
+    requested, usable = requested_bytes(pvc), usable_bytes(pvc)
+    return (
+        requested is not None
+        and requested >= fit.size_bytes
+        and usable is not None
+        and usable < fit.size_bytes
+        and class_fits(pvc, fit)
+        and not resize_infeasible(pvc)
+    )
+
+
 def requested_class(pvc: Object) -> str | None:
     """The class the operator asked for (None: the cluster default); older PVCs: their class."""
     annotations = (pvc.get("metadata") or {}).get("annotations") or {}
@@ -82,11 +135,10 @@ def class_fits(pvc: Object, fit: VolumeFit) -> bool:
 
 
 def fits(pvc: Object, fit: VolumeFit) -> bool:
-    """Big enough and of the spec's class: may be handed to a new pod.
-
-    A PVC without a size (never made by the operator) is taken as it is.
+    """Big enough (the size it has: ``usable_bytes``) and of the spec's class: may be handed
+    to a new pod. A PVC without a size (never made by the operator) is taken as it is.
     """
-    size = requested_bytes(pvc)
+    size = usable_bytes(pvc)
     return class_fits(pvc, fit) and (size is None or size >= fit.size_bytes)
 
 
@@ -102,7 +154,8 @@ def classes_to_check(pvcs: Iterable[Object], fit: VolumeFit) -> set[str]:
 
 
 def can_expand(pvc: Object, fit: VolumeFit) -> bool:
-    """Too small, of the right class, and its class allows expansion (not refused before)."""
+    """Asked for less than the spec's size, of the right class, and its class allows
+    expansion (not refused before). Once asked, it is not asked again (resize_pending)."""
     size = requested_bytes(pvc)
     actual = _pvc_spec(pvc).get("storageClassName")
     annotations = (pvc.get("metadata") or {}).get("annotations") or {}

@@ -312,7 +312,7 @@ def plan_pool(
             VolumeSummary(
                 name_of(pvc),
                 state,
-                volume_fit.requested_bytes(pvc),
+                volume_fit.usable_bytes(pvc),
                 volume_fit.requested_class(pvc),
                 fits,
             )
@@ -399,8 +399,12 @@ def _plan_free(
     if not fits and context.fit is not None and volume_fit.can_expand(pvc, context.fit):
         plan.volumes_to_expand.append(name)  # it fits once grown; a new pod may replay it
         return updates
+    # Asked to grow and not there yet: not handed out until it has grown (usually within
+    # the drain grace, then a new pod replays it), drained after the grace as any other.
+    growing = context.fit is not None and volume_fit.resize_pending(pvc, context.fit)
+    urgent = context.deleting or not (fits or growing)
     failures = drain_failures(pvc)
-    if released_for >= drain_delay(context.policy, failures, urgent=context.deleting or not fits):
+    if released_for >= drain_delay(context.policy, failures, urgent=urgent):
         token = drain_request_token(pvc, context.stamp)
         plan.jobs_to_create.append(name)  # only once this patch is in (pool_actions)
         plan.drain_requests[name] = token

@@ -5,6 +5,9 @@ docs/operator.md has a table with every (condition, reason) below; a unit test c
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
 READY = "Ready"
 DEGRADED = "Degraded"
 DELETING = "Deleting"
@@ -18,6 +21,7 @@ MAX_CONDITION_MESSAGE = 32768
 
 REASON_RECONCILED = "Reconciled"
 REASON_INVALID_SPEC = "InvalidSpec"
+REASON_STORAGE_CLASS_NOT_FOUND = "StorageClassNotFound"
 REASON_AS_EXPECTED = "AsExpected"
 REASON_RUNWAY_BELOW_TARGET = "RunwayBelowTarget"
 REASON_VERY_LARGE_VOLUME = "VeryLargeVolume"
@@ -35,6 +39,9 @@ REASON_NO_AGENT_FIGURES = "NoAgentFigures"
 REASONS: dict[tuple[str, str, str], str] = {
     (READY, "True", REASON_RECONCILED): "the spec is valid and the buffer size is computed",
     (READY, "False", REASON_INVALID_SPEC): "the spec cannot be used; the message says why",
+    (READY, "False", REASON_STORAGE_CLASS_NOT_FOUND): (
+        "spec.storage.storageClassName names no StorageClass: volumes could not be provisioned"
+    ),
     (DEGRADED, "True", REASON_RUNWAY_BELOW_TARGET): (
         "spec.storage.size survives a shorter outage than spec.outageSeconds"
     ),
@@ -65,6 +72,39 @@ REASONS: dict[tuple[str, str, str], str] = {
     ),
     (BACKLOG_CANNOT_DRAIN, "Unknown", REASON_NO_AGENT_FIGURES): "no agent answered",
 }
+
+
+# One writer per condition type (review D7). Each writes its types by server-side apply under
+# its own field manager, always all of them: the API server merges the list by type
+# (listType=map), so a write never touches another writer's types, and a type its writer no
+# longer sends is removed. The reconcile handler (and the resync timer, which reconciles):
+RECONCILE_CONDITIONS = frozenset({READY, RECONCILIATION_PAUSED})
+# The pool timer: Degraded holds the pool's problems next to what the spec gives, so with
+# the volume pool on it is the pool timer's; with the pool off (no timer) reconcile's.
+POOL_CONDITIONS = frozenset({DEGRADED, BACKLOG_CANNOT_DRAIN})
+# The delete handler.
+DELETION_CONDITIONS = frozenset({DELETING})
+
+
+def reconcile_conditions(volume_pool: bool) -> frozenset[str]:
+    """The condition types the reconcile handler writes: Degraded too without the pool."""
+    return RECONCILE_CONDITIONS if volume_pool else RECONCILE_CONDITIONS | {DEGRADED}
+
+
+def owned(conditions: Iterable[Mapping[str, Any]], types: Iterable[str]) -> list[dict[str, Any]]:
+    """The conditions of ``types`` among ``conditions`` (what one writer applies), in order."""
+    wanted = frozenset(types)
+    return [dict(c) for c in conditions if c.get("type") in wanted]
+
+
+def owned_differ(
+    current: Sequence[Mapping[str, Any]], desired: Sequence[Mapping[str, Any]], types: Iterable[str]
+) -> bool:
+    """Whether ``desired`` changes any condition of ``types`` (then the writer applies)."""
+    def by_type(conditions: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {str(c.get("type")): c for c in owned(conditions, types)}
+
+    return by_type(current) != by_type(desired)
 
 
 def capped_message(message: str) -> str:

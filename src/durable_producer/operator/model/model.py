@@ -360,7 +360,10 @@ class VolumeCounts(CamelModel):
 class VolumeGroup(CamelModel):
     """Pool volumes of one size and storage class, counted by state."""
 
-    size: Quantity = Field(description="Size requested for these volumes.")
+    size: Quantity = Field(
+        description="Size of these volumes: their status.capacity (the request while unbound);"
+        " an expansion counts once done."
+    )
     storage_class_name: str | None = Field(
         default=None, max_length=253, description="Their StorageClass (absent: cluster default)."
     )

@@ -77,7 +77,8 @@ def test_condition_appears_with_both_rates_and_clears() -> None:
     assert "10,000 records/s (2.00 MB/s)" in cannot["message"]
     assert cannot["observedGeneration"] == 3
 
-    again = pool_status.pool_status_update(producer([cannot]), plan, [], 100, NOW, slow)
+    written = update.changes["conditions"][1:]  # the pool timer's own: Degraded too
+    again = pool_status.pool_status_update(producer(written), plan, [], 100, NOW, slow)
     assert "conditions" not in again.changes, "same figures: no patch"
 
     fine = agent_figures.agent_figures({"pod-a": exposition(100, False, 6_000, 10_000)})

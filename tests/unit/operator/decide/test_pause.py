@@ -31,20 +31,21 @@ def test_pausing_sets_the_condition_once() -> None:
     ready = {"type": "Ready", "status": "True", "reason": "Reconciled", "message": "",
              "lastTransitionTime": "2025-01-01T00:00:00Z"}
 
-    patch = pause.paused_status_patch({"conditions": [ready]}, 3, NOW)
-    again = pause.paused_status_patch(patch, 3, NOW + timedelta(minutes=1))
+    paused = pause.paused_conditions([ready], True, 3, NOW)
+    assert paused is not None
+    again = pause.paused_conditions(paused, True, 3, NOW + timedelta(minutes=1))
 
-    (condition,) = [c for c in patch["conditions"] if c["type"] == pause.PAUSED_CONDITION]
+    (condition,) = [c for c in paused if c["type"] == pause.PAUSED_CONDITION]
     assert (condition["status"], condition["reason"]) == ("True", conditions.REASON_PAUSED)
     assert PAUSE_ANNOTATION in condition["message"]
-    assert ready in patch["conditions"]
-    assert again == {}
+    assert ready in paused
+    assert again is None
 
 
 def test_resuming_turns_it_false_and_never_paused_objects_get_none() -> None:
-    paused = pause.paused_status_patch({}, 1, NOW)
+    paused = pause.paused_conditions([], True, 1, NOW)
 
-    resumed = pause.resumed_status({"bufferSize": "2Gi", **paused}, 2, NOW)
+    resumed = pause.resumed_status({"bufferSize": "2Gi", "conditions": paused}, 2, NOW)
     untouched = pause.resumed_status({"bufferSize": "2Gi", "conditions": []}, 2, NOW)
 
     (condition,) = resumed["conditions"]

@@ -200,5 +200,36 @@ def test_a_degraded_message_longer_than_the_crd_allows_is_capped_and_then_left_a
     assert pool_status.degraded_conditions(first, [], problems, "VolumePoolProblem", NOW) is None
 
 
+def test_a_deleting_message_naming_thousands_of_volumes_is_capped_and_then_left_alone() -> None:
+    """D7: the Deleting message joins every volume waited for. It was capped when written,
+    but compared uncapped with what was stored, so every retry of the delete handler wrote
+    the same condition again."""
+    names = [f"orders-buffer-{index:08x}" for index in range(3000)]
+    plan = vp.plan_pool([], [], [], NOW, POLICY, deleting=True)
+
+    first = pool_status.deleting_status(producer(), plan, names, NOW)
+
+    (deleting,) = [c for c in first.changes["conditions"] if c["type"] == "Deleting"]
+    assert len(deleting["message"]) == MAX_CONDITION_MESSAGE
+    assert deleting["message"].startswith("waiting for 3000 buffer volume(s)")
+    again = pool_status.deleting_status(producer({"conditions": [deleting]}), plan, names, NOW)
+    assert again.changes == {}
+
+
+def test_every_condition_message_the_pool_writes_is_capped() -> None:
+    """Held volumes, pods without an agent and stuck Pending volumes all join names into
+    Degraded; whatever the mix, the message stays within the CRD's limit."""
+    held = [pvc(f"orders-buffer-{index:08x}", deleted=True) for index in range(1500)]
+    pods = [running_pod(f"pod-{index:06d}-without-an-agent", "none") for index in range(1500)]
+    for pod in pods:
+        pod["spec"]["initContainers"] = []
+    plan = vp.plan_pool(held, pods, [], NOW, POLICY)
+
+    update = pool_status.pool_status_update(producer(), plan, pods, None, NOW)
+
+    for condition in update.changes["conditions"]:
+        assert len(condition["message"]) <= MAX_CONDITION_MESSAGE, condition["type"]
+
+
 def test_short_messages_are_kept_whole() -> None:
     assert capped_message("x" * MAX_CONDITION_MESSAGE) == "x" * MAX_CONDITION_MESSAGE

@@ -247,3 +247,22 @@ def test_is_behind_compares_the_generation_with_what_status_observed(
     generation: int | None, status: dict[str, int] | None, behind: bool
 ) -> None:
     assert reconcile.is_behind(generation, status) is behind
+
+
+def test_a_missing_storage_class_is_not_ready_and_the_resync_looks_again() -> None:
+    """Review D8: a StorageClass the cluster lacks gave Ready=True; pods then waited for
+    volumes never provisioned. Sizes and Degraded are those of the valid spec."""
+    spec = {**SPEC, "storage": {"storageClassName": "fast-ssd"}}
+    missing = reconcile.desired_status(spec, {}, 2, T0, missing_storage_class="fast-ssd")
+    ready = next(c for c in missing.status["conditions"] if c["type"] == "Ready")
+
+    assert (ready["status"], ready["reason"]) == ("False", "StorageClassNotFound")
+    assert "'fast-ssd' names no StorageClass" in ready["message"]
+    assert missing.problem == ready["message"]
+    assert missing.status["bufferSize"] == reconcile.desired_status(spec, {}, 2, T0).status[
+        "bufferSize"]
+    assert reconcile.awaits_storage_class(missing.status)
+
+    found = reconcile.desired_status(spec, missing.status, 2, T0)
+    assert not reconcile.awaits_storage_class(found.status)
+    assert next(c for c in found.status["conditions"] if c["type"] == "Ready")["status"] == "True"

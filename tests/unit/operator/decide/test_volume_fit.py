@@ -112,3 +112,60 @@ def test_new_volumes_record_the_class_asked_for() -> None:
     assert manifest["metadata"]["annotations"][volume_fit.STORAGE_CLASS_ANNOTATION] == ""
     assert "storageClassName" not in manifest["spec"]
     assert volume_fit.fits(manifest, VolumeFit.from_spec(spec))
+
+
+# Review D10: an expansion counted as done once requested.
+
+
+def resized(name: str, requested: str, capacity: str, **status: Any) -> dict[str, Any]:
+    """A bound volume asked to grow to ``requested`` that has ``capacity`` so far."""
+    volume = pvc(name, requested)
+    volume["status"] = {"phase": "Bound", "capacity": {"storage": capacity}, **status}
+    return volume
+
+
+def test_a_volume_asked_to_grow_counts_at_the_size_it_has() -> None:
+    """fits() read spec.resources.requests: a pending or refused expansion was handed out as
+    done, its agent told a WAL limit the disk could not hold."""
+    pending = resized("pending", "18Gi", "6Gi",
+                      conditions=[{"type": "Resizing", "status": "True"}])
+    refused = resized("refused", "18Gi", "6Gi",
+                      allocatedResourceStatuses={"storage": "ControllerResizeInfeasible"})
+    filesystem_left = [{"type": "FileSystemResizePending", "status": "True"}]
+    only_the_filesystem = resized("fs", "18Gi", "6Gi", conditions=filesystem_left)
+    done = resized("done", "18Gi", "18Gi")
+    unbound = pvc("unbound", "18Gi")
+
+    assert [volume_fit.usable_bytes(v) for v in (pending, refused, only_the_filesystem, done,
+                                                  unbound)] == [6 * GIB, 6 * GIB, *[18 * GIB] * 3]
+    assert not volume_fit.fits(pending, FIT) and not volume_fit.fits(refused, FIT)
+    assert volume_fit.fits(only_the_filesystem, FIT)  # the kubelet grows it at the next mount
+    assert handout.choose_volume([pending, refused], [], NOW, POLICY, fit=FIT) is None
+    chosen = handout.choose_volume([pending, done], [], NOW, POLICY, fit=FIT)
+    assert chosen is not None and chosen["metadata"]["name"] == "done"
+
+
+def test_a_volume_waiting_for_its_resize_is_not_asked_again_nor_retired_at_once() -> None:
+    pending = resized("pending", "18Gi", "6Gi")
+    refused = resized("refused", "18Gi", "6Gi",
+                      allocatedResourceStatuses={"storage": "NodeResizeInfeasible"})
+
+    plan = vp.plan_pool([pending, refused], [], [], NOW, POLICY, fit=FIT)
+
+    assert plan.volumes_to_expand == []
+    assert plan.jobs_to_create == ["refused"]  # the storage cannot: drained and retired now
+    assert volume_fit.resize_pending(pending, FIT) and not volume_fit.resize_pending(refused, FIT)
+    later = resized("pending", "18Gi", "6Gi")
+    later["metadata"]["annotations"][vp.RELEASED_AT_ANNOTATION] = ago(POLICY.drain_grace_seconds)
+    assert vp.plan_pool([later], [], [], NOW, POLICY, fit=FIT).jobs_to_create == ["pending"]
+
+
+def test_the_status_shows_the_size_volumes_have_and_the_runway_it_buys() -> None:
+    in_use = resized("in-use", "18Gi", "6Gi")
+    pod = {"metadata": {"name": "p", "uid": "u"}, "status": {"phase": "Running"},
+           "spec": {"volumes": [{"name": "durable-buffer",
+                                 "persistentVolumeClaim": {"claimName": "in-use"}}]}}
+
+    plan = vp.plan_pool([in_use], [pod], [], NOW, POLICY, fit=FIT)
+
+    assert [(v.name, v.size_bytes, v.fits) for v in plan.volumes] == [("in-use", 6 * GIB, False)]

@@ -521,11 +521,17 @@ def test_same_problems_change_nothing_and_resolved_ones_restore_the_baseline() -
     assert degraded["lastTransitionTime"] == format_time(NOW)
 
 
-def test_a_degraded_condition_set_by_someone_else_is_never_cleared() -> None:
+def test_degraded_follows_the_baseline_once_the_spec_changes() -> None:
+    """With the pool on Degraded is the pool timer's alone (review D7): a spec that no longer
+    gives a short runway clears the old RunwayBelowTarget; an invalid spec (no baseline)
+    leaves Degraded as it is."""
     current = [READY, condition("True", "RunwayBelowTarget", "runway short")]
 
-    assert pool_status.degraded_conditions(current, [READY, condition("False", "AsExpected")], [],
-                                  "Pool", NOW) is None
+    updated = pool_status.degraded_conditions(
+        current, [READY, condition("False", "AsExpected")], [], "Pool", NOW)
+    assert updated is not None
+    assert [c["reason"] for c in updated if c["type"] == "Degraded"] == ["AsExpected"]
+    assert pool_status.degraded_conditions(current, [READY], [], "Pool", NOW) is None
 
 
 def test_status_volume_counts_cover_every_state() -> None:
