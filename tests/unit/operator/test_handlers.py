@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import kopf
 import pytest
@@ -250,3 +251,50 @@ def test_the_webhook_server_notes_each_reviews_arrival_for_its_handlers(
     arrived, noted = seen
     assert arrived <= noted < arrived + 0.04
     assert http_endpoint.review_received() >= arrived + 0.05  # outside a review: now
+
+
+def test_claims_of_one_producer_wait_on_the_event_loop_and_are_refused_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D5: reviews of one DurableProducer that waited for its lock in the webhook's threads
+    held them all, and later reviews queued behind them past the API server's timeout. They
+    now wait on the event loop, for the time their budget has left; then 503, no thread."""
+    config = OperatorConfig(webhook=WebhookSettings(timeout_seconds=1.5))  # budget 0.5 s
+    entered: list[str] = []
+
+    def slow_claim(body: dict[str, Any], **kwargs: object) -> admission.AdmissionAnswer:
+        entered.append(body["metadata"]["name"])
+        time.sleep(1.0)  # a claim that takes longer than the budget
+        return admission.AdmissionAnswer()
+
+    def pod(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "shop",
+                             "labels": {"durable.dev/producer": "gated"}}}
+
+    async def two_reviews() -> list[object]:
+        received = time.monotonic()
+        return await asyncio.gather(*(
+            admission.admit(pod(name), operation="CREATE", dryrun=False, config=config,
+                            logger=logging.getLogger("test"), received=received)
+            for name in ("first", "second")), return_exceptions=True)
+
+    monkeypatch.setattr(admission, "handle_admission", slow_claim)
+    started = time.monotonic()
+    first, second = asyncio.run(two_reviews())
+
+    assert isinstance(first, admission.AdmissionAnswer)
+    assert isinstance(second, kopf.AdmissionError) and second.code == 503
+    assert "DurableProducer shop/gated was busy" in str(second)
+    assert entered == ["first"]  # the second never took a thread
+    assert time.monotonic() - started < 1.5
+
+
+def test_reviews_that_claim_nothing_do_not_wait_for_the_producers_claims() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "shop",
+                        "labels": {"durable.dev/producer": "orders"}}}
+    assert admission._claiming(pod, "CREATE", False) == ("shop", "orders")
+    assert admission._claiming(pod, "CREATE", True) is None  # dry run
+    assert admission._claiming(pod, "UPDATE", False) is None
+    opted_out = {"metadata": {**pod["metadata"],
+                              "annotations": {"agent.durable.dev/inject": "false"}}}
+    assert admission._claiming(opted_out, "CREATE", False) is None
