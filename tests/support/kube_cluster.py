@@ -66,13 +66,20 @@ def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]
     """etcd, kube-apiserver, kube-controller-manager, kube-scheduler and kwok for the whole
     session, with this repository's CRDs applied by ``kubectl apply -f crds/``."""
     kubectl_binary()  # skip early, with the install hint, when kubectl is missing
-    work_dir = tmp_path_factory.mktemp("kube")
+    try:
+        with running_cluster(tmp_path_factory.mktemp("kube")) as cluster:
+            yield cluster
+    except KubeBinariesMissing as error:
+        pytest.skip(str(error))
+
+
+@contextlib.contextmanager
+def running_cluster(work_dir: Path) -> Iterator[Cluster]:
+    """The control plane the ``control_plane`` fixture gives (benchmarks use it too);
+    KubeBinariesMissing when the binaries are not installed."""
     plane = KubeControlPlane(work_dir, nodes=FAKE_NODES)
     try:
         plane.start()
-    except KubeBinariesMissing as error:
-        pytest.skip(str(error))
-    try:
         cluster = Cluster(plane, plane.admin_kubeconfig())
         apply_crds(cluster)
         cluster.admin.call("POST", "/apis/storage.k8s.io/v1/storageclasses",

@@ -33,7 +33,7 @@ running the handlers at a time; see startup.py).
 - ``record_clean_shutdown`` (events of pods with the opt-in label; feature volume pool):
   clean_shutdowns.record_clean_shutdown (a stopped agent's record marks its volume empty).
 - ``attach_buffer_agent`` (webhook, pod reviews with the opt-in label):
-  admission.handle_admission.
+  admission.admit (handle_admission in the webhook's own threads).
 
 A DurableProducer with the pause annotation (pause.py) is left alone by every handler but the
 webhook. Every handler run is counted by result (metrics.py).
@@ -373,7 +373,7 @@ def record_clean_shutdown(body: kopf.Body, logger: kopf.Logger, **_: Any) -> Non
     operations=[admission.MUTATED_OPERATION],
     labels={PRODUCER_LABEL: kopf.PRESENT},
 )
-def attach_buffer_agent(
+async def attach_buffer_agent(
     body: kopf.Body,
     patch: kopf.Patch,
     dryrun: bool,
@@ -383,11 +383,16 @@ def attach_buffer_agent(
     **kwargs: Any,
 ) -> None:
     """Add the agent, env and a pool volume to a pod being created (served with a certificate
-    and the volume pool on). kopf calls it for every operation the configuration sends."""
+    and the volume pool on). kopf calls it for every operation the configuration sends.
+
+    Async, so kopf runs it on its event loop at once, not queued behind the timers in its
+    handler threads; the blocking work runs in the webhook's own threads, within a deadline
+    counted from the review's arrival (admission.admit; D5)."""
     operation = kwargs.get("operation")  # kopf passes it; its handler protocol omits it
-    answer = admission.handle_admission(
-        body, operation=operation, dryrun=dryrun, config=config_of(memo), logger=logger
-    )
+    answer = await admission.admit(
+        body, operation=operation, dryrun=dryrun, config=config_of(memo), logger=logger,
+        received=http_endpoint.review_received(),
+    )  # fmt: skip
     warnings.extend(answer.warnings)
     if answer.ops:
         patch.fns.append(lambda target: jsonpatch.apply_patch(target, answer.ops, in_place=True))

@@ -14,9 +14,12 @@ reaches it in IPv4, IPv6 and dual-stack clusters.
 
 from __future__ import annotations
 
+import contextvars
 import threading
+import time
 from collections.abc import AsyncIterator
 from http.server import ThreadingHTTPServer
+from typing import Any
 
 import kopf
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -51,14 +54,42 @@ class Readiness:
 READINESS = Readiness()
 
 
+_review_received: contextvars.ContextVar[float | None] = contextvars.ContextVar(
+    "durable_producer_review_received", default=None
+)
+
+
+def review_received() -> float:
+    """When the admission review being answered arrived (``time.monotonic()``), as the
+    webhook server saw it; now, outside a review the server received."""
+    received = _review_received.get()
+    return time.monotonic() if received is None else received
+
+
 class ReadyWebhookServer(kopf.WebhookServer):
-    """kopf's webhook server, telling READINESS once it listens with its certificate.
+    """kopf's webhook server, telling READINESS once it listens with its certificate, and
+    noting each review's arrival (``review_received``: the admission deadline starts there).
 
     kopf yields the client configuration after the TLS context is built from the files and
     the socket is listening (and again after it reloads renewed certificate files)."""
 
     async def __call__(self, fn: kopf.WebhookFn) -> AsyncIterator[kopf.WebhookClientConfig]:
-        async for client_config in super().__call__(fn):
+        async def timed(
+            request: Any,  # kopf.WebhookFn's Request (kopf does not export the type)
+            *,
+            webhook: str | None = None,
+            headers: kopf.Headers | None = None,
+            sslpeer: kopf.SSLPeer | None = None,
+        ) -> Any:
+            # Set in the request's own task: kopf's handlers (and the threads it copies the
+            # context into) see it.
+            token = _review_received.set(time.monotonic())
+            try:
+                return await fn(request, webhook=webhook, headers=headers, sslpeer=sslpeer)
+            finally:
+                _review_received.reset(token)
+
+        async for client_config in super().__call__(timed):
             READINESS.webhook_serving.set()
             yield client_config
 

@@ -8,9 +8,10 @@ What each replica counts itself:
   leads (kopf peering) runs handlers, so on the others these stay still.
 - ``durable_operator_admission_requests_total{result}`` and
   ``durable_operator_admission_duration_seconds{result}``: every pod review the webhook
-  answered, on every replica; result ``mutated``, ``admitted`` (nothing to add: an update, an
-  opt-out, a re-invocation), ``refused`` (the pod is wrong: 4xx) or ``failed`` (the operator
-  could not do its part: API errors, deadlines).
+  answered, on every replica, timed from its arrival; result ``mutated``, ``admitted``
+  (nothing to add: an update, an opt-out, a re-invocation), ``refused`` (the pod is wrong:
+  4xx) or ``failed`` (the operator could not do its part: API errors, deadlines, a busy
+  DurableProducer).
 - ``durable_operator_drains_total{result}``: drain Jobs ``started``, ``succeeded``, ``failed``.
 - ``durable_operator_volume_claim_failures_total{namespace, durable_producer}``: pods refused
   because the pool could hand out no volume (PVC creation refused: quota, storage class; or

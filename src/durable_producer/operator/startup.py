@@ -31,6 +31,11 @@ FINALIZER = f"{GROUP}/finalizer"
 # kopf looks again only after settings.background.cancellation_polling: 60 s by default, so a
 # deletion that met a pool run waited a minute for nothing. Look again after a second.
 TIMER_EXIT_POLL_SECONDS = 1.0
+# kopf's threads for sync handlers (reconcile, the pool and resync timers of every
+# DurableProducer); its default is min(32, CPUs + 4), which depends on the node. The webhook
+# has threads of its own (admission.ADMISSION_WORKERS) and scrapes run in a bounded pool
+# (agent_scrape), so these only pace the timers: a run waits for a thread, never a review.
+HANDLER_WORKERS = 16
 _NANOSECONDS_PER_MICROSECOND = 1000
 
 
@@ -55,7 +60,8 @@ def configure_kopf(
     settings: kopf.OperatorSettings, config: OperatorConfig, logger: kopf.Logger
 ) -> None:
     """Our own finalizer name, progress kept in annotations (status is ours), sane timeouts,
-    and the webhook server with the mounted certificate (the chart owns its configuration)."""
+    a fixed number of handler threads, and the webhook server with the mounted certificate
+    (the chart owns its configuration)."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
@@ -71,6 +77,7 @@ def configure_kopf(
     settings.networking.request_timeout = tuning.request_timeout
     settings.networking.connect_timeout = tuning.connect_timeout
     settings.background.cancellation_polling = TIMER_EXIT_POLL_SECONDS
+    settings.execution.max_workers = HANDLER_WORKERS
     settings.admission.managed = None
     if not config.features.volume_pool:
         # No volumes to give: the webhook is not served (the chart renders no configuration).

@@ -131,7 +131,7 @@ def test_the_admission_answers_within_the_webhook_timeout_when_the_api_hangs(
 
     path = PRODUCERS_PATH.format(namespace="default") + "/orders"
     answer_with(kubernetes_api, f"get {path}", hang)
-    webhook = start_webhook_operator(DURABLE_PRODUCER_WEBHOOK_TIMEOUT_SECONDS="2")
+    webhook = start_webhook_operator(DURABLE_PRODUCER_WEBHOOK_TIMEOUT_SECONDS="3")
 
     started = time.monotonic()
     response = webhook.review(opted_in_pod("patient"))

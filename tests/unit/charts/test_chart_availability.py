@@ -146,7 +146,7 @@ def test_the_webhook_waits_ten_seconds_and_the_operator_stops_its_calls_before(
 
     assert webhook["timeoutSeconds"] == 10
     assert config.webhook.timeout_seconds == 10
-    assert config.webhook.api_budget_seconds == 9
+    assert config.webhook.api_budget_seconds == 8
 
 
 def test_the_pod_monitor_is_optional_and_scrapes_the_metrics_port(

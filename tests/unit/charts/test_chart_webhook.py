@@ -246,7 +246,7 @@ def test_operator_is_told_the_webhook_timeout_and_the_features() -> None:
     config = settings.OperatorConfig.from_environ(env)
 
     assert config.webhook.timeout_seconds == 3
-    assert config.webhook.api_budget_seconds == 2
+    assert config.webhook.api_budget_seconds == 1
     assert config.features.volume_pool and not config.features.spark_pod_templates
     assert config.agent_image.pull_secrets == ("a", "b")
 

@@ -6,12 +6,15 @@ import asyncio
 import logging
 import re
 import threading
+import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import kopf
 import pytest
 
-from durable_producer.operator import handlers, startup
+from durable_producer.operator import handlers, http_endpoint, startup
 from durable_producer.operator.act import admission
 from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 
@@ -112,6 +115,8 @@ def test_startup_configures_kopf_from_the_settings() -> None:
     assert settings.watching.server_timeout == 120
     assert settings.watching.client_timeout == config.tuning.watch_client_timeout
     assert settings.admission.managed is None  # the chart owns the webhook configuration
+    # Set, not kopf's min(32, CPUs + 4), which varies with the node (D5).
+    assert settings.execution.max_workers == startup.HANDLER_WORKERS
 
 
 def test_with_a_certificate_kopf_serves_the_webhook() -> None:
@@ -196,3 +201,100 @@ def test_a_deletion_that_meets_a_timer_run_looks_again_within_seconds_not_a_minu
 
     assert delays, "the timers were still running: kopf must look again"
     assert max(delays) <= 2.0, delays
+
+
+def test_the_webhook_runs_on_kopfs_event_loop_and_its_work_in_threads_of_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D5: a sync handler waited in kopf's one thread pool behind the timers (their scrapes
+    held threads for minutes) while its deadline was not yet running. Async, kopf awaits it
+    at once; the blocking work runs in the webhook's own threads."""
+    assert asyncio.iscoroutinefunction(handlers.attach_buffer_agent)
+    ran_in: list[str] = []
+
+    def handle(*args: object, **kwargs: object) -> admission.AdmissionAnswer:
+        ran_in.append(threading.current_thread().name)
+        return admission.AdmissionAnswer()
+
+    monkeypatch.setattr(admission, "handle_admission", handle)
+    asyncio.run(admission.admit({}, operation="CREATE", dryrun=False, config=OperatorConfig(),
+                                logger=logging.getLogger("test"), received=0.0))
+    assert ran_in and ran_in[0].startswith("admission")
+
+
+def test_the_webhook_server_notes_each_reviews_arrival_for_its_handlers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The admission deadline starts at the review's arrival (D5): kopf's server calls the
+    function ReadyWebhookServer gives it, which notes the time for the handlers below."""
+    seen: list[float] = []
+
+    async def kopf_server(self: object, fn: kopf.WebhookFn) -> AsyncIterator[object]:
+        await asyncio.sleep(0.05)  # a review arrives
+        arrived = time.monotonic()
+        seen.extend([arrived, await fn({"request": {}}, webhook="w")])
+        yield {"url": "https://127.0.0.1"}
+
+    async def handler(request: object, **kwargs: object) -> float:
+        await asyncio.sleep(0.05)  # kopf's own work before the handler
+        return http_endpoint.review_received()
+
+    async def serve() -> None:
+        async for _ in http_endpoint.ReadyWebhookServer(port=1)(handler):  # type: ignore[arg-type]
+            return
+
+    monkeypatch.setattr(kopf.WebhookServer, "__call__", kopf_server)
+    try:
+        asyncio.run(serve())
+    finally:
+        http_endpoint.READINESS.reset()
+    arrived, noted = seen
+    assert arrived <= noted < arrived + 0.04
+    assert http_endpoint.review_received() >= arrived + 0.05  # outside a review: now
+
+
+def test_claims_of_one_producer_wait_on_the_event_loop_and_are_refused_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """D5: reviews of one DurableProducer that waited for its lock in the webhook's threads
+    held them all, and later reviews queued behind them past the API server's timeout. They
+    now wait on the event loop, for the time their budget has left; then 503, no thread."""
+    config = OperatorConfig(webhook=WebhookSettings(timeout_seconds=1.5))  # budget 0.5 s
+    entered: list[str] = []
+
+    def slow_claim(body: dict[str, Any], **kwargs: object) -> admission.AdmissionAnswer:
+        entered.append(body["metadata"]["name"])
+        time.sleep(1.0)  # a claim that takes longer than the budget
+        return admission.AdmissionAnswer()
+
+    def pod(name: str) -> dict[str, Any]:
+        return {"metadata": {"name": name, "namespace": "shop",
+                             "labels": {"durable.dev/producer": "gated"}}}
+
+    async def two_reviews() -> list[object]:
+        received = time.monotonic()
+        return await asyncio.gather(*(
+            admission.admit(pod(name), operation="CREATE", dryrun=False, config=config,
+                            logger=logging.getLogger("test"), received=received)
+            for name in ("first", "second")), return_exceptions=True)
+
+    monkeypatch.setattr(admission, "handle_admission", slow_claim)
+    started = time.monotonic()
+    first, second = asyncio.run(two_reviews())
+
+    assert isinstance(first, admission.AdmissionAnswer)
+    assert isinstance(second, kopf.AdmissionError) and second.code == 503
+    assert "DurableProducer shop/gated was busy" in str(second)
+    assert entered == ["first"]  # the second never took a thread
+    assert time.monotonic() - started < 1.5
+
+
+def test_reviews_that_claim_nothing_do_not_wait_for_the_producers_claims() -> None:
+    pod = {"metadata": {"name": "p", "namespace": "shop",
+                        "labels": {"durable.dev/producer": "orders"}}}
+    assert admission._claiming(pod, "CREATE", False) == ("shop", "orders")
+    assert admission._claiming(pod, "CREATE", True) is None  # dry run
+    assert admission._claiming(pod, "UPDATE", False) is None
+    opted_out = {"metadata": {**pod["metadata"],
+                              "annotations": {"agent.durable.dev/inject": "false"}}}
+    assert admission._claiming(opted_out, "CREATE", False) is None

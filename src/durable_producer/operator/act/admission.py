@@ -12,12 +12,21 @@ answer is counted and timed (metrics.py) by its result.
 
 Every API call of one review shares a deadline under the API server's webhook timeout
 (cluster.api_deadline); an API failure is a refusal that says what failed, never a bare 500.
+The deadline starts when the review arrived (http_endpoint.review_received), not when a thread
+picks the work up, and bounds the wait for the DurableProducer's lock too: a review that
+cannot be answered in time is refused (retryable), and nothing is claimed or created once
+the time is up (D5). ``admit`` runs the blocking work in the webhook's own bounded thread
+pool, so kopf's handler threads (the pool timers) cannot keep a review waiting.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import copy
+import functools
+import threading
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -39,6 +48,7 @@ from durable_producer.operator.act.cluster import (
     cluster,
     prepare_clients,
 )
+from durable_producer.operator.act.locks import ProducerBusy
 from durable_producer.operator.decide import overrides, pod_clashes, pod_mutation, reconcile
 from durable_producer.operator.http_endpoint import ReadyWebhookServer
 from durable_producer.operator.model.model import DurableProducerSpec
@@ -47,6 +57,22 @@ from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 MUTATION_WEBHOOK_ID = "attach-buffer-agent"
 MUTATED_OPERATION: Final = "CREATE"
 API_FAILURES = (ApiException, ApiDeadlineExceeded, urllib3.exceptions.HTTPError)
+# Reviews answered at once; more wait for a thread (their deadline running since arrival).
+ADMISSION_WORKERS = 8
+
+_executor: concurrent.futures.ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def admission_executor() -> concurrent.futures.ThreadPoolExecutor:
+    """The webhook's own threads (made on first use), apart from kopf's handler threads."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = concurrent.futures.ThreadPoolExecutor(
+                max_workers=ADMISSION_WORKERS, thread_name_prefix="admission"
+            )
+        return _executor
 
 
 @dataclass(frozen=True)
@@ -126,6 +152,16 @@ def api_failure(error: Exception, doing: str, namespace: str, budget: float) -> 
     )
 
 
+def producer_busy(namespace: str, producer: str, budget: float) -> kopf.AdmissionError:
+    """The refusal when the DurableProducer's lock could not be had within the budget."""
+    return kopf.AdmissionError(
+        f"DurableProducer {namespace}/{producer} was busy (other claims or the operator's pool"
+        f" maintenance) for the whole {budget:g}s the webhook may take: no volume was claimed;"
+        " the pod's controller retries",
+        code=503,
+    )
+
+
 def _producer_spec(namespace: str, producer: str) -> tuple[dict[str, Any], DurableProducerSpec]:
     found = cluster(POOL_USER_AGENT).get_producer(namespace, producer)
     if found is None:
@@ -152,6 +188,73 @@ def answer_result(answer: AdmissionAnswer | None, error: BaseException | None) -
     return metrics.ADMISSION_FAILED
 
 
+_claim_gates: dict[tuple[str, str], asyncio.Lock] = {}
+
+
+def _claiming(
+    body: Mapping[str, Any], operation: str | None, dryrun: bool
+) -> tuple[str, str] | None:
+    """(namespace, DurableProducer) when the review may claim a volume; None for the reviews
+    that claim nothing (not a create, a dry run, a reinvocation, an opt-out)."""
+    if operation != MUTATED_OPERATION or dryrun or pod_mutation.already_mutated(body):
+        return None
+    if overrides.opted_out(body):
+        return None
+    namespace = (body.get("metadata") or {}).get("namespace")
+    producer = pod_mutation.producer_name(body)
+    return (str(namespace), producer) if namespace and producer else None
+
+
+async def admit(
+    body: Mapping[str, Any],
+    *,
+    operation: str | None,
+    dryrun: bool,
+    config: OperatorConfig,
+    logger: kopf.Logger,
+    received: float,
+) -> AdmissionAnswer:
+    """``handle_admission`` in the webhook's own threads (admission_executor), for kopf's
+    event loop; ``received``: when the review arrived (``time.monotonic()``).
+
+    Reviews that may claim a volume of one DurableProducer go one at a time per replica (its
+    claims take turns anyway, on its lock): the others wait here, on the event loop, for the
+    time their budget has left, then are refused (503). Waiting in threads instead, they held
+    every thread while later reviews queued behind them past the API server's timeout (a
+    burst of 200 pods: most answers came after 9 s, and some claims after the API server had
+    given up)."""
+    call = functools.partial(
+        handle_admission,
+        body,
+        operation=operation,
+        dryrun=dryrun,
+        config=config,
+        logger=logger,
+        received=received,
+    )
+    loop = asyncio.get_running_loop()
+    key = _claiming(body, operation, dryrun)
+    if key is None:
+        return await loop.run_in_executor(
+            admission_executor(), functools.partial(contextvars.copy_context().run, call)
+        )
+    gate = _claim_gates.setdefault(key, asyncio.Lock())
+    budget = config.webhook.api_budget_seconds
+    try:
+        await asyncio.wait_for(gate.acquire(), max(received + budget - time.monotonic(), 0.0))
+    except TimeoutError:
+        metrics.claim_failed(*key)
+        refusal = producer_busy(*key, budget)
+        metrics.admission_answered(answer_result(None, refusal), time.monotonic() - received)
+        raise refusal from None
+    try:
+        return await loop.run_in_executor(
+            admission_executor(), functools.partial(contextvars.copy_context().run, call)
+        )
+    finally:
+        gate.release()
+
+
 def handle_admission(
     body: Mapping[str, Any],
     *,
@@ -159,16 +262,21 @@ def handle_admission(
     dryrun: bool,
     config: OperatorConfig,
     logger: kopf.Logger,
+    received: float | None = None,
 ) -> AdmissionAnswer:
     """Add the agent, env and a pool volume to an opted-in pod (idempotent on re-invocation).
 
     Only a pod being created is mutated. Dry-run requests claim nothing: they are answered
     with the volume a real request would likely get. Raises kopf.AdmissionError to refuse the
-    pod, with a message saying why. Counted and timed by result (metrics.py).
+    pod, with a message saying why. Counted and timed by result (metrics.py). The API budget
+    is counted from ``received`` (``time.monotonic()`` at the review's arrival), else now.
     """
-    started = time.monotonic()
+    started = time.monotonic() if received is None else received
     try:
-        answer = _admit(body, operation=operation, dryrun=dryrun, config=config, logger=logger)
+        answer = _admit(
+            body, operation=operation, dryrun=dryrun, config=config, logger=logger,
+            started=started,
+        )  # fmt: skip
     except BaseException as error:
         metrics.admission_answered(answer_result(None, error), time.monotonic() - started)
         raise
@@ -183,6 +291,7 @@ def _admit(
     dryrun: bool,
     config: OperatorConfig,
     logger: kopf.Logger,
+    started: float,
 ) -> AdmissionAnswer:
     if operation != MUTATED_OPERATION:
         return AdmissionAnswer()  # an update, a delete: the agent is attached at creation only
@@ -211,7 +320,7 @@ def _admit(
     if not producer_name or not namespace:
         raise _reject(f"an opted-in pod needs a namespace and a non-empty {PRODUCER_LABEL} label")
     budget = config.webhook.api_budget_seconds
-    with api_deadline(budget):
+    with api_deadline(budget, started=started):
         try:
             producer, spec = _producer_spec(namespace, producer_name)
         except API_FAILURES as error:
@@ -238,10 +347,12 @@ def _admit(
                     producer, spec, namespace, now, config.pool, pod=pod, token=token
                 )
             )
-        except (*API_FAILURES, kopf.AdmissionError) as error:
+        except (*API_FAILURES, kopf.AdmissionError, ProducerBusy) as error:
             metrics.claim_failed(namespace, producer_name)
             if isinstance(error, kopf.AdmissionError):
                 raise  # claims' own refusal: conflicting claims, retry
+            if isinstance(error, ProducerBusy):
+                raise producer_busy(namespace, producer_name, budget) from error
             doing = f"claim a buffer volume for DurableProducer {producer_name}"
             raise api_failure(error, doing, namespace, budget) from error
     warnings = ["dry run: no buffer volume was claimed"] if dryrun else []

@@ -4,7 +4,9 @@ handout.py decides which volume: the one claimed for an earlier attempt to creat
 pod (refused after the webhook), else a free one that fits the spec. The webhook claims it
 with a merge patch carrying the resourceVersion it read; a concurrent claim of the same PVC
 makes the API server answer 409 (a deleted one 404), and the next one is tried. With none
-left a new PVC is created, already claimed.
+left a new PVC is created, already claimed. Inside the webhook's deadline (cluster.api_deadline)
+the producer's lock is waited for only the time left (locks.ProducerBusy), and no call, claim
+or create included, is made once it is up.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.operator.act.api_access import POOL_USER_AGENT
-from durable_producer.operator.act.cluster import cluster
-from durable_producer.operator.act.locks import producer_lock
+from durable_producer.operator.act.cluster import cluster, time_left
+from durable_producer.operator.act.locks import holding_producer_lock
 from durable_producer.operator.decide import (
     drain_placement,
     handout,
@@ -54,7 +56,8 @@ def claim_volume(
     fit = VolumeFit.from_spec(spec)
     conflicted: set[str] = set()
     api = cluster(POOL_USER_AGENT)
-    with producer_lock(namespace, name):
+    # Inside the webhook's deadline: wait for the lock only the time left (ProducerBusy).
+    with holding_producer_lock(namespace, name, time_left()):
         for _ in range(CLAIM_ATTEMPTS):
             volumes = api.pool_volumes(namespace, name)
             pods = api.producer_pods(namespace, name)

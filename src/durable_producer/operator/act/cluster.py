@@ -40,24 +40,33 @@ class ApiDeadlineExceeded(TimeoutError):
 
 
 @contextlib.contextmanager
-def api_deadline(seconds: float) -> Iterator[None]:
-    """Bound every API call made inside (in this context) to ``seconds`` in all."""
-    token = _deadline.set(time.monotonic() + seconds)
+def api_deadline(seconds: float, *, started: float | None = None) -> Iterator[None]:
+    """Bound every API call made inside (in this context) to ``seconds`` in all, counted from
+    ``started`` (``time.monotonic()``; the admission review's arrival), else from now."""
+    token = _deadline.set((time.monotonic() if started is None else started) + seconds)
     try:
         yield
     finally:
         _deadline.reset(token)
 
 
-def _request_timeout() -> float:
-    """The timeout of the next call: what is left of the deadline, or the default."""
+def time_left() -> float | None:
+    """What is left of the deadline (None outside one); ApiDeadlineExceeded once it is up.
+
+    Every wait inside a deadline (an API call, a lock) is bounded by this."""
     deadline = _deadline.get()
     if deadline is None:
-        return DEFAULT_REQUEST_TIMEOUT_SECONDS
+        return None
     left = deadline - time.monotonic()
     if left <= 0:
         raise ApiDeadlineExceeded("no time left for the Kubernetes API call")
     return left
+
+
+def _request_timeout() -> float:
+    """The timeout of the next call: what is left of the deadline, or the default."""
+    left = time_left()
+    return DEFAULT_REQUEST_TIMEOUT_SECONDS if left is None else left
 
 
 def _call_options() -> dict[str, Any]:

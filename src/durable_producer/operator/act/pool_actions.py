@@ -27,7 +27,7 @@ from durable_producer.operator import metrics
 from durable_producer.operator.act import agent_scrape, status_writes
 from durable_producer.operator.act.api_access import POOL_USER_AGENT, STORAGE_CLASSES_USER_AGENT
 from durable_producer.operator.act.cluster import Cluster, cluster, ignore_statuses
-from durable_producer.operator.act.locks import producer_lock
+from durable_producer.operator.act.locks import holding_producer_lock
 from durable_producer.operator.decide import (
     agent_versions,
     drain_placement,
@@ -164,22 +164,26 @@ def run_pool(
     namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
     api = cluster(POOL_USER_AGENT)
     spec = reconcile.parse_spec(producer.get("spec"))
-    with producer_lock(namespace, name):
-        volumes = api.pool_volumes(namespace, name)
-        pods = api.producer_pods(namespace, name)
-        jobs = api.drain_jobs(namespace, name)
-        fit = None if isinstance(spec, str) else volume_fit_for(spec, volumes, logger)
-        plan = volume_pool.plan_pool(
-            volumes,
-            pods,
-            jobs,
-            datetime.now(UTC),
-            config.pool,
-            deleting=deleting,
-            fit=fit,
-            abandon=volume_pool.backlog_abandoned(producer),
-        )
-        by_name = {volume["metadata"]["name"]: volume for volume in volumes}
+    # Read and plan without the producer's lock: the webhook waits for it (D5), and the
+    # reads can be slow. A claim made meanwhile (here or by another replica, which no lock
+    # keeps out anyway) changes its volume's resourceVersion, so every write below that
+    # could undo it (patch, release, delete) is refused with 409 and the next run sees it.
+    volumes = api.pool_volumes(namespace, name)
+    pods = api.producer_pods(namespace, name)
+    jobs = api.drain_jobs(namespace, name)
+    fit = None if isinstance(spec, str) else volume_fit_for(spec, volumes, logger)
+    plan = volume_pool.plan_pool(
+        volumes,
+        pods,
+        jobs,
+        datetime.now(UTC),
+        config.pool,
+        deleting=deleting,
+        fit=fit,
+        abandon=volume_pool.backlog_abandoned(producer),
+    )
+    by_name = {volume["metadata"]["name"]: volume for volume in volumes}
+    with holding_producer_lock(namespace, name, None):
         not_patched = set()
         for volume_patch in [*plan.patches, *plan.releases]:
             try:
