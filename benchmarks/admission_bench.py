@@ -56,11 +56,11 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from durable_producer.operator.decide import pod_mutation  # noqa: E402
 from durable_producer.operator.decide.volume_pool import CLAIMED_AT_ANNOTATION  # noqa: E402
 from durable_producer.operator.settings import DEFAULT_POOL_INTERVAL_SECONDS  # noqa: E402
-from integration.operator.kube_harness import ChartOperators, KubeApi  # noqa: E402
 from integration.operator.test_operator_on_api_server import durable_producer  # noqa: E402
-from integration.operator.test_webhook_harness import opted_in_pod  # noqa: E402
 from support.kube_cluster import Cluster, VolumeProvisioner, running_cluster  # noqa: E402
+from support.kube_harness import ChartOperators, KubeApi  # noqa: E402
 from support.waiting import wait_for  # noqa: E402
+from support.webhook_harness import opted_in_pod  # noqa: E402
 
 SCENARIOS = ("plain", "hung-scrapes")
 THIS = "this checkout"

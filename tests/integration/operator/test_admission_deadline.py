@@ -26,11 +26,11 @@ from durable_producer.operator.act.api_access import POOL_USER_AGENT
 from durable_producer.operator.act.locks import producer_lock
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.settings import OperatorConfig, WebhookSettings
-from integration.operator.kube_harness import KubeApi
 from integration.operator.test_operator_on_api_server import durable_producer
-from integration.operator.test_webhook_harness import opted_in_pod
 from support.kube_cluster import Cluster
+from support.kube_harness import KubeApi
 from support.waiting import wait_for
+from support.webhook_harness import opted_in_pod
 
 pytestmark = pytest.mark.integration
 
