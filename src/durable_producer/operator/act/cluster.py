@@ -59,6 +59,12 @@ def _request_timeout() -> float:
     return left
 
 
+def time_left() -> float | None:
+    """Seconds left of the current ``api_deadline``; None outside one."""
+    deadline = _deadline.get()
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
 def _call_options() -> dict[str, Any]:
     """Raw JSON answers (no model classes), within the timeout."""
     return {"_preload_content": False, "_request_timeout": _request_timeout()}
@@ -246,6 +252,12 @@ class Cluster:
         """A StorageClass (cluster-scoped), or None when there is none of that name."""
         storage = kubernetes.client.StorageV1Api(self.core.api_client)
         return _read_or_none(lambda: storage.read_storage_class(name, **_call_options()))
+
+    # ------------------------------------------------------------------ PersistentVolumes
+
+    def get_persistent_volume(self, name: str) -> JsonObject | None:
+        """A PersistentVolume (cluster-scoped), or None when there is none of that name."""
+        return _read_or_none(lambda: self.core.read_persistent_volume(name, **_call_options()))
 
     # ------------------------------------------------------------------ ConfigMaps
 
