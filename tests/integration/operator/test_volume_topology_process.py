@@ -17,6 +17,7 @@ from durable_producer.local.kube import fake_node
 from durable_producer.operator.act import api_access
 from durable_producer.operator.decide import pod_mutation
 from durable_producer.operator.decide import volume_pool as vp
+from integration.operator.test_volume_pool_process import degraded
 from support.kube_cluster import DEFAULT_STORAGE_CLASS
 from support.kube_harness import ChartOperator, KubeApi
 from support.waiting import wait_for
@@ -135,3 +136,30 @@ def test_a_pod_pinned_to_another_zone_does_not_get_a_volume_bound_in_this_one(
     declared = {(g, p, v, 200) for g, p, verbs in api_access.PERSISTENT_VOLUMES_API_ACCESS
                 for v in verbs}
     assert pv_reads == declared  # read (and allowed by the chart's RBAC)
+
+
+def test_a_pod_pending_on_its_volumes_node_affinity_names_the_volume_in_degraded(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator],
+    zones: dict[str, str], remove_pvs: None,
+) -> None:
+    """The zone of a free zonal volume loses its node (a zone outage, a node-local PV after a
+    spot reclaim). A pod without constraints of its own may still get it (nothing it says
+    rules the zone out), and the real scheduler cannot place it. Degraded names the pod with
+    the scheduler's verdict and, new with D3, the volume it is pinned by; before, it named
+    only the pod ("Unschedulable: ..."), not which volume to drain or delete."""
+    kube_api.create(durable_producer())
+    zonal_volume(kube_api, "orders-buffer-in-zone-a", f"{kube_api.namespace}-a")
+    assert kube_api.call("DELETE", f"{NODES_PATH}/{zones['a']}")[0] == 200
+    start_chart_operator(DURABLE_PRODUCER_POOL_AGENT_START_GRACE_SECONDS="1")
+
+    status, created = kube_api.create_pod(opted_in_pod("anywhere"))
+    assert status == 201, created
+    assert pod_mutation.claimed_volume(created) == "orders-buffer-in-zone-a"
+
+    condition = wait_for(
+        lambda: (found := degraded(kube_api)).get("status") == "True"
+        and "anywhere (Unschedulable" in found.get("message", "") and found,
+        timeout=60, interval=0.5, what="Degraded naming the unschedulable pod")
+    print(f"\n{condition['message']}")
+    assert ("its buffer volume orders-buffer-in-zone-a is bound where the pod may not run"
+            in condition["message"])

@@ -25,8 +25,20 @@ FIELD_PREFIX = "field:"
 """Keys of ``matchFields`` (``metadata.name``) are told apart from label keys by this prefix."""
 NODE_NAME_FIELD = f"{FIELD_PREFIX}metadata.name"
 
+CONFLICT_MESSAGES = (
+    "didn't match PersistentVolume's node affinity",
+    "volume node affinity conflict",
+)
+"""How the scheduler says a pod's PV cannot be attached on a node (PodScheduled=False): the
+wording since Kubernetes 1.27 or so, and the older one."""
+
 Requirement = tuple[str, str, frozenset[str]]
 """(label key or FIELD_PREFIX + field, operator, values) of a node selector requirement."""
+
+
+def scheduler_conflict(message: str) -> bool:
+    """Whether a scheduler message says a volume's node affinity ruled nodes out."""
+    return any(phrase in message for phrase in CONFLICT_MESSAGES)
 
 
 def bound_volume(pvc: Object) -> str | None:
