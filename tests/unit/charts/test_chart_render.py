@@ -81,7 +81,7 @@ def declared_operator_access(*, namespaced: bool = False) -> set[Grant]:
         (group, resource, verb)
         for group, resource, verbs in (
             *api_access.KUBERNETES_API_ACCESS, *api_access.POOL_API_ACCESS,
-            *api_access.STORAGE_CLASSES_API_ACCESS, *api_access.PERSISTENT_VOLUMES_API_ACCESS,
+            *api_access.STORAGE_CLASSES_API_ACCESS, *api_access.VOLUME_PLACEMENT_API_ACCESS,
             *api_access.SPARK_TEMPLATES_API_ACCESS, *peering_access(namespaced=namespaced),
             *(api_access.NAMESPACE_SCAN_API_ACCESS if namespaced else ()))
         for verb in verbs
@@ -89,7 +89,7 @@ def declared_operator_access(*, namespaced: bool = False) -> set[Grant]:
 
 
 def pool_cluster_access() -> set[Grant]:
-    """The pool's cluster-scoped reads: StorageClasses and PersistentVolumes."""
+    """The pool's cluster-scoped reads: StorageClasses, PersistentVolumes and Nodes."""
     return {(group, resource, verb)
             for group, resource, verbs in api_access.CLUSTER_FEATURE_API_ACCESS[
                 settings.VOLUME_POOL]

@@ -33,8 +33,8 @@ from durable_producer.contract import INJECT_ANNOTATION, PRODUCER_LABEL
 from durable_producer.operator import metrics
 from durable_producer.operator.act import claims
 from durable_producer.operator.act.api_access import (
-    PERSISTENT_VOLUMES_USER_AGENT,
     POOL_USER_AGENT,
+    VOLUME_PLACEMENT_USER_AGENT,
 )
 from durable_producer.operator.act.cluster import (
     ApiDeadlineExceeded,
@@ -97,7 +97,7 @@ def prepare(config: OperatorConfig, logger: kopf.Logger) -> None:
         return
     try:
         prepare_clients(POOL_USER_AGENT)
-        prepare_clients(PERSISTENT_VOLUMES_USER_AGENT)
+        prepare_clients(VOLUME_PLACEMENT_USER_AGENT)
     except kubernetes.config.ConfigException as error:
         logger.warning("no Kubernetes API configuration yet (%s): made on first use", error)
 

@@ -253,11 +253,15 @@ class Cluster:
         storage = kubernetes.client.StorageV1Api(self.core.api_client)
         return _read_or_none(lambda: storage.read_storage_class(name, **_call_options()))
 
-    # ------------------------------------------------------------------ PersistentVolumes
+    # ------------------------------------------------------------------ PVs and Nodes
 
     def get_persistent_volume(self, name: str) -> JsonObject | None:
         """A PersistentVolume (cluster-scoped), or None when there is none of that name."""
         return _read_or_none(lambda: self.core.read_persistent_volume(name, **_call_options()))
+
+    def get_node(self, name: str) -> JsonObject | None:
+        """A Node, or None when there is none of that name."""
+        return _read_or_none(lambda: self.core.read_node(name, **_call_options()))
 
     # ------------------------------------------------------------------ ConfigMaps
 

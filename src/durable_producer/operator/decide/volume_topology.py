@@ -11,6 +11,9 @@ every combination of a PV term and a pod term asks, for one label (or field), fo
 cannot all hold at once (``In`` sets that do not meet, a value both required and excluded,
 ``Exists`` with ``DoesNotExist``). Anything it cannot judge (``Gt``/``Lt``, empty terms, an
 unreadable PV) is taken as fitting: the pod is then placed as it was before this check.
+
+``pinned_nodes`` names the nodes a node-local PV (local-path, TopoLVM, OpenEBS LocalPV) can be
+attached on: when none of them exists any more (spot reclaim, scale-down), no pod can mount it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from durable_producer.operator.decide.kube_objects import Object
 FIELD_PREFIX = "field:"
 """Keys of ``matchFields`` (``metadata.name``) are told apart from label keys by this prefix."""
 NODE_NAME_FIELD = f"{FIELD_PREFIX}metadata.name"
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""Node-local PVs name their node by this label (its value is the node's name on the usual
+clusters) or by the field ``metadata.name``."""
 
 CONFLICT_MESSAGES = (
     "didn't match PersistentVolume's node affinity",
@@ -136,3 +142,20 @@ def _may_meet(pv: Sequence[list[Requirement]], pod: Sequence[list[Requirement]])
 def may_fit(pv: Object, pod: Object) -> bool:
     """False only when no node can meet both the PV's node affinity and the pod's placement."""
     return _may_meet(pv_terms(pv), pod_terms(pod))
+
+
+def pinned_nodes(pv: Object) -> frozenset[str] | None:
+    """The node names a node-local PV can be attached on: when each of its terms asks for
+    ``kubernetes.io/hostname`` or ``metadata.name`` In a list; None for any other PV."""
+    names: set[str] = set()
+    terms = pv_terms(pv)
+    for term in terms:
+        named = [
+            values
+            for key, operator, values in term
+            if key in (HOSTNAME_LABEL, NODE_NAME_FIELD) and operator == "In"
+        ]
+        if not named:
+            return None
+        names |= frozenset.intersection(*named)
+    return frozenset(names) if terms else None

@@ -50,6 +50,49 @@ def refusing_server() -> Iterator[str]:
         server.server_close()
 
 
+NODE_LOCAL_PV = (b'{"kind":"PersistentVolume","metadata":{"name":"pv-a"},"spec":{"nodeAffinity":'
+                 b'{"required":{"nodeSelectorTerms":[{"matchExpressions":[{"key":'
+                 b'"kubernetes.io/hostname","operator":"In","values":["node-1"]}]}]}}}}')
+
+
+def node_answering(node_status: int) -> type[http.server.BaseHTTPRequestHandler]:
+    """A server with a node-local PV on node-1, answering ``node_status`` for nodes."""
+
+    class Answering(Refusing):
+        def do_GET(self) -> None:
+            if self.path.startswith("/api/v1/persistentvolumes/"):
+                status, body = 200, NODE_LOCAL_PV
+            else:
+                status, body = node_status, b'{"kind":"Status","code":%d}' % node_status
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return Answering
+
+
+@pytest.mark.parametrize(("node_status", "handed_out"), [(404, False), (403, True), (200, True)])
+def test_a_node_local_volume_whose_node_is_gone_is_skipped(
+    monkeypatch: pytest.MonkeyPatch, node_status: int, handed_out: bool
+) -> None:
+    """Only a 404 for every node the PV names skips it; a refused node read takes it."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), node_answering(node_status))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        use_server(monkeypatch, f"http://127.0.0.1:{server.server_address[1]}")
+        check = persistent_volumes.PlacementCheck(POD)
+        with api_deadline(5):
+            chosen = check.first([BOUND])
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (chosen is BOUND) is handed_out
+    assert check.unplaceable == (set() if handed_out else {"orders-buffer-a"})
+
+
 def use_server(monkeypatch: pytest.MonkeyPatch, url: str) -> None:
     api = client_for(url)
     monkeypatch.setattr(persistent_volumes, "cluster", lambda user_agent: api)

@@ -85,6 +85,22 @@ def test_a_volume_fits_unless_no_node_can_meet_both(
     assert volume_topology.may_fit(volume, placement) is fits
 
 
+@pytest.mark.parametrize(("volume", "nodes"), [
+    (pv([expression(HOST, "In", "node-1")]), {"node-1"}),
+    (pv(fields=[expression("metadata.name", "In", "node-1", "node-2")]), {"node-1", "node-2"}),
+    (pv([expression(HOST, "In", "node-1")], [expression(HOST, "In", "node-2")]),
+     {"node-1", "node-2"}),
+    (pv([expression(HOST, "In", "node-1"), expression(ZONE, "In", "a")]), {"node-1"}),
+    # Not node-local: a zone, or one term that names no node.
+    (ZONE_A, None),
+    (pv([expression(HOST, "In", "node-1")], [expression(ZONE, "In", "a")]), None),
+    (pv([expression(HOST, "NotIn", "node-1")]), None),
+    ({"spec": {}}, None),
+])
+def test_a_node_local_pv_names_its_nodes(volume: dict[str, Any], nodes: set[str] | None) -> None:
+    assert volume_topology.pinned_nodes(volume) == (None if nodes is None else frozenset(nodes))
+
+
 def test_only_a_bound_volume_names_its_pv() -> None:
     assert volume_topology.bound_volume({"spec": {"volumeName": "pv-1"}}) == "pv-1"
     assert volume_topology.bound_volume({"spec": {}}) is None
