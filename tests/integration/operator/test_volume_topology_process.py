@@ -201,3 +201,29 @@ def test_a_volume_on_a_node_that_is_gone_is_not_handed_out(
              and (found.get("status") or {}).get("phase") == "Running",
              timeout=60, interval=0.5, what="the pod Running on another volume")
     assert "orders-buffer-on-gone-node" in kube_api.items(kube_api.pvcs_path)
+
+
+def test_a_volume_whose_node_is_gone_cannot_be_drained_and_degraded_says_so(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator], remove_pvs: None,
+) -> None:
+    """The volume of the test above waits for its drain, but no node may attach it, so the
+    drain Job's pod stays Pending (the Job fails only at its deadline, then is retried).
+    Before, Degraded said nothing until that deadline, and then only that the drain failed;
+    now it names the volume with the scheduler's verdict."""
+    node = fake_node(f"local-{kube_api.namespace}")
+    assert kube_api.call("POST", NODES_PATH, node)[0] == 201
+    kube_api.create(durable_producer())
+    bound_volume(kube_api, "orders-buffer-on-gone-node",
+                 {"key": "kubernetes.io/hostname", "operator": "In",
+                  "values": [node["metadata"]["name"]]})
+    assert kube_api.call("DELETE", f"{NODES_PATH}/{node['metadata']['name']}")[0] == 200
+    start_chart_operator(DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="1")
+
+    condition = wait_for(
+        lambda: (found := degraded(kube_api)).get("status") == "True"
+        and "cannot be drained" in found.get("message", "") and found,
+        timeout=60, interval=0.5, what="Degraded naming the volume that cannot be drained")
+    print(f"\n{condition['message']}")
+    assert "orders-buffer-on-gone-node (drain pod orders-buffer-on-gone-node-drain-" in (
+        condition["message"])
+    assert "didn't match PersistentVolume's node affinity" in condition["message"]

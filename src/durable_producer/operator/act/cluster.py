@@ -191,6 +191,16 @@ class Cluster:
             producer,
         )
 
+    def drain_pods(self, namespace: str, producer: str) -> list[JsonObject]:
+        """The pods of the drain Jobs working on the producer's pool."""
+        return _labelled(
+            self.core.list_namespaced_pod(
+                namespace, label_selector=f"{POOL_LABEL}={producer}", **_call_options()
+            ),
+            POOL_LABEL,
+            producer,
+        )
+
     def drain_jobs(self, namespace: str, producer: str) -> list[JsonObject]:
         """The drain Jobs working on the producer's pool."""
         return _labelled(

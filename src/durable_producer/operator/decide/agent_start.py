@@ -7,7 +7,8 @@ volume can reach (``Unschedulable``). The pool timer, which lists the pods anywa
 pod older than ``PoolPolicy.agent_start_grace_seconds`` whose agent is not running, with the
 kubelet's or the scheduler's reason, in Degraded. A pod the scheduler cannot place because its
 buffer volume's PV may not be attached on any node it may use (review D3: a zonal disk in
-another zone, a node-local PV whose node is gone) also names that volume.
+another zone, a node-local PV whose node is gone) also names that volume (drain_start.py does
+the same for drain Jobs' pods).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def agents_not_starting(pods: Iterable[Object], now: datetime, grace_seconds: fl
             continue
         why = _agent_waiting(status)
         if why is not None:
-            stuck.append(f"{name_of(pod)} ({_capped(why)}){_volume_conflict(pod, why)}")
+            stuck.append(f"{name_of(pod)} ({capped(why)}){_volume_conflict(pod, why)}")
     return sorted(stuck)
 
 
@@ -65,7 +66,7 @@ def problem(stuck: list[str], grace_seconds: float) -> str:
     )
 
 
-def _capped(text: str) -> str:
+def capped(text: str) -> str:
     return text if len(text) <= REASON_CHARACTERS else text[: REASON_CHARACTERS - 3] + "..."
 
 
@@ -93,14 +94,15 @@ def _agent_waiting(status: Mapping[str, Any]) -> str | None:
         if "running" in state:
             return None
         waiting = state.get("waiting") or {}
-        return _why(waiting, "terminated" if "terminated" in state else "waiting")
+        return reason(waiting, "terminated" if "terminated" in state else "waiting")
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return _why(condition, "not scheduled")
+            return reason(condition, "not scheduled")
     return "not started" if status.get("phase") == "Pending" else None
 
 
-def _why(source: Mapping[str, Any], default: str) -> str:
-    reason = source.get("reason") or default
+def reason(source: Mapping[str, Any], default: str) -> str:
+    """``reason: message`` of a container state or pod condition."""
+    cause = source.get("reason") or default
     message = source.get("message")
-    return f"{reason}: {message}" if message else str(reason)
+    return f"{cause}: {message}" if message else str(cause)
