@@ -12,7 +12,10 @@ told the same flags (DURABLE_PRODUCER_FEATURES) and registers only their handler
 Cluster-scoped reads, in the ClusterRole whatever namespaces the operator watches (a Role
 cannot grant them): kopf discovers resources and follows CRD changes by listing and watching
 CustomResourceDefinitions; the volume pool reads StorageClasses to learn whether a volume too
-small for its spec can be grown (CLUSTER_FEATURE_API_ACCESS: STORAGE_CLASSES_API_ACCESS).
+small for its spec can be grown (CLUSTER_FEATURE_API_ACCESS: STORAGE_CLASSES_API_ACCESS), and
+the webhook reads the PersistentVolume a free volume is bound to, and the nodes a node-local
+PV names, so as not to hand a pod a volume that cannot be attached where it may run
+(VOLUME_PLACEMENT_API_ACCESS).
 With watchNamespaces, kopf lists and watches Namespaces (their names) to learn which of the
 given ones exist; refused, it backs off for about a minute at every start before it handles
 anything (NAMESPACE_SCAN_API_ACCESS).
@@ -29,6 +32,12 @@ anything (NAMESPACE_SCAN_API_ACCESS).
 {{- if .Values.rbac.features.volumePool }}
 - apiGroups: ["storage.k8s.io"]
   resources: ["storageclasses"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["persistentvolumes"]
+  verbs: ["get"]
+- apiGroups: [""]
+  resources: ["nodes"]
   verbs: ["get"]
 {{- end }}
 {{- end }}

@@ -76,21 +76,23 @@ def peering_access(*, namespaced: bool) -> tuple[tuple[str, str, tuple[str, ...]
 
 def declared_operator_access(*, namespaced: bool = False) -> set[Grant]:
     """What the operator uses with the default feature flags (pool, audit, Spark templates),
-    the pool's cluster-scoped StorageClass reads included."""
+    the pool's cluster-scoped StorageClass and PersistentVolume reads included."""
     return {
         (group, resource, verb)
         for group, resource, verbs in (
             *api_access.KUBERNETES_API_ACCESS, *api_access.POOL_API_ACCESS,
-            *api_access.STORAGE_CLASSES_API_ACCESS,
+            *api_access.STORAGE_CLASSES_API_ACCESS, *api_access.VOLUME_PLACEMENT_API_ACCESS,
             *api_access.SPARK_TEMPLATES_API_ACCESS, *peering_access(namespaced=namespaced),
             *(api_access.NAMESPACE_SCAN_API_ACCESS if namespaced else ()))
         for verb in verbs
     }
 
 
-def storage_class_access() -> set[Grant]:
+def pool_cluster_access() -> set[Grant]:
+    """The pool's cluster-scoped reads: StorageClasses, PersistentVolumes and Nodes."""
     return {(group, resource, verb)
-            for group, resource, verbs in api_access.STORAGE_CLASSES_API_ACCESS
+            for group, resource, verbs in api_access.CLUSTER_FEATURE_API_ACCESS[
+                settings.VOLUME_POOL]
             for verb in verbs}
 
 
@@ -309,8 +311,8 @@ def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_cluster_ob
     custom_objects: list[dict[str, Any]],
 ) -> None:
     """The ClusterRole keeps only cluster-scoped reads: CRDs and Namespaces (kopf) and
-    StorageClasses (the pool: a Role cannot grant a cluster-scoped resource); the rest is in
-    each namespace."""
+    StorageClasses and PersistentVolumes (the pool: a Role cannot grant a cluster-scoped
+    resource); the rest is in each namespace."""
     cluster_role = single_object(custom_objects, "ClusterRole")
     roles = objects_of_kind(custom_objects, "Role")
     bindings = objects_of_kind(custom_objects, "RoleBinding")
@@ -320,9 +322,9 @@ def test_watched_namespaces_get_roles_and_the_cluster_role_only_reads_cluster_ob
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         *((group, resource, verb) for group, resource, verbs in
           api_access.NAMESPACE_SCAN_API_ACCESS for verb in verbs),
-    } | storage_class_access()
+    } | pool_cluster_access()
     for role in roles:
-        assert not rbac_grants(role["rules"]) & storage_class_access()
+        assert not rbac_grants(role["rules"]) & pool_cluster_access()
     assert sorted(role["metadata"]["namespace"] for role in roles) == ["team-a", "team-b"]
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     for binding in bindings:

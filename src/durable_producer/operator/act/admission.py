@@ -35,15 +35,17 @@ from typing import Any, Final
 
 import kopf
 import kubernetes
-import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.contract import INJECT_ANNOTATION, PRODUCER_LABEL
 from durable_producer.operator import metrics
 from durable_producer.operator.act import claims
-from durable_producer.operator.act.api_access import POOL_USER_AGENT
+from durable_producer.operator.act.api_access import (
+    POOL_USER_AGENT,
+    VOLUME_PLACEMENT_USER_AGENT,
+)
 from durable_producer.operator.act.cluster import (
-    ApiDeadlineExceeded,
+    API_FAILURES,
     api_deadline,
     cluster,
     prepare_clients,
@@ -56,7 +58,6 @@ from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 
 MUTATION_WEBHOOK_ID = "attach-buffer-agent"
 MUTATED_OPERATION: Final = "CREATE"
-API_FAILURES = (ApiException, ApiDeadlineExceeded, urllib3.exceptions.HTTPError)
 # Reviews answered at once; more wait for a thread (their deadline running since arrival).
 ADMISSION_WORKERS = 8
 
@@ -120,6 +121,7 @@ def prepare(config: OperatorConfig, logger: kopf.Logger) -> None:
         return
     try:
         prepare_clients(POOL_USER_AGENT)
+        prepare_clients(VOLUME_PLACEMENT_USER_AGENT)
     except kubernetes.config.ConfigException as error:
         logger.warning("no Kubernetes API configuration yet (%s): made on first use", error)
 

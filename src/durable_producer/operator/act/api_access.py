@@ -111,6 +111,17 @@ STATUS_API_ACCESS: ApiAccess = ((GROUP, f"{PLURAL}/status", ("patch",)),)
 STORAGE_CLASSES_USER_AGENT = f"{POOL_USER_AGENT}/storage-classes"
 STORAGE_CLASSES_API_ACCESS: ApiAccess = (("storage.k8s.io", "storageclasses", ("get",)),)
 
+# Reading the PersistentVolume (cluster-scoped) a free pool volume is bound to, in the webhook:
+# a volume whose PV's nodeAffinity excludes every node the pod may run on is not handed to it,
+# nor one whose node-local PV names only nodes that are gone (get nodes, by name)
+# (persistent_volumes.py, review D3). Without this access (or when a read fails) volumes are
+# handed out as before, blind to topology.
+VOLUME_PLACEMENT_USER_AGENT = f"{POOL_USER_AGENT}/volume-placement"
+VOLUME_PLACEMENT_API_ACCESS: ApiAccess = (
+    ("", "persistentvolumes", ("get",)),
+    ("", "nodes", ("get",)),
+)
+
 # Feature flag name (settings.py) -> the access the chart grants for it.
 FEATURE_API_ACCESS: dict[str, ApiAccess] = {
     POD_AUDIT: POD_AUDIT_API_ACCESS,
@@ -122,5 +133,5 @@ FEATURE_API_ACCESS: dict[str, ApiAccess] = {
 # Feature flag name -> the cluster-scoped access it also needs (the chart grants it in the
 # ClusterRole, even when the operator watches only some namespaces: a Role cannot grant it).
 CLUSTER_FEATURE_API_ACCESS: dict[str, ApiAccess] = {
-    VOLUME_POOL: STORAGE_CLASSES_API_ACCESS,
+    VOLUME_POOL: merged(STORAGE_CLASSES_API_ACCESS, VOLUME_PLACEMENT_API_ACCESS),
 }

@@ -1,12 +1,13 @@
 """Handing a pool volume to a pod being admitted: optimistic concurrency, with retries.
 
 handout.py decides which volume: the one claimed for an earlier attempt to create the same
-pod (refused after the webhook), else a free one that fits the spec. The webhook claims it
-with a merge patch carrying the resourceVersion it read; a concurrent claim of the same PVC
-makes the API server answer 409 (a deleted one 404), and the next one is tried. With none
-left a new PVC is created, already claimed. Inside the webhook's deadline (cluster.api_deadline)
-the producer's lock is waited for only the time left (locks.ProducerBusy), and no call, claim
-or create included, is made once it is up.
+pod (refused after the webhook), else a free one that fits the spec and, if bound, whose
+PersistentVolume may be attached where the pod may run (persistent_volumes.py). The webhook
+claims it with a merge patch carrying the resourceVersion it read; a concurrent claim of the
+same PVC makes the API server answer 409 (a deleted one 404), and the next one is tried. With
+none left a new PVC is created, already claimed. Inside the webhook's deadline
+(cluster.api_deadline) the producer's lock is waited for only the time left
+(locks.ProducerBusy), and no call, claim or create included, is made once it is up.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from kubernetes.client.exceptions import ApiException
 from durable_producer.operator.act.api_access import POOL_USER_AGENT
 from durable_producer.operator.act.cluster import cluster, time_left
 from durable_producer.operator.act.locks import holding_producer_lock
+from durable_producer.operator.act.persistent_volumes import PlacementCheck
 from durable_producer.operator.decide import (
     drain_placement,
     handout,
@@ -55,6 +57,7 @@ def claim_volume(
     placement = drain_placement.recorded(pod) if pod is not None else None
     fit = VolumeFit.from_spec(spec)
     conflicted: set[str] = set()
+    placement_check = PlacementCheck(pod)  # D3: not a volume attached where the pod cannot run
     api = cluster(POOL_USER_AGENT)
     # Inside the webhook's deadline: wait for the lock only the time left (ProducerBusy).
     with holding_producer_lock(namespace, name, time_left()):
@@ -67,8 +70,8 @@ def claim_volume(
                     volumes, pods, key, now, policy, exclude=conflicted, fit=fit
                 )
             if candidate is None:
-                candidate = handout.choose_volume(
-                    volumes, pods, now, policy, exclude=conflicted, fit=fit
+                candidate = placement_check.first(
+                    handout.free_volumes(volumes, pods, now, policy, exclude=conflicted, fit=fit)
                 )
             if candidate is None:
                 volume = volume_pool.volume_name(name, token[:8])

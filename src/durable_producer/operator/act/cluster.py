@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import kubernetes
+import urllib3
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.contract import GROUP, KIND, PLURAL, POOL_LABEL, PRODUCER_LABEL, VERSION
@@ -37,6 +38,10 @@ _deadline: contextvars.ContextVar[float | None] = contextvars.ContextVar(
 
 class ApiDeadlineExceeded(TimeoutError):
     """The time given to ``api_deadline`` ran out before an API call could be made."""
+
+
+API_FAILURES = (ApiException, ApiDeadlineExceeded, urllib3.exceptions.HTTPError)
+"""What an API call made here may raise: an answer, the deadline, the connection."""
 
 
 @contextlib.contextmanager
@@ -228,6 +233,16 @@ class Cluster:
             producer,
         )
 
+    def drain_pods(self, namespace: str, producer: str) -> list[JsonObject]:
+        """The pods of the drain Jobs working on the producer's pool."""
+        return _labelled(
+            self.core.list_namespaced_pod(
+                namespace, label_selector=f"{POOL_LABEL}={producer}", **_call_options()
+            ),
+            POOL_LABEL,
+            producer,
+        )
+
     def drain_jobs(self, namespace: str, producer: str) -> list[JsonObject]:
         """The drain Jobs working on the producer's pool."""
         return _labelled(
@@ -289,6 +304,16 @@ class Cluster:
         """A StorageClass (cluster-scoped), or None when there is none of that name."""
         storage = kubernetes.client.StorageV1Api(self.core.api_client)
         return _read_or_none(lambda: storage.read_storage_class(name, **_call_options()))
+
+    # ------------------------------------------------------------------ PVs and Nodes
+
+    def get_persistent_volume(self, name: str) -> JsonObject | None:
+        """A PersistentVolume (cluster-scoped), or None when there is none of that name."""
+        return _read_or_none(lambda: self.core.read_persistent_volume(name, **_call_options()))
+
+    def get_node(self, name: str) -> JsonObject | None:
+        """A Node, or None when there is none of that name."""
+        return _read_or_none(lambda: self.core.read_node(name, **_call_options()))
 
     # ------------------------------------------------------------------ ConfigMaps
 

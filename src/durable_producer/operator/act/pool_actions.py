@@ -31,6 +31,7 @@ from durable_producer.operator.act.locks import holding_producer_lock
 from durable_producer.operator.decide import (
     agent_versions,
     drain_placement,
+    drain_start,
     manifests,
     pool_status,
     reconcile,
@@ -182,6 +183,10 @@ def run_pool(
         fit=fit,
         abandon=volume_pool.backlog_abandoned(producer),
     )
+    if jobs:  # D3: a drain pod no node may take (its volume's zone or node is gone)
+        stuck = drain_start.drains_not_scheduled(api.drain_pods(namespace, name))
+        if stuck:
+            plan.problems.append(drain_start.problem(stuck))
     by_name = {volume["metadata"]["name"]: volume for volume in volumes}
     with holding_producer_lock(namespace, name, None):
         not_patched = set()

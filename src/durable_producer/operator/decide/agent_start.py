@@ -5,7 +5,10 @@
 attached or mounted (the agent still ``PodInitializing``/``ContainerCreating``), no node the
 volume can reach (``Unschedulable``). The pool timer, which lists the pods anyway, names each
 pod older than ``PoolPolicy.agent_start_grace_seconds`` whose agent is not running, with the
-kubelet's or the scheduler's reason, in Degraded.
+kubelet's or the scheduler's reason, in Degraded. A pod the scheduler cannot place because its
+buffer volume's PV may not be attached on any node it may use (review D3: a zonal disk in
+another zone, a node-local PV whose node is gone) also names that volume (drain_start.py does
+the same for drain Jobs' pods).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from datetime import datetime
 from typing import Any
 
 from durable_producer.contract import AGENT_CONTAINER_NAME
-from durable_producer.operator.decide import pod_mutation
+from durable_producer.operator.decide import pod_mutation, volume_topology
 from durable_producer.operator.decide.kube_objects import (
     FINISHED_POD_PHASES,
     Object,
@@ -25,6 +28,8 @@ from durable_producer.operator.decide.kube_objects import (
 
 LISTED = 5
 """Pods named in one problem message; the rest are counted."""
+REASON_CHARACTERS = 300
+"""One pod's reason (the scheduler's message can name every node) is cut to this length."""
 
 
 def agents_not_starting(pods: Iterable[Object], now: datetime, grace_seconds: float) -> list[str]:
@@ -45,7 +50,7 @@ def agents_not_starting(pods: Iterable[Object], now: datetime, grace_seconds: fl
             continue
         why = _agent_waiting(status)
         if why is not None:
-            stuck.append(f"{name_of(pod)} ({why})")
+            stuck.append(f"{name_of(pod)} ({capped(why)}){_volume_conflict(pod, why)}")
     return sorted(stuck)
 
 
@@ -59,6 +64,19 @@ def problem(stuck: list[str], grace_seconds: float) -> str:
         + " (kubectl describe pod: a missing Secret, image or StorageClass, or a volume that"
         " cannot be attached there)"
     )
+
+
+def capped(text: str) -> str:
+    return text if len(text) <= REASON_CHARACTERS else text[: REASON_CHARACTERS - 3] + "..."
+
+
+def _volume_conflict(pod: Object, why: str) -> str:
+    """The pod's buffer volume, when the scheduler says a volume's node affinity rules out
+    the nodes the pod may use."""
+    volume = pod_mutation.claimed_volume(pod)
+    if volume is None or not volume_topology.scheduler_conflict(why):
+        return ""
+    return f", its buffer volume {volume} is bound where the pod may not run"
 
 
 def _agent_waiting(status: Mapping[str, Any]) -> str | None:
@@ -76,14 +94,15 @@ def _agent_waiting(status: Mapping[str, Any]) -> str | None:
         if "running" in state:
             return None
         waiting = state.get("waiting") or {}
-        return _why(waiting, "terminated" if "terminated" in state else "waiting")
+        return reason(waiting, "terminated" if "terminated" in state else "waiting")
     for condition in status.get("conditions") or []:
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-            return _why(condition, "not scheduled")
+            return reason(condition, "not scheduled")
     return "not started" if status.get("phase") == "Pending" else None
 
 
-def _why(source: Mapping[str, Any], default: str) -> str:
-    reason = source.get("reason") or default
+def reason(source: Mapping[str, Any], default: str) -> str:
+    """``reason: message`` of a container state or pod condition."""
+    cause = source.get("reason") or default
     message = source.get("message")
-    return f"{reason}: {message}" if message else str(reason)
+    return f"{cause}: {message}" if message else str(cause)

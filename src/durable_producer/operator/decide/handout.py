@@ -68,6 +68,29 @@ def _candidates(
     ]
 
 
+def free_volumes(
+    pvcs: Iterable[Object],
+    pods: Iterable[Object],
+    now: datetime,
+    policy: PoolPolicy,
+    *,
+    exclude: Iterable[str] = (),
+    fit: VolumeFit | None = None,
+) -> list[Object]:
+    """The free PVCs that fit the spec, best first, to hand to a new pod.
+
+    Volumes that may hold backlog go first: the new pod's agent replays them, which is what
+    a drain Job would otherwise do. Ties are broken by name, so choices are reproducible.
+    The webhook takes the first whose PersistentVolume may be attached where the pod may run
+    (volume_topology.py).
+    """
+    free = _candidates(pvcs, pods, now, policy, VolumeState.FREE, fit, exclude)
+    free.sort(
+        key=lambda pvc: (annotations_of(pvc).get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY, name_of(pvc))
+    )
+    return free
+
+
 def choose_volume(
     pvcs: Iterable[Object],
     pods: Iterable[Object],
@@ -77,15 +100,8 @@ def choose_volume(
     exclude: Iterable[str] = (),
     fit: VolumeFit | None = None,
 ) -> Object | None:
-    """The free PVC that fits the spec to hand to a new pod, or None (then one is created).
-
-    Volumes that may hold backlog go first: the new pod's agent replays them, which is what
-    a drain Job would otherwise do. Ties are broken by name, so choices are reproducible.
-    """
-    free = _candidates(pvcs, pods, now, policy, VolumeState.FREE, fit, exclude)
-    free.sort(
-        key=lambda pvc: (annotations_of(pvc).get(BACKLOG_ANNOTATION) == BACKLOG_EMPTY, name_of(pvc))
-    )
+    """The first of ``free_volumes``, or None (then one is created)."""
+    free = free_volumes(pvcs, pods, now, policy, exclude=exclude, fit=fit)
     return free[0] if free else None
 
 

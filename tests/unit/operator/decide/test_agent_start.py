@@ -51,10 +51,27 @@ def test_pods_whose_agent_cannot_start_are_named_with_the_kubelets_reason() -> N
         "bad-image (ImagePullBackOff)",
         "no-mount (PodInitializing)",
         'no-secret (CreateContainerConfigError: secret "kafka-creds" not found)',
-        "unschedulable (Unschedulable: 1 node(s) had volume node affinity conflict)",
+        "unschedulable (Unschedulable: 1 node(s) had volume node affinity conflict),"
+        " its buffer volume orders-buffer-1 is bound where the pod may not run",
     ]
     (problem,) = vp.plan_pool([], pods, [], NOW, POLICY).problems
     assert problem.startswith("4 pod(s) waiting for their buffer agent for over 120s")
+
+
+def test_a_pod_pending_on_its_volumes_node_affinity_names_the_volume_and_is_capped() -> None:
+    """Review D3: the scheduler's current wording, with hundreds of nodes: the pod and its
+    volume are named, and the scheduler's message is cut short."""
+    verdict = ("0/300 nodes are available: 1 node(s) didn't match PersistentVolume's node"
+               " affinity, " + ", ".join(f"node-{n} is cordoned" for n in range(300)))
+    pod = admitted_pod("executor-7", 600, {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": verdict}]})
+
+    (stuck,) = agent_start.agents_not_starting([pod], NOW, 120)
+
+    assert stuck.startswith("executor-7 (Unschedulable: 0/300 nodes are available")
+    assert stuck.endswith(", its buffer volume orders-buffer-1 is bound where the pod may not run")
+    assert len(stuck) < agent_start.REASON_CHARACTERS + 100
 
 
 def test_a_long_list_of_stuck_pods_is_cut_short() -> None:
