@@ -224,8 +224,11 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 
 
 def install_chart(cluster: Cluster, namespace: str, work_dir: Path,
-                  values: dict[str, Any] | None = None) -> ChartRelease:
-    """`helm install` the chart into ``namespace``, its webhook pointed at 127.0.0.1."""
+                  values: dict[str, Any] | None = None, *,
+                  workload_namespace: str | None = None) -> ChartRelease:
+    """`helm install` the chart into ``namespace``, its webhook pointed at 127.0.0.1 and
+    serving the pods of ``workload_namespace`` (default: the same namespace)."""
+    served = workload_namespace or namespace
     port = free_port()
     authority = CertificateAuthority(cluster.plane.ca_file.parent)
     pair = authority.serving_certificate(f"webhook-{namespace}")
@@ -241,7 +244,7 @@ def install_chart(cluster: Cluster, namespace: str, work_dir: Path,
         # Only this test's namespace: a release left by another test never sees its pods.
         "webhook": {"url": f"https://{LOOPBACK}:{port}", "namespaceSelector": {
             "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
-                                  "values": [namespace]}]}, "tls": {
+                                  "values": [served]}]}, "tls": {
             "existingSecret": WEBHOOK_SECRET,
             "caBundle": base64.b64encode(cluster.plane.ca_file.read_bytes()).decode()}},
     }, values or {})
@@ -347,17 +350,28 @@ class ChartOperators:
         self.work_dir = work_dir
         self.release: ChartRelease | None = None
         self.started: list[ChartOperator] = []
+        self.own_namespace: str | None = None
 
-    def install(self, values: dict[str, Any] | None = None) -> ChartRelease:
+    def install(self, values: dict[str, Any] | None = None, *,
+                own_namespace: bool = False) -> ChartRelease:
+        """``own_namespace``: the release in a namespace of its own, as in production (a
+        test that deletes its namespace would delete the operator's ServiceAccount with it:
+        its token stops working 60 s later, mid-test)."""
         if self.release is None:
-            self.release = install_chart(self.cluster, self.namespace, self.work_dir, values)
+            release_namespace = self.namespace
+            if own_namespace:
+                self.own_namespace = release_namespace = f"{self.namespace}-operator"
+                self.cluster.plane.create_namespace(release_namespace)
+            self.release = install_chart(self.cluster, release_namespace, self.work_dir, values,
+                                         workload_namespace=self.namespace)
         return self.release
 
     def start(self, *, replica: str | None = None, values: dict[str, Any] | None = None,
-              wait_ready: bool = True, **env: str) -> ChartOperator:
+              wait_ready: bool = True, own_namespace: bool = False,
+              **env: str) -> ChartOperator:
         """Start one replica. The first one alive serves the webhook at webhook.url; others
         listen on ports of their own (tests post reviews to them directly)."""
-        release = self.install(values)
+        release = self.install(values, own_namespace=own_namespace)
         name = replica or f"operator-{len(self.started)}"
         url_taken = any(o.process.process.poll() is None and o.base_url.endswith(
             f":{release.webhook_port}") for o in self.started)
@@ -390,6 +404,8 @@ class ChartOperators:
             operator.process.stop()
         if self.release is not None:
             uninstall_chart(self.cluster, self.release)
+        if self.own_namespace is not None:
+            self.cluster.admin.request("DELETE", f"/api/v1/namespaces/{self.own_namespace}")
 
 
 @pytest.fixture()

@@ -262,9 +262,11 @@ def test_a_namespace_deletion_holds_volumes_with_backlog_until_abandoned(
 ) -> None:
     """The namespace controller deletes everything and the API server refuses new objects in
     the namespace (the drain Job too): a volume whose backlog is unknown is held, the
-    DurableProducer says why, and only the abandon annotation lets them go."""
+    DurableProducer says why, and only the abandon annotation lets them go. The operator
+    runs from a namespace of its own, as installed in production: its ServiceAccount must
+    not go with the namespace under test."""
     kube_api.create(durable_producer())
-    start_chart_operator(**FAST_POOL)
+    start_chart_operator(own_namespace=True, **FAST_POOL)
     volume = run(kube_api, "busy")
     wait_for(lambda: vp.VOLUME_FINALIZER in (kube_api.items(kube_api.pvcs_path)[volume]
                                              ["metadata"].get("finalizers") or []),

@@ -43,9 +43,9 @@ def producer(kube_api: KubeApi, name: str = "orders") -> dict[str, Any]:
 
 
 def ready_producer(kube_api: KubeApi, start: Callable[..., ChartOperator],
-                   **env: str) -> ChartOperator:
+                   own_namespace: bool = False, **env: str) -> ChartOperator:
     producer(kube_api)
-    operator = start(**env)
+    operator = start(own_namespace=own_namespace, **env)
     wait_for(lambda: ((kube_api.get("orders") or {}).get("status") or {}).get("volumes"),
              timeout=60, what="the pool timer's first status")
     return operator
@@ -272,10 +272,12 @@ def test_two_replicas_claiming_at_once_give_every_pod_its_own_volume(
 
 
 def delete_after_a_pod_ran(kube_api: KubeApi, start: Callable[..., ChartOperator],
-                           stop_message: str | None = None, **env: str) -> str:
+                           stop_message: str | None = None, own_namespace: bool = False,
+                           **env: str) -> str:
     """A pod runs with a pool volume, then is deleted; with ``stop_message``, its agent ends
-    with that termination message (kwok writes it, as the kubelet would)."""
-    ready_producer(kube_api, start, **{**FAST_POOL, **env})
+    with that termination message (kwok writes it, as the kubelet would). ``own_namespace``:
+    the operator installed in a namespace of its own (for tests that delete theirs)."""
+    ready_producer(kube_api, start, own_namespace, **{**FAST_POOL, **env})
     pod = opted_in_pod("busy")
     if stop_message is not None:
         pod["metadata"]["annotations"] = {CONTAINER_STOP_MESSAGE_ANNOTATION: stop_message}
@@ -326,6 +328,7 @@ def test_a_namespace_with_a_drained_producer_can_be_deleted(
     DurableProducer and the namespace stayed Terminating (BacklogHeld)."""
     emptied = shutdown_record.render(ShutdownRecord(True, 0, 0, 0))
     volume = delete_after_a_pod_ran(kube_api, start_chart_operator, stop_message=emptied,
+                                    own_namespace=True,
                                     DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS="600",
                                     DURABLE_PRODUCER_POOL_IDLE_TTL_SECONDS="600")
     wait_for(lambda: (vp_annotations(kube_api, volume) or {}).get(vp.BACKLOG_ANNOTATION)
