@@ -179,6 +179,7 @@ def register_feature_handlers(
 def reconcile_durable_producer(
     body: kopf.Body,
     meta: kopf.Meta,
+    patch: kopf.Patch,
     memo: kopf.Memo,
     logger: kopf.Logger,
     **_: Any,
@@ -189,7 +190,7 @@ def reconcile_durable_producer(
     retrying cannot fix, so it fails the handler permanently (until the next change). Paused:
     only the ReconciliationPaused condition is written.
     """
-    reconcile_status(body, meta, logger, config_of(memo))
+    reconcile_status(body, meta, patch, logger, config_of(memo))
 
 
 def missing_storage_class(
@@ -216,17 +217,15 @@ def missing_storage_class(
 
 
 def reconcile_status(
-    body: kopf.Body, meta: kopf.Meta, logger: kopf.Logger, config: OperatorConfig
-) -> None:
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger,
+    config: OperatorConfig,
+) -> None:  # fmt: skip
     """Write the status reconcile (pure) wants for this spec and generation (paused: only
     the ReconciliationPaused condition); warn about a bad spec.
 
-    The other fields it writes (observedGeneration, bufferSize, runwaySeconds) go first, by
-    merge patch; then the conditions reconcile owns are applied (status_writes), under its own
-    field manager: the pool timer's stay as they are whatever this view of them is. In that
-    order, whoever sees the new Ready sees the generation and size it was written for (kopf's
-    own patch, applied after the handler, came after the conditions: a reader that waited for
-    Ready could find no observedGeneration yet)."""
+    The conditions reconcile owns are applied first (status_writes), under its own field
+    manager: the pool timer's stay as they are whatever this view of them is; the rest
+    (observedGeneration last) goes into kopf's merge patch."""
     with counted(RECONCILE_ID):
         current = dict(body.get("status") or {})
         now = datetime.now(UTC)
@@ -245,34 +244,14 @@ def reconcile_status(
         except Exception as error:
             raise kopf.PermanentError(f"reconcile failed: {error!r}") from error
         desired = pause.resumed_status(outcome.status, meta.get("generation"), now)
-        conditions = desired.pop("conditions", [])
+        write_reconcile_conditions(body, desired.pop("conditions", []), config)
         current.pop("conditions", None)
-        write_reconcile_fields(body, reconcile.status_patch(current, desired), config)
-        write_reconcile_conditions(body, conditions, config)
+        patch.status.update(reconcile.status_patch(current, desired))
     # A class still missing when the resync looks again was reported already: no new event.
     reported = missing is not None and reconcile.awaits_storage_class(body.get("status"))
     if outcome.problem is not None and not reported:
         logger.warning(outcome.problem)
         kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
-
-
-def write_reconcile_fields(
-    body: kopf.Body, fields: dict[str, Any], config: OperatorConfig
-) -> None:
-    """Merge-patch reconcile's status fields other than the conditions; an API error is
-    retried by kopf."""
-    if not fields:
-        return
-    metadata = body.get("metadata") or {}
-    try:
-        cluster(STATUS_USER_AGENT).patch_producer_status(
-            str(metadata.get("namespace")), str(metadata.get("name")), fields
-        )
-    except ApiException as error:
-        raise kopf.TemporaryError(
-            f"cannot write the status: {pool_actions.api_error_text(error)}",
-            delay=config.pool_interval_seconds,
-        ) from error
 
 
 def write_reconcile_conditions(
@@ -324,11 +303,11 @@ def resync_durable_producer(
     elif reconcile.awaits_storage_class(status) and not paused:
         # Looking for the class again (one GET); the spec is reconciled: no templates.
         logger.debug("checking again for the StorageClass the spec names")
-        reconcile_status(body, meta, logger, config_of(memo))
+        reconcile_status(body, meta, patch, logger, config_of(memo))
         return
     else:
         return
-    reconcile_status(body, meta, logger, config_of(memo))  # paused: the condition
+    reconcile_status(body, meta, patch, logger, config_of(memo))  # paused: the condition
     if not paused and config_of(memo).features.spark_pod_templates:
         render_spark_templates(body=body, patch=patch, logger=logger)
 

@@ -54,9 +54,15 @@ def operator_clients(kube_api: KubeApi, tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def reconcile(kube_api: KubeApi, body: dict[str, Any]) -> None:
-    """The reconcile handler on ``body`` (kopf's view of the object): it writes its status
-    fields, then its conditions, through the operator's own client."""
-    handlers.reconcile_status(kopf.Body(body), kopf.Body(body).meta, LOGGER, CONFIG)
+    """The reconcile handler on ``body`` (kopf's view of the object), and kopf's merge patch
+    of what it left in ``patch.status``, as kopf sends it."""
+    patch = kopf.Patch()
+    handlers.reconcile_status(kopf.Body(body), kopf.Body(body).meta, patch, LOGGER, CONFIG)
+    if patch.get("status"):
+        status, answer = kube_api.call(
+            "PATCH", f"{kube_api.collection_path}/orders/status", {"status": dict(patch["status"])},
+            content_type="application/merge-patch+json")
+        assert status == 200, answer
 
 
 def cannot_drain_figures() -> agent_figures.AgentFigures:

@@ -161,13 +161,6 @@ class Cluster:
             raise
         return found
 
-    def patch_producer_status(self, namespace: str, name: str, status: JsonObject) -> None:
-        """Merge-patch status fields (not the conditions: apply_producer_conditions)."""
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, PLURAL, name, {"status": status},
-            _content_type=MERGE_PATCH, **_call_options(),
-        )  # fmt: skip
-
     def patch_producer_status_if_unchanged(
         self, namespace: str, name: str, resource_version: str, status: JsonObject
     ) -> bool:
