@@ -146,10 +146,13 @@ def test_create_converges_to_ready_with_computed_size_and_real_generation(
     created = kube_api.create(durable_producer("orders"))
     assert created["metadata"]["generation"] == 1  # set by the API server
 
-    ready = wait_for(lambda: condition(kube_api.get("orders"), reconcile.READY),
-                     timeout=60, what="Ready condition")
-    obj = kube_api.get("orders")
-    assert obj is not None
+    # observedGeneration is written last (after the conditions, by server-side apply): once
+    # it names the generation, the whole status is that generation's.
+    obj = wait_for(lambda: (found := kube_api.get("orders"))
+                   and found.get("status", {}).get("observedGeneration") == 1 and found,
+                   timeout=60, what="observedGeneration 1")
+    ready = condition(obj, reconcile.READY)
+    assert ready is not None
     expected = size_buffer(SizingInputs.from_spec(DurableProducerSpec.model_validate(obj["spec"])))
     assert ready["status"] == "True"
     assert ready["reason"] == reconcile.REASON_RECONCILED
