@@ -163,7 +163,10 @@ def test_create_converges_to_ready_with_computed_size_and_real_generation(
     degraded = wait_for(lambda: condition(kube_api.get("orders"), reconcile.DEGRADED),
                         timeout=60, what="Degraded from the pool timer")
     assert (degraded["status"], degraded["observedGeneration"]) == ("False", 1)
-    assert startup.FINALIZER in obj["metadata"]["finalizers"]
+    # kopf adds its finalizer in a patch of its own, not with the status.
+    wait_for(lambda: startup.FINALIZER in ((kube_api.get("orders") or {}).get("metadata", {})
+                                           .get("finalizers") or []),
+             timeout=60, what="the finalizer")
     assert "kopf" not in obj["status"], "kopf's progress must live in annotations"
     assert_operator_never_refused(kube_api)
 
