@@ -349,16 +349,23 @@ def test_status_reports_the_backlog_the_agents_publish(
         server.stop()
 
 
-def test_a_failed_drain_job_degrades_the_producer_and_is_retried(
-    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
-) -> None:
+def drain_job_for_a_gone_pod(kube_api: KubeApi, start: Callable[..., ChartOperator]
+                             ) -> tuple[str, str]:
+    """A pod ran with a pool volume and went; its drain Job is there. The volume and Job."""
     kube_api.create(durable_producer())
-    start_chart_operator(**FAST_POOL)
+    start(**FAST_POOL)
     volume = run(kube_api, "gone")
     job_name = vp.drain_job_name(volume)
     kube_api.delete_pod("gone")
     wait_for(lambda: job_name in kube_api.items(kube_api.jobs_path), timeout=60,
              what="the drain Job")
+    return volume, job_name
+
+
+def test_a_failed_drain_job_degrades_the_producer_and_is_retried(
+    kube_api: KubeApi, start_chart_operator: Callable[..., ChartOperator]
+) -> None:
+    volume, job_name = drain_job_for_a_gone_pod(kube_api, start_chart_operator)
 
     def failing() -> dict[str, Any] | None:
         kube_api.finish_drains(exit_code="1")  # each retry's pod fails too (backoffLimit 2)
@@ -388,13 +395,7 @@ def test_a_drain_that_finds_dead_letters_fails_at_once_and_keeps_the_volume(
     the volume (it exited 0 before, and the volume was deleted with them). The real Job
     controller fails the Job at its first pod (the pod failure policy: another pod would find
     the same letters), and Degraded says what is on the volume and what to do."""
-    kube_api.create(durable_producer())
-    start_chart_operator(**FAST_POOL)
-    volume = run(kube_api, "gone")
-    job_name = vp.drain_job_name(volume)
-    kube_api.delete_pod("gone")
-    wait_for(lambda: job_name in kube_api.items(kube_api.jobs_path), timeout=60,
-             what="the drain Job")
+    volume, _job = drain_job_for_a_gone_pod(kube_api, start_chart_operator)
 
     def kept() -> dict[str, Any] | None:
         kube_api.finish_drains(exit_code=str(contract.DRAIN_KEPT_DEAD_LETTERS_EXIT))
