@@ -4,7 +4,8 @@ needs on it: a fresh namespace, the CRDs applied with kubectl, a client, the aud
 One control plane per pytest session, started by the first test that asks for it (fixture
 ``control_plane``), with one kwok node so pods are scheduled and Running. A test gets its
 own namespace (``kube_namespace``), deleted after it by the real namespace controller; the
-finalizers the stopped operator can no longer remove are taken off first.
+finalizers the stopped operator can no longer remove are taken off first, and its
+DurableProducers deleted at once (a later test's operator must not find them).
 
 What stands in for a real cluster's node agents: kwok (kubelet: pods Running, Job pods exit
 0, deleted pods go) and ``VolumeProvisioner`` (a CSI provisioner: a PersistentVolume for each
@@ -34,8 +35,9 @@ CRDS_DIR = REPO_ROOT / "crds"
 FAKE_NODES = 1
 PROVISIONER_INTERVAL_SECONDS = 0.2
 PROVISIONED_LABEL = "durable.dev/test-provisioned-for"
+PRODUCERS_PATH = "/apis/durable.dev/v1alpha1/namespaces/{namespace}/durableproducers"
 FINALIZED_PLURALS = (
-    "/apis/durable.dev/v1alpha1/namespaces/{namespace}/durableproducers",
+    PRODUCERS_PATH,
     "/api/v1/namespaces/{namespace}/persistentvolumeclaims",
 )
 
@@ -186,16 +188,42 @@ class VolumeProvisioner:
                 self.provisioned.add(metadata["uid"])
 
 
+def _delete_producers(admin: KubeClient, namespace: str) -> None:
+    """Delete the namespace's DurableProducers now, finalizers off, not when the namespace
+    controller gets to them: until then a later test's operator (they watch every namespace,
+    as the chart's does) would find them, put its finalizer back and run their deletion for
+    the rest of the session, beside its own test's work (seen in CI: a namespace deletion and
+    a volume retirement timed out while an operator worked on five such leftovers)."""
+    _strip_finalizers(admin, namespace)
+    admin.request("DELETE", PRODUCERS_PATH.format(namespace=namespace))
+
+
+def _clear_leftovers(admin: KubeClient) -> list[str]:
+    """Delete the DurableProducers of every namespace being deleted (an earlier test's, or
+    one a test deleted itself); the namespaces so cleared."""
+    status, listing = admin.request("GET", "/api/v1/namespaces")
+    if status != 200:
+        return []
+    going = [item["metadata"]["name"] for item in listing.get("items") or []
+             if item["metadata"].get("deletionTimestamp")]
+    for namespace in going:
+        _delete_producers(admin, namespace)
+    return going
+
+
 @pytest.fixture()
 def kube_namespace(control_plane: Cluster) -> Iterator[str]:
-    """A fresh namespace (with a provisioner for its volumes); deleted after the test."""
+    """A fresh namespace (with a provisioner for its volumes); deleted after the test, its
+    DurableProducers first. A test starts with no DurableProducer left in any namespace
+    being deleted."""
+    _clear_leftovers(control_plane.admin)
     name = f"t-{uuid.uuid4().hex[:10]}"
     control_plane.plane.create_namespace(name)
     try:
         with VolumeProvisioner(control_plane.admin, name):
             yield name
     finally:
-        _strip_finalizers(control_plane.admin, name)
+        _delete_producers(control_plane.admin, name)
         control_plane.admin.request("DELETE", f"/api/v1/namespaces/{name}")
 
 
