@@ -462,7 +462,9 @@ class Forwarder:
         replayed = offset < self._replay_until
         records = 0
         for index, (header, view) in enumerate(batches):
-            pending = queue.add(offset, view, header.record_count, frame.appended_ms)
+            pending = queue.add(
+                offset, view, header.record_count, frame.appended_ms, header.attributes
+            )
             pending.unknown = replayed
             pending.index = index
             records += header.record_count

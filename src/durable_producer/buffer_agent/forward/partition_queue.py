@@ -47,16 +47,26 @@ MAX_EPOCH = 32767
 class Pending:
     """One stored batch (WAL frame) of the partition, numbered, not yet acknowledged."""
 
-    __slots__ = ("appended_ms", "batch", "index", "offset", "records", "sequence", "unknown")
+    __slots__ = (
+        "appended_ms", "attributes", "batch", "index", "offset", "records", "sequence", "unknown"
+    )
 
     def __init__(
-        self, offset: int, batch: memoryview, records: int, sequence: int, appended_ms: int
+        self,
+        offset: int,
+        batch: memoryview,
+        records: int,
+        sequence: int,
+        appended_ms: int,
+        attributes: int,
     ) -> None:
         self.offset = offset
         self.batch = batch
         self.records = records
         self.sequence = sequence
         self.appended_ms = appended_ms
+        self.attributes = attributes
+        """The batch header's attributes (codec, timestamp type, transactional, control)."""
         self.index = 0
         """Its position in the frame (a frame of an older agent may hold several batches)."""
         self.unknown = False
@@ -124,8 +134,10 @@ class PartitionQueue:
         batch could land although the first was refused, and overtake it."""
 
     # ----------------------------------------------------------------- numbering
-    def add(self, offset: int, batch: memoryview, records: int, appended_ms: int) -> Pending:
-        frame = Pending(offset, batch, records, self.next_sequence, appended_ms)
+    def add(
+        self, offset: int, batch: memoryview, records: int, appended_ms: int, attributes: int
+    ) -> Pending:
+        frame = Pending(offset, batch, records, self.next_sequence, appended_ms, attributes)
         self.next_sequence = (self.next_sequence + records) % SEQUENCE_LIMIT
         self.frames.append(frame)
         return frame
@@ -183,18 +195,14 @@ class PartitionQueue:
         frames = self.frames
         first = frames.popleft()
         taken = [first]
-        if self.isolate or not batch_stamp.mergeable(first.batch):
+        attributes = first.attributes
+        if self.isolate or not batch_stamp.mergeable(attributes):
             return taken
-        attributes = batch_stamp.attributes_of(first.batch)
         size = len(first.batch)
         while frames:
-            candidate = frames[0].batch
-            size += len(candidate) - 61 + 8  # its records, and framing that may grow a little
-            if (
-                size > max_bytes
-                or not batch_stamp.mergeable(candidate)
-                or batch_stamp.attributes_of(candidate) != attributes
-            ):
+            candidate = frames[0]
+            size += len(candidate.batch) - 61 + 8  # its records, and framing that may grow a little
+            if size > max_bytes or candidate.attributes != attributes:
                 break
             taken.append(frames.popleft())
         return taken

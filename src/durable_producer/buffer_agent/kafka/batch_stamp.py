@@ -32,7 +32,6 @@ _PRODUCER_OFFSET = 43
 _LEADER_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _CRC = struct.Struct(">I")
 _CRC_OFFSET = 17
-_ATTRIBUTES = struct.Struct(">h")
 _MERGEABLE_ATTRIBUTES = 0x08  # only the timestamp type may be set: no codec, no transaction
 
 can_merge = _merge is not None
@@ -52,15 +51,10 @@ def stamp(
     return [bytes(header), records]
 
 
-def mergeable(batch: bytes | memoryview) -> bool:
-    """An uncompressed, non-transactional, non-control batch: its records may be merged."""
-    (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
+def mergeable(attributes: int) -> bool:
+    """A batch with these header ``attributes`` (uncompressed, non-transactional, not a
+    control batch) may have its records merged with others of the same attributes."""
     return can_merge and attributes & ~_MERGEABLE_ATTRIBUTES == COMPRESSION_NONE
-
-
-def attributes_of(batch: bytes | memoryview) -> int:
-    (attributes,) = _ATTRIBUTES.unpack_from(batch, ATTRIBUTES_OFFSET)
-    return int(attributes)
 
 
 def merge(batches: Sequence[bytes | memoryview]) -> bytes:

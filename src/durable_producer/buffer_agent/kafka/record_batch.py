@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import crc32c
 
@@ -62,8 +62,10 @@ class CorruptRecordBatch(InvalidRecordBatch):
     reason = "crc"
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
+class BatchHeader(NamedTuple):
+    """The 61-byte header (a tuple: made once per stored batch on the forwarder's and the
+    ingest's hot paths, where a frozen dataclass cost 3x as much to build)."""
+
     base_offset: int
     batch_length: int
     partition_leader_epoch: int

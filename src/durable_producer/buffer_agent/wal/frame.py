@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 from crc32c import crc32c
 
@@ -35,9 +36,9 @@ class AppendItem:
     record_count: int = 0
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
-    """A frame read back from the log."""
+class Frame(NamedTuple):
+    """A frame read back from the log (a tuple: one is made per frame read, on the
+    forwarder's hot path, where a frozen dataclass cost 4x as much to build)."""
 
     offset: int
     topic: str

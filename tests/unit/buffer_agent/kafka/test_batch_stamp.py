@@ -55,7 +55,7 @@ def test_stamp_keeps_a_compressed_batch_compressed() -> None:
     assert len(batch) < 1000
     stamped = b"".join(batch_stamp.stamp(batch, 1, 0, 0))
     assert stamped[61:] == batch[61:]
-    assert not batch_stamp.mergeable(stamped)
+    assert not batch_stamp.mergeable(parse_batch_header(stamped).attributes)
     assert [r[3] for r in _read(stamped)] == [b"x" * 1000] * 20
 
 
