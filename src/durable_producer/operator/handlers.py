@@ -50,6 +50,7 @@ after the startup handlers are done.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -85,6 +86,9 @@ RECONCILE_ID = "reconcile"  # the metrics label of reconcile_durable_producer (k
 RESYNC_ID = "resync"
 CLEAN_SHUTDOWN_ID = "clean-shutdown"
 CONFIG_KEY = "config"
+WARNED_KEY = "warned-problem"
+"""In an object's memo: the last bad-spec problem warned about (``warn_once``)."""
+WARNED_LOCK_KEY = "warned-problem-lock"
 HANDLER_IDS = (
     RECONCILE_ID,
     SPARK_TEMPLATES_ID,
@@ -190,7 +194,7 @@ def reconcile_durable_producer(
     retrying cannot fix, so it fails the handler permanently (until the next change). Paused:
     only the ReconciliationPaused condition is written.
     """
-    reconcile_status(body, meta, patch, logger, config_of(memo))
+    reconcile_status(body, meta, patch, logger, memo)
 
 
 def missing_storage_class(
@@ -217,15 +221,15 @@ def missing_storage_class(
 
 
 def reconcile_status(
-    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger,
-    config: OperatorConfig,
+    body: kopf.Body, meta: kopf.Meta, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo,
 ) -> None:  # fmt: skip
     """Write the status reconcile (pure) wants for this spec and generation (paused: only
-    the ReconciliationPaused condition); warn about a bad spec.
+    the ReconciliationPaused condition); warn about a bad spec (once: ``warn_once``).
 
     The conditions reconcile owns are applied first (status_writes), under its own field
     manager: the pool timer's stay as they are whatever this view of them is; the rest
     (observedGeneration last) goes into kopf's merge patch."""
+    config = config_of(memo)
     with counted(RECONCILE_ID):
         current = dict(body.get("status") or {})
         now = datetime.now(UTC)
@@ -249,9 +253,25 @@ def reconcile_status(
         patch.status.update(reconcile.status_patch(current, desired))
     # A class still missing when the resync looks again was reported already: no new event.
     reported = missing is not None and reconcile.awaits_storage_class(body.get("status"))
-    if outcome.problem is not None and not reported:
+    problem = None if outcome.problem is None else (
+        meta.get("generation"), outcome.problem_reason or "Problem", outcome.problem)
+    if warn_once(memo, problem) and problem is not None and not reported:
         logger.warning(outcome.problem)
-        kopf.warn(body, reason=outcome.problem_reason or "Problem", message=outcome.problem)
+        kopf.warn(body, reason=problem[1], message=problem[2])
+
+
+def warn_once(memo: kopf.Memo, problem: tuple[Any, str, str] | None) -> bool:
+    """Whether ``problem`` (generation, reason, message) of this object is new: not the one
+    reported last by this process (None: the spec is fine again). kopf runs the create handler
+    and the resync timer of a new object at once, each with the same snapshot without the
+    status the other is writing, and both warned (two identical Warning events, CI); the
+    object's memo, which kopf gives both, holds the last one, behind a lock."""
+    lock = memo.setdefault(WARNED_LOCK_KEY, threading.Lock())  # setdefault: atomic
+    with lock:
+        if memo.get(WARNED_KEY) == problem:
+            return False
+        memo[WARNED_KEY] = problem
+        return True
 
 
 def write_reconcile_conditions(
@@ -303,11 +323,11 @@ def resync_durable_producer(
     elif reconcile.awaits_storage_class(status) and not paused:
         # Looking for the class again (one GET); the spec is reconciled: no templates.
         logger.debug("checking again for the StorageClass the spec names")
-        reconcile_status(body, meta, patch, logger, config_of(memo))
+        reconcile_status(body, meta, patch, logger, memo)
         return
     else:
         return
-    reconcile_status(body, meta, patch, logger, config_of(memo))  # paused: the condition
+    reconcile_status(body, meta, patch, logger, memo)  # paused: the condition
     if not paused and config_of(memo).features.spark_pod_templates:
         render_spark_templates(body=body, patch=patch, logger=logger)
 

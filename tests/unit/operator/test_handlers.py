@@ -298,3 +298,46 @@ def test_reviews_that_claim_nothing_do_not_wait_for_the_producers_claims() -> No
     opted_out = {"metadata": {**pod["metadata"],
                               "annotations": {"agent.durable.dev/inject": "false"}}}
     assert admission._claiming(opted_out, "CREATE", False) is None
+
+
+def test_a_bad_spec_seen_by_the_create_handler_and_the_timer_at_once_is_warned_about_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kopf runs a new object's create handler and its resync timer at once, each with the
+    same snapshot, which has no status yet: both found the StorageClass missing and both
+    posted the Warning event (two identical events in a fresh clone's CI). The object's memo,
+    which kopf gives both, remembers the problem warned about."""
+    from support.webhook_harness import durable_producer
+
+    raw = durable_producer()
+    raw["metadata"].update(namespace="shop", uid="u-1", generation=1)
+    raw["spec"]["storage"] = {"storageClassName": "missing"}
+    body = kopf.Body(raw)  # type: ignore[arg-type]
+    memo = kopf.Memo({handlers.CONFIG_KEY: OperatorConfig()})
+    found: list[str | None] = ["missing"]  # what the StorageClass GET answers: the name of a missing class
+    monkeypatch.setattr(handlers, "missing_storage_class", lambda *_: found[0])
+    monkeypatch.setattr(handlers, "write_reconcile_conditions", lambda *_: None)
+    warned: list[str] = []
+    monkeypatch.setattr(kopf, "warn", lambda _body, *, reason, message: warned.append(reason))
+    start = threading.Barrier(2)
+
+    def handler_run(*, together: bool = False) -> None:  # each with a patch of its own
+        if together:
+            start.wait(5)
+        handlers.reconcile_status(body, body.meta, kopf.Patch(), logging.getLogger("t"), memo)
+
+    runs = [threading.Thread(target=handler_run, kwargs={"together": True}) for _ in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join(10)
+
+    assert warned == ["StorageClassNotFound"]
+    handler_run()  # the timer again, on the same stale snapshot
+    assert warned == ["StorageClassNotFound"]
+
+    found[0] = None  # the class appeared, then went again: a new problem, a new event
+    handler_run()
+    found[0] = "missing"
+    handler_run()
+    assert warned == ["StorageClassNotFound", "StorageClassNotFound"]
