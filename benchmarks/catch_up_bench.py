@@ -21,6 +21,9 @@ less the load) and that forward rate (gross). A load that does not catch up with
 By default against librdkafka's mock cluster (3 brokers, bounded memory, not the
 bottleneck); ``--broker kafka`` runs against one Apache Kafka node behind the fault proxy.
 
+``--common-rate`` gives both the same records/s: each load a percentage of the lower of
+the two F (for a before/after of one design, whose F differ by noise, not by design).
+
 ``--baseline-src DIR`` measures a second forwarder in the same run: another checkout's ``src``
 (the per-record forwarder, say), in a child ``python`` with ``PYTHONPATH=DIR`` running this
 script with ``--side catch-up``: the child loads its WAL and forwards, says ``outage`` after
@@ -293,6 +296,12 @@ def main() -> None:
         type=Path,
         help="another checkout's src (e.g. the per-record forwarder's): its forwarder too",
     )
+    parser.add_argument(
+        "--common-rate",
+        action="store_true",
+        help="with --baseline-src: each load a percentage of the lower F of the two, the same"
+        " records/s for both (a before/after of one design; without it each has its own F)",
+    )
     parser.add_argument("--side", choices=("all", "catch-up"), default="all", help="internal")
     parser.add_argument("--bootstrap", help="with --side catch-up")
     parser.add_argument("--topic", help="with --side catch-up")
@@ -359,8 +368,10 @@ def main() -> None:
                 continue
             load = loads[index - 1]
             order = forwarders if index % 2 else forwarders[::-1]
+            lowest = min(statistics.median(rates[name]) for name in forwarders)
             for name in order:
-                rate = statistics.median(rates[name]) * load / 100
+                own = statistics.median(rates[name])
+                rate = (lowest if args.common_rate else own) * load / 100
                 topic = f"catch-up-{name}-{load:g}"
                 broker.create_topic(topic, PARTITIONS)
                 before = broker.usage()

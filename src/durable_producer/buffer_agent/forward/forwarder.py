@@ -241,6 +241,7 @@ class Forwarder:
                 request_timeout_s=config.request_timeout_s,
                 retry_backoff_s=config.retry_backoff_s,
                 retry_backoff_max_s=config.retry_backoff_max_s,
+                metadata_interval_s=config.metadata_interval_s,
                 max_merge_bytes=config.max_merge_bytes,
             ),
             on_acked=self._acked,
@@ -360,7 +361,7 @@ class Forwarder:
         try:
             await self._init_producer_id()  # the queues read meanwhile take it
         except (BrokerUnreachable, KafkaRequestFailed, OSError, TimeoutError) as error:
-            self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s / 5
+            self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s
             code = getattr(error, "code", -1)
             self.health.error("transport", code, "INIT_PRODUCER_ID", str(error))
 

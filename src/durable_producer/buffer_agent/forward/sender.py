@@ -60,10 +60,13 @@ PartitionKey = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class SenderSettings:
-    request_timeout_s: float = 30.0
-    retry_backoff_s: float = 0.1
-    retry_backoff_max_s: float = 5.0
-    max_merge_bytes: int = 1_000_000
+    """The ``ForwarderConfig`` fields the sender uses (their defaults are there)."""
+
+    request_timeout_s: float
+    retry_backoff_s: float
+    retry_backoff_max_s: float
+    metadata_interval_s: float
+    max_merge_bytes: int
 
 
 class Sender:
@@ -259,7 +262,7 @@ class Sender:
             and self.queues
         ):
             self._refresh_wanted = False
-            self._next_refresh = now + max(self.settings.retry_backoff_max_s, 1.0)
+            self._next_refresh = now + self.settings.metadata_interval_s
             self._refreshing = asyncio.ensure_future(self._refresh())
             self._refreshing.add_done_callback(lambda _: self.wake.set())
 
