@@ -57,7 +57,8 @@ def reconcile(kube_api: KubeApi, body: dict[str, Any]) -> None:
     """The reconcile handler on ``body`` (kopf's view of the object), and kopf's merge patch
     of what it left in ``patch.status``, as kopf sends it."""
     patch = kopf.Patch()
-    handlers.reconcile_status(kopf.Body(body), kopf.Body(body).meta, patch, LOGGER, CONFIG)
+    memo = kopf.Memo({handlers.CONFIG_KEY: CONFIG})  # as kopf gives a handler
+    handlers.reconcile_status(kopf.Body(body), kopf.Body(body).meta, patch, LOGGER, memo)
     if patch.get("status"):
         status, answer = kube_api.call(
             "PATCH", f"{kube_api.collection_path}/orders/status", {"status": dict(patch["status"])},
