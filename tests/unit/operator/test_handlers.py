@@ -314,7 +314,7 @@ def test_a_bad_spec_seen_by_the_create_handler_and_the_timer_at_once_is_warned_a
     raw["spec"]["storage"] = {"storageClassName": "missing"}
     body = kopf.Body(raw)  # type: ignore[arg-type]
     memo = kopf.Memo({handlers.CONFIG_KEY: OperatorConfig()})
-    found: list[str | None] = ["missing"]  # what the StorageClass GET answers: the name of a missing class
+    found: list[str | None] = ["missing"]  # the StorageClass check: the name of a missing one
     monkeypatch.setattr(handlers, "missing_storage_class", lambda *_: found[0])
     monkeypatch.setattr(handlers, "write_reconcile_conditions", lambda *_: None)
     warned: list[str] = []
