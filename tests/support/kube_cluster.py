@@ -198,17 +198,15 @@ def _delete_producers(admin: KubeClient, namespace: str) -> None:
     admin.request("DELETE", PRODUCERS_PATH.format(namespace=namespace))
 
 
-def _clear_leftovers(admin: KubeClient) -> list[str]:
+def _clear_leftovers(admin: KubeClient) -> None:
     """Delete the DurableProducers of every namespace being deleted (an earlier test's, or
-    one a test deleted itself); the namespaces so cleared."""
+    one a test deleted itself)."""
     status, listing = admin.request("GET", "/api/v1/namespaces")
     if status != 200:
-        return []
-    going = [item["metadata"]["name"] for item in listing.get("items") or []
-             if item["metadata"].get("deletionTimestamp")]
-    for namespace in going:
-        _delete_producers(admin, namespace)
-    return going
+        return
+    for item in listing.get("items") or []:
+        if item["metadata"].get("deletionTimestamp"):
+            _delete_producers(admin, item["metadata"]["name"])
 
 
 @pytest.fixture()
