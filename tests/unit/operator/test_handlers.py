@@ -306,7 +306,12 @@ def test_a_bad_spec_seen_by_the_create_handler_and_the_timer_at_once_is_warned_a
     """kopf runs a new object's create handler and its resync timer at once, each with the
     same snapshot, which has no status yet: both found the StorageClass missing and both
     posted the Warning event (two identical events in a fresh clone's CI). The object's memo,
-    which kopf gives both, remembers the problem warned about."""
+    which kopf gives both, remembers the problem warned about.
+
+    Here, not on the real API server: the two runs must see the same stale snapshot, which
+    the real kopf process gives only when its timing happens to line up (the real-server
+    test, test_volume_pool_edges_process.py's StorageClass test, shows it when it does);
+    the API calls and kopf's event poster are replaced, the handler code is the real one."""
     from support.webhook_harness import durable_producer
 
     raw = durable_producer()
