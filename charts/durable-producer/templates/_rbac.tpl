@@ -84,7 +84,7 @@ Rules in the watched namespaces.
   verbs: ["list", "watch"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["list", "create", "patch", "delete"]
+  verbs: ["list", "get", "create", "patch", "delete"]
 - apiGroups: ["durable.dev"]
   resources: ["durableproducers"]
   verbs: ["get"]

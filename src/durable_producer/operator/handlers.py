@@ -152,15 +152,18 @@ def register_feature_handlers(
     else:
         logger.warning("Spark pod templates are switched off: spec.spark is not rendered")
     if features.volume_pool:
-        # A timer's interval is fixed when it is registered: known only now.
+        # A timer's interval is fixed when it is registered: known only now. A run that fails
+        # (an API error, a refused write) is tried again at the next interval, not after
+        # kopf's default backoff of 60 s, which stalled the pool for a minute.
+        interval = config.pool_interval_seconds
         kopf.timer(
-            *RESOURCE, id=POOL_TIMER_ID, interval=config.pool_interval_seconds, registry=registry
+            *RESOURCE, id=POOL_TIMER_ID, interval=interval, backoff=interval, registry=registry
         )(maintain_volume_pool)
         # kopf gives every object with a timer a finalizer: only with the pool, which has one.
         kopf.timer(
-            *RESOURCE, id=RESYNC_ID, interval=config.pool_interval_seconds, registry=registry
+            *RESOURCE, id=RESYNC_ID, interval=interval, backoff=interval, registry=registry
         )(resync_durable_producer)
-        kopf.on.delete(*RESOURCE, id=DRAIN_HANDLER_ID, registry=registry)(
+        kopf.on.delete(*RESOURCE, id=DRAIN_HANDLER_ID, backoff=interval, registry=registry)(
             drain_volumes_before_deletion
         )
         # The pods' last status, which the kubelet writes just before it deletes them.

@@ -64,6 +64,9 @@ def register(features: str | None) -> kopf.OperatorRegistry:
 def test_every_feature_on_registers_each_handler_once_and_one_delete_handler() -> None:
     registry = register(None)
     timers = [(h.id, h.interval) for h in registry._spawning.get_all_handlers()]
+    backoffs = {h.id: h.backoff for h in registry._spawning.get_all_handlers()}
+    backoffs.update((h.id, h.backoff) for h in registry._changing.get_all_handlers()
+                    if h.id == handlers.DRAIN_HANDLER_ID)
 
     assert changing_handlers(registry) == {
         ("spark-templates", "create"), ("spark-templates", "update"),
@@ -71,6 +74,10 @@ def test_every_feature_on_registers_each_handler_once_and_one_delete_handler() -
     }  # fmt: skip
     interval = OperatorConfig().pool_interval_seconds
     assert timers == [(handlers.POOL_TIMER_ID, interval), (handlers.RESYNC_ID, interval)]
+    # A failed run is retried at the next interval, not after kopf's default of 60 s (a
+    # refused PVC read once stalled the pool for a minute).
+    assert backoffs == dict.fromkeys(
+        (handlers.POOL_TIMER_ID, handlers.RESYNC_ID, handlers.DRAIN_HANDLER_ID), interval)
     every_flag = register("podAudit,volumePool,drainJobs,sparkPodTemplates")
     assert changing_handlers(every_flag) == changing_handlers(registry)
 

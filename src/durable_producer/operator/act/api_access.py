@@ -73,7 +73,8 @@ VOLUME_POOL_API_ACCESS: ApiAccess = (
     (GROUP, PLURAL, ("get",)),
     # The pool timer publishes its figures onto the version it read (a conditional patch).
     (GROUP, f"{PLURAL}/status", ("patch",)),
-    ("", "persistentvolumeclaims", ("list", "create", "patch", "delete")),
+    # get: a volume read again when releasing its finalizer was refused (409, pool_actions).
+    ("", "persistentvolumeclaims", ("list", "get", "create", "patch", "delete")),
     # kopf watches opted-in pods for their last status: an agent that stopped with its
     # volume empty (clean_shutdowns.py).
     ("", "pods", ("list", "watch")),

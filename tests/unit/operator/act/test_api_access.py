@@ -86,3 +86,57 @@ def test_the_pool_access_is_the_union_of_its_three_flags() -> None:
     assert grants(api_access.POOL_API_ACCESS) == (
         grants(api_access.POD_AUDIT_API_ACCESS) | grants(api_access.VOLUME_POOL_API_ACCESS)
         | grants(api_access.DRAIN_JOBS_API_ACCESS))
+
+
+_CLIENT_GROUPS = {"core": "", "batch": "batch", "storage": "storage.k8s.io"}
+_CLIENT_VERBS = {"read": "get", "get": "get", "list": "list", "create": "create",
+                 "patch": "patch", "delete": "delete", "replace": "update"}
+
+
+def _client_calls() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every Kubernetes client call in act/cluster.py, read off the
+    client's method names (``read_namespaced_persistent_volume_claim``: get PVCs)."""
+    import ast
+
+    from durable_producer.operator.act import cluster
+
+    calls: set[tuple[str, str, str]] = set()
+    for node in ast.walk(ast.parse(Path(cluster.__file__).read_text())):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        owner = node.func.value
+        client = (owner.attr if isinstance(owner, ast.Attribute) else
+                  owner.id if isinstance(owner, ast.Name) else "")  # fmt: skip
+        if client not in (*_CLIENT_GROUPS, "custom"):
+            continue
+        verb, _, rest = node.func.attr.partition("_")
+        rest = rest.removeprefix("namespaced_")
+        if client == "custom":
+            assert rest in ("custom_object", "custom_object_status"), node.func.attr
+            resource = model.PLURAL + ("/status" if rest.endswith("_status") else "")
+            calls.add((model.GROUP, resource, _CLIENT_VERBS[verb]))
+            continue
+        name = rest.replace("_", "")
+        calls.add((_CLIENT_GROUPS[client], name + ("es" if name.endswith("s") else "s"),
+                   _CLIENT_VERBS[verb]))
+    return calls
+
+
+
+def test_every_api_call_the_operator_makes_is_granted() -> None:
+    """A call the chart's RBAC does not grant fails only when it is made: the PVC read after a
+    refused release (409) was a 403 that stalled the pool timer for kopf's 60 s backoff."""
+    granted = {
+        (group, resource, verb)
+        for access in (
+            api_access.KUBERNETES_API_ACCESS,
+            api_access.STATUS_API_ACCESS,
+            *api_access.FEATURE_API_ACCESS.values(),
+            *api_access.CLUSTER_FEATURE_API_ACCESS.values(),
+        )
+        for group, resource, verbs in access
+        for verb in verbs
+    }
+    calls = _client_calls()
+    assert ("", "persistentvolumeclaims", "create") in calls  # the reading works
+    assert calls - granted == set()
