@@ -1,8 +1,10 @@
-"""The compiled parts (C, optional): the ingest's record scanner and the forwarder's batch merge.
+"""The compiled parts (C, optional): the ingest's record scanner, the forwarder's frame scan and
+batch merge.
 
 Everything else is in pyproject.toml. Without a C compiler the build skips them: the agent then
-validates records with aiokafka's compiled reader instead (slower, same result) and forwards
-client batches one by one instead of merging small ones.
+validates records with aiokafka's compiled reader instead (slower, same result), decodes WAL
+frames one at a time in Python and forwards client batches one by one instead of merging small
+ones.
 """
 
 from setuptools import Extension, setup
@@ -12,6 +14,12 @@ setup(
         Extension(
             "durable_producer.buffer_agent.kafka._record_scan",
             ["src/durable_producer/buffer_agent/kafka/_record_scan.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "durable_producer.buffer_agent.wal._frame_scan",
+            ["src/durable_producer/buffer_agent/wal/_frame_scan.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

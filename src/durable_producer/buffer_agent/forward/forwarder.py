@@ -52,7 +52,11 @@ from durable_producer.buffer_agent.forward.publisher import (
 from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient, KafkaRequestFailed
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
-from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.kafka.record_batch import (
+    InvalidRecordBatch,
+    iter_batches,
+    sole_batch,
+)
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 from durable_producer.buffer_agent.process_tuning import (
     TRIM_AFTER_PEAK_BYTES,
@@ -446,31 +450,36 @@ class Forwarder:
     def _take(self, frame: Frame) -> None:
         key = (frame.topic, frame.partition)
         offset = frame.offset
+        payload = frame.payload
         anchor = self._anchors.get(key)
         known = offset < self._known_below or (anchor is not None and offset < anchor.offset)
-        try:
-            batches = list(iter_batches(frame.payload, check_crc=False))
-        except InvalidRecordBatch as error:
-            self._tracker.register(offset, 1, frame.appended_ms, key)
-            self._letter_for_frame(frame, str(error))
-            return
-        if known or not batches:
+        sole = sole_batch(payload)  # one client batch, as the agent stores it: most frames
+        batches: list[tuple[int, int, memoryview]] = []
+        if sole is None:  # none, several (an older agent's frame), or no valid batch
+            taken = self._batches_of(frame)
+            if taken is None:
+                return  # dead-lettered
+            batches = taken
+        if known or (sole is None and not batches):
             self._tracker.register(offset, 0, frame.appended_ms, key)
             return
         queue = self._queues.get(key)
         if queue is None:
             queue = self._new_queue(key, anchor, offset)
         replayed = offset < self._replay_until
-        records = 0
-        for index, (header, view) in enumerate(batches):
-            pending = queue.add(
-                offset, view, header.record_count, frame.appended_ms, header.attributes
-            )
+        if sole is not None:
+            records = sole[0]
+            pending = queue.add(offset, memoryview(payload), records, frame.appended_ms, sole[1])
             pending.unknown = replayed
-            pending.index = index
-            records += header.record_count
+        else:
+            records = 0
+            for index, (count, attributes, view) in enumerate(batches):
+                pending = queue.add(offset, view, count, frame.appended_ms, attributes)
+                pending.unknown = replayed
+                pending.index = index
+                records += count
         self._tracker.register(offset, records, frame.appended_ms, key)
-        self._unacked_bytes += len(frame.payload)
+        self._unacked_bytes += len(payload)
         if replayed:
             if self._fresh_identity:
                 self._counts.possible_duplicates += records
@@ -478,6 +487,21 @@ class Forwarder:
             else:
                 queue.resolve = True  # ask its leader what it holds before sending
                 queue.resolve_code = 0
+
+    def _batches_of(self, frame: Frame) -> list[tuple[int, int, memoryview]] | None:
+        """(records, attributes, bytes) of each batch of a frame that is not one client batch
+        (an older agent's frame may hold several, or none); None when it is no valid batch:
+        then it is dead-lettered."""
+        try:
+            return [
+                (header.record_count, header.attributes, view)
+                for header, view in iter_batches(frame.payload, check_crc=False)
+            ]
+        except InvalidRecordBatch as error:
+            key = (frame.topic, frame.partition)
+            self._tracker.register(frame.offset, 1, frame.appended_ms, key)
+            self._letter_for_frame(frame, str(error))
+            return None
 
     def _new_queue(
         self, key: tuple[str, int], anchor: Anchor | None, offset: int

@@ -150,6 +150,22 @@ def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
     return header
 
 
+_SOLE = struct.Struct(">8xi4xb4xh34xi")  # batchLength, magic, attributes, recordCount
+
+
+def sole_batch(data: bytes | memoryview) -> tuple[int, int] | None:
+    """``(record count, attributes)`` when ``data`` is exactly one batch whose header
+    ``parse_batch_header`` accepts (what the agent stores of a client batch), else None:
+    then ``iter_batches`` says what it holds. The forwarder's per-frame check, at a fifth of
+    the cost of ``iter_batches``."""
+    if len(data) < HEADER_SIZE:
+        return None
+    length, magic, attributes, count = _SOLE.unpack_from(data)
+    if magic != 2 or length + LOG_OVERHEAD != len(data) or length < _MIN_BATCH_LENGTH or count < 0:
+        return None
+    return count, attributes
+
+
 def verify_crc(batch: memoryview, header: BatchHeader) -> None:
     """Raise :class:`CorruptRecordBatch` if the stored CRC32C does not match ``batch``."""
     actual = crc32c.crc32c(batch[ATTRIBUTES_OFFSET : header.size])

@@ -6,7 +6,7 @@ payload) is documented in ``volume/format.py``; this module only applies it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
@@ -46,6 +46,26 @@ class Frame(NamedTuple):
     payload: bytes
     record_count: int
     appended_ms: int
+
+
+_scan: Callable[..., tuple[list[Frame], int, int, int]] | None
+try:  # built from _frame_scan.c by the package's build (optional: needs a C compiler)
+    from ._frame_scan import scan_frames as _scan
+except ImportError:
+    _scan = None
+
+
+def decode_frames(
+    data: bytes, pos: int, max_frames: int, max_bytes: int, wanted: int
+) -> tuple[list[Frame], int, int, int]:
+    """The frames from ``pos`` on, many in one call (C, ``_frame_scan.c``): ``(frames, end,
+    wanted, max_bytes left)``. Frames below offset ``wanted`` are skipped; it stops at
+    ``max_frames``, once ``max_bytes`` of payload are taken, or at ``end``, the first position
+    that holds no whole valid frame, without saying why: ``decode_frame`` there says what is
+    there. Without the compiled module it decodes nothing (``end`` is ``pos``)."""
+    if _scan is None:
+        return [], pos, wanted, max_bytes
+    return _scan(data, pos, max_frames, max_bytes, wanted, Frame)
 
 
 PreparedFrame = tuple[AppendItem, bytes, int, int]

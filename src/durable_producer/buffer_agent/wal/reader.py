@@ -14,7 +14,7 @@ from durable_producer.buffer_agent.volume.format import (
 )
 
 from .errors import WalError
-from .frame import Frame, FrameProblem, decode_frame
+from .frame import Frame, FrameProblem, decode_frame, decode_frames
 from .segment import SegmentView
 
 
@@ -162,6 +162,14 @@ class WalReader:
         buffer = memoryview(data)
         pos = 0
         while pos < len(buffer) and len(frames) < max_frames and budget[0] > 0:
+            decoded_many, pos, self._wanted, budget[0] = decode_frames(
+                data, pos, max_frames - len(frames), budget[0], self._wanted
+            )
+            frames += decoded_many
+            if pos >= len(buffer) or len(frames) >= max_frames or budget[0] <= 0:
+                break
+            # No whole valid frame at pos (or no compiled scanner): one frame in Python,
+            # which says what is wrong there.
             if (
                 len(buffer) - pos < HEADER_SIZE
                 and self._position + pos + HEADER_SIZE <= view.visible_end

@@ -5,6 +5,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from durable_producer.buffer_agent.kafka.record_batch import (
@@ -18,6 +20,7 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     UnsupportedMagic,
     iter_batches,
     parse_batch_header,
+    sole_batch,
 )
 
 
@@ -162,3 +165,34 @@ def test_negative_record_count_is_refused() -> None:
     struct.pack_into(">i", batch, 57, -5)
     with pytest.raises(InvalidRecordBatch, match="negative record count"):
         parse_batch_header(batch)
+
+
+def iter_batches_says(data: bytes) -> tuple[int, int] | None:
+    try:
+        batches = list(iter_batches(data, check_crc=False))
+    except InvalidRecordBatch:
+        return None
+    if len(batches) != 1:
+        return None
+    header = batches[0][0]
+    return header.record_count, header.attributes
+
+
+@given(st.data())
+def test_sole_batch_says_what_iter_batches_says_of_one_batch(data: st.DataObject) -> None:
+    """The forwarder's per-frame shortcut: one whole batch as iter_batches reads it, or None
+    (then the forwarder asks iter_batches), on valid, joined, cut and altered batches."""
+    one = build_batch([b"v" * data.draw(st.integers(0, 40))] * data.draw(st.integers(1, 3)))
+    raw = bytearray(
+        data.draw(st.sampled_from([one, one + one, one[:-1], one + b"\0", one[:60], b""]))
+    )
+    for _ in range(data.draw(st.integers(0, 2))):
+        if raw:
+            raw[data.draw(st.integers(0, min(len(raw), 70) - 1))] = data.draw(st.integers(0, 255))
+    assert sole_batch(bytes(raw)) == iter_batches_says(bytes(raw))
+
+
+def test_sole_batch_reads_the_count_and_attributes() -> None:
+    batch = build_batch([b"a", b"b", b"c"], transactional=True)
+    assert sole_batch(batch) == (3, 0x10) == iter_batches_says(batch)
+    assert sole_batch(memoryview(batch)) == (3, 0x10)
