@@ -360,7 +360,13 @@ def test_an_agent_that_stopped_with_backlog_leaves_its_volume_to_a_drain(
     print(f"\ndrain Jobs: {drained}")
     wait_for(lambda: (kube_api.finish_drains(), kube_api.get("orders") is None)[1],
              timeout=120, what="the producer to go once the drain succeeded")
-    assert volume not in kube_api.items(kube_api.pvcs_path)
+    # Released by us before the producer went; Kubernetes' own pvc-protection finalizer may
+    # hold the object a moment longer.
+    found = kube_api.items(kube_api.pvcs_path).get(volume)
+    assert found is None or (found["metadata"].get("deletionTimestamp")
+                             and vp.VOLUME_FINALIZER not in found["metadata"].get("finalizers", []))
+    wait_for(lambda: volume not in kube_api.items(kube_api.pvcs_path), timeout=30,
+             what="the drained volume to go")
 
 
 def vp_annotations(kube_api: KubeApi, volume: str) -> dict[str, str] | None:
