@@ -469,7 +469,7 @@ class Forwarder:
         replayed = offset < self._replay_until
         if sole is not None:
             records = sole[0]
-            pending = queue.add(offset, memoryview(payload), records, frame.appended_ms, sole[1])
+            pending = queue.add(offset, payload, records, frame.appended_ms, sole[1])
             pending.unknown = replayed
         else:
             records = 0

@@ -54,7 +54,7 @@ class Pending:
     def __init__(
         self,
         offset: int,
-        batch: memoryview,
+        batch: bytes | memoryview,
         records: int,
         sequence: int,
         appended_ms: int,
@@ -62,6 +62,9 @@ class Pending:
     ) -> None:
         self.offset = offset
         self.batch = batch
+        """The stored batch: the frame's payload itself (bytes: the garbage collector does
+        not track them, as it tracks a memoryview), or a view of one of an older agent's
+        frame of several."""
         self.records = records
         self.sequence = sequence
         self.appended_ms = appended_ms
@@ -135,7 +138,12 @@ class PartitionQueue:
 
     # ----------------------------------------------------------------- numbering
     def add(
-        self, offset: int, batch: memoryview, records: int, appended_ms: int, attributes: int
+        self,
+        offset: int,
+        batch: bytes | memoryview,
+        records: int,
+        appended_ms: int,
+        attributes: int,
     ) -> Pending:
         frame = Pending(offset, batch, records, self.next_sequence, appended_ms, attributes)
         self.next_sequence = (self.next_sequence + records) % SEQUENCE_LIMIT
