@@ -142,3 +142,15 @@ def test_its_crc32c_is_the_crc32c_package(software: bool) -> None:
         value = rng.getrandbits(32)
         view = memoryview(data)[start:]  # unaligned starts in memory too
         assert scan.crc32c(view, value, software) == crc32c(view, value)
+
+
+def test_a_topic_longer_than_kafka_allows_stops_the_scan_as_python_stops() -> None:
+    """The C scanner's own copy of the format's limits (MAX_TOPIC_BYTES) holds."""
+    from durable_producer.buffer_agent.volume.format import MAX_TOPIC_BYTES
+
+    good = encode(1, "t", 0, b"x", 1, 5)
+    for length in (MAX_TOPIC_BYTES, MAX_TOPIC_BYTES + 1):
+        topic = b"a" * length
+        header = encode_frame_header(2, topic, 0, 1, crc32c(b"y"), 1, 5)
+        frames = agree(good + header + b"y")[0]
+        assert len(frames) == (2 if length == MAX_TOPIC_BYTES else 1)
