@@ -113,10 +113,17 @@ static inline uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* A new instance of ``type`` (a tuple subclass such as a NamedTuple) holding ``n`` items. */
-static PyObject *new_tuple_of(PyTypeObject *type, Py_ssize_t n) {
-    if (type == &PyTuple_Type) return PyTuple_New(n);
-    return type->tp_alloc(type, n);
+/* ``items`` (a tuple, stolen) as an instance of ``type``, a tuple subclass such as a
+ * NamedTuple: made by tuple's own constructor, which sets up what later Pythons keep in a
+ * tuple beside its items (3.14 caches its hash there; tp_alloc would leave it 0). */
+static PyObject *as_tuple_of(PyTypeObject *type, PyObject *items) {
+    if (type == &PyTuple_Type) return items;
+    PyObject *args = PyTuple_Pack(1, items);
+    Py_DECREF(items);
+    if (args == NULL) return NULL;
+    PyObject *made = PyTuple_Type.tp_new(type, args, NULL);
+    Py_DECREF(args);
+    return made;
 }
 
 static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
@@ -148,6 +155,7 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
         uint32_t stored_crc = be32(p + 8);
         const unsigned char *body = p + PREFIX_SIZE;
         uint64_t offset = be64(body);
+        if (offset > (uint64_t)INT64_MAX) break; /* no offset of this log: decode_frame's */
         int32_t partition = (int32_t)be32(body + 8);
         uint32_t record_count = be32(body + 12);
         uint64_t appended_ms = be64(body + 16);
@@ -177,23 +185,26 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
         Py_ssize_t next = pos + PREFIX_SIZE + (Py_ssize_t)body_length;
         if (offset >= wanted) {
             Py_ssize_t payload_length = end - payload;
-            PyObject *frame = new_tuple_of(frame_type, 6);
-            if (frame == NULL) goto fail;
-            PyObject *items[6] = {
-                PyLong_FromUnsignedLongLong(offset),
-                topic,
-                PyLong_FromLong(partition),
-                PyBytes_FromStringAndSize((const char *)payload, payload_length),
-                PyLong_FromUnsignedLong(record_count),
-                PyLong_FromUnsignedLongLong(appended_ms),
-            };
+            PyObject *items = PyTuple_New(6);
+            if (items == NULL) goto fail;
             Py_INCREF(topic);
-            int failed = 0;
-            for (int i = 0; i < 6; i++) {
-                if (items[i] == NULL) failed = 1;
-                PyTuple_SET_ITEM(frame, i, items[i]);
-            }
-            if (failed || PyList_Append(frames, frame) < 0) {
+            PyTuple_SET_ITEM(items, 1, topic);
+            PyObject *item;
+#define SET(index, made)                  \
+    if ((item = (made)) == NULL) {        \
+        Py_DECREF(items);                 \
+        goto fail;                        \
+    }                                     \
+    PyTuple_SET_ITEM(items, index, item)
+            SET(0, PyLong_FromUnsignedLongLong(offset));
+            SET(2, PyLong_FromLong(partition));
+            SET(3, PyBytes_FromStringAndSize((const char *)payload, payload_length));
+            SET(4, PyLong_FromUnsignedLong(record_count));
+            SET(5, PyLong_FromUnsignedLongLong(appended_ms));
+#undef SET
+            PyObject *frame = as_tuple_of(frame_type, items);
+            if (frame == NULL) goto fail;
+            if (PyList_Append(frames, frame) < 0) {
                 Py_DECREF(frame);
                 goto fail;
             }

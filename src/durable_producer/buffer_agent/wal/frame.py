@@ -61,8 +61,9 @@ def decode_frames(
     """The frames from ``pos`` on, many in one call (C, ``_frame_scan.c``): ``(frames, end,
     wanted, max_bytes left)``. Frames below offset ``wanted`` are skipped; it stops at
     ``max_frames``, once ``max_bytes`` of payload are taken, or at ``end``, the first position
-    that holds no whole valid frame, without saying why: ``decode_frame`` there says what is
-    there. Without the compiled module it decodes nothing (``end`` is ``pos``)."""
+    that holds no whole valid frame (or one whose offset is above ``MAX_OFFSET``, which no
+    writer of this log made), without saying why: ``decode_frame`` there says what is there.
+    Without the compiled module it decodes nothing (``end`` is ``pos``)."""
     if _scan is None:
         return [], pos, wanted, max_bytes
     return _scan(data, pos, max_frames, max_bytes, wanted, Frame)

@@ -12,6 +12,7 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from durable_producer.buffer_agent.volume.format import MAX_OFFSET
 from durable_producer.buffer_agent.wal.frame import (
     Frame,
     FrameProblem,
@@ -41,8 +42,8 @@ def reference(
     view = memoryview(data)
     while pos < len(data) and len(frames) < max_frames and max_bytes > 0:
         decoded = decode_frame(view, pos)
-        if isinstance(decoded, FrameProblem):
-            break
+        if isinstance(decoded, FrameProblem) or decoded[0].offset > MAX_OFFSET:
+            break  # the C scan leaves an offset no writer of this log made to decode_frame
         frame, pos = decoded
         if frame.offset >= wanted:
             frames.append(frame)
@@ -57,11 +58,12 @@ def agree(data: bytes, pos: int = 0, max_frames: int = 10**6, max_bytes: int = 2
     got = decode_frames(data, pos, max_frames, max_bytes, wanted)
     assert got == expected
     assert all(type(frame) is Frame for frame in got[0])
+    assert [hash(frame) for frame in got[0]] == [hash(tuple(frame)) for frame in got[0]]
     return got
 
 
 frame_args = st.tuples(
-    st.integers(0, 2**63 - 1),
+    st.one_of(st.integers(0, 2**63 - 1), st.integers(2**63 - 2, 2**64 - 1)),
     st.sampled_from(["orders", "t", "événements", "a" * 249, "日志"]),
     st.integers(-(2**31), 2**31 - 1),
     st.binary(max_size=300),
@@ -74,7 +76,8 @@ frame_args = st.tuples(
 def test_valid_frames_decode_as_the_python_decoder_decodes_them(frames: list) -> None:
     data = b"".join(encode(*args) for args in frames)
     decoded, end, _, _ = agree(data)
-    assert end == len(data)
+    if all(args[0] <= MAX_OFFSET for args in frames):
+        assert end == len(data)
     assert len(decoded) <= len(frames)  # offsets below a decoded one are skipped as the reader
 
 
