@@ -32,9 +32,9 @@ class ReadableLog(Protocol):
 _READ_CHUNK = 4 * 1024 * 1024
 
 DEFAULT_POLL_BYTES = 16 * 1024 * 1024
-"""What one ``poll`` returns at most, in frame bytes (always at least one frame): frames are
-views of the chunks read, so a poll's memory is this plus one chunk, whatever the frames'
-size (256 frames of 1 MiB client batches were 256 MiB)."""
+"""What one ``poll`` returns at most, in frame bytes (always at least one frame): each frame's
+payload is copied out of the chunk read, so a poll's memory is this plus one chunk, whatever
+the frames' size (256 frames of 1 MiB client batches were 256 MiB)."""
 
 
 class WalReader:
