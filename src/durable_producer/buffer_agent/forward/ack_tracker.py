@@ -76,7 +76,8 @@ class AckTracker:
             return
         pending = self._remaining
         del pending[offset]
-        self._note_delivered(offset)
+        if offset >= self._delivered_high:  # _note_delivered, inline: once a frame
+            self._delivered_high = offset + 1
         queue, about = self._queue, self._about
         while queue and queue[0] not in pending:
             del about[queue.popleft()]

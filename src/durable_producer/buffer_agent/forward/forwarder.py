@@ -41,7 +41,14 @@ from durable_producer.buffer_agent.forward.identity import (
     IdentityRecord,
     load_identity,
 )
-from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, Pending
+from durable_producer.buffer_agent.forward.partition_queue import (
+    BATCH,
+    INDEX,
+    OFFSET,
+    RECORDS,
+    PartitionQueue,
+    Pending,
+)
 from durable_producer.buffer_agent.forward.progress import Progress
 from durable_producer.buffer_agent.forward.publisher import (
     DrainSummary,
@@ -132,6 +139,9 @@ class Forwarder:
         """Frames below this offset are in Kafka (the previous run's watermark)."""
         self._replay_until = 0
         """Frames below this offset may have been sent by the previous run."""
+        self._plain_from = 0
+        """Frames from this offset on are new to Kafka: none of the previous run's marks
+        (``_known_below``, ``_replay_until``, its partitions' anchors) concern them."""
         self._fresh_identity = False
         """The previous run's identity could not be used: its frames are sent again under a
         new producer id (possible duplicates)."""
@@ -343,6 +353,10 @@ class Forwarder:
             self._anchors = dict(record.partitions)
             self._replay_until = max(record.sent_below, checkpoint)
             self._sent_below = self._replay_until
+            self._plain_from = max(
+                [self._known_below, self._replay_until]
+                + [anchor.offset for anchor in self._anchors.values()]
+            )
             log.info(
                 "forwarding as producer %d (epoch %d) from WAL offset %d; frames up to %d may"
                 " be in Kafka already and are checked with their partition leaders",
@@ -356,6 +370,7 @@ class Forwarder:
             until = max(hint_until, record.sent_below if record is not None else 0)
             self._replay_until = max(until, checkpoint)
             self._sent_below = self._replay_until
+            self._plain_from = self._replay_until
 
     async def _first_producer_id(self) -> None:
         """Take a producer id for the queues read before one was had (retried while Kafka
@@ -427,8 +442,22 @@ class Forwarder:
         )
         if not frames:
             return False
+        # A frame's main line: one client batch, of a partition that has its queue, new to
+        # Kafka. Everything else (and the first frame of each partition) goes through _take.
+        queues, register, plain_from = self._queues, self._tracker.register, self._plain_from
+        taken_bytes = 0
         for frame in frames:
-            self._take(frame)
+            offset, payload = frame.offset, frame.payload
+            sole = sole_batch(payload)
+            queue = queues.get((frame.topic, frame.partition))
+            if queue is None or sole is None or offset < plain_from:
+                self._take(frame)
+                continue
+            records = sole[0]
+            queue.add(offset, payload, records, sole[1], False)
+            register(offset, records, frame.appended_ms, queue.key)
+            taken_bytes += len(payload)
+        self._unacked_bytes += taken_bytes
         end = frames[-1].offset + 1
         if end > self._sent_below:
             self._sent_below = end
@@ -448,6 +477,8 @@ class Forwarder:
         release_free_memory()
 
     def _take(self, frame: Frame) -> None:
+        """Number a frame in its partition's queue and track it (``_read`` does this itself
+        for the frames of its main line)."""
         key = (frame.topic, frame.partition)
         offset = frame.offset
         payload = frame.payload
@@ -469,14 +500,11 @@ class Forwarder:
         replayed = offset < self._replay_until
         if sole is not None:
             records = sole[0]
-            pending = queue.add(offset, payload, records, frame.appended_ms, sole[1])
-            pending.unknown = replayed
+            queue.add(offset, payload, records, sole[1], replayed)
         else:
             records = 0
             for index, (count, attributes, view) in enumerate(batches):
-                pending = queue.add(offset, view, count, frame.appended_ms, attributes)
-                pending.unknown = replayed
-                pending.index = index
+                queue.add(offset, view, count, attributes, replayed, index)
                 records += count
         self._tracker.register(offset, records, frame.appended_ms, key)
         self._unacked_bytes += len(payload)
@@ -527,12 +555,14 @@ class Forwarder:
     # ----------------------------------------------------------------- from the sender
     def _acked(self, queue: PartitionQueue, frames: list[Pending]) -> None:
         tracker, counts = self._tracker, self._counts
+        records = size = 0
         for frame in frames:
-            tracker.ack(frame.offset, frame.records)
-            counts.forwarded_records += frame.records
-            size = len(frame.batch)
-            counts.forwarded_bytes += size
-            self._unacked_bytes -= size
+            tracker.ack(frame[OFFSET], frame[RECORDS])
+            records += frame[RECORDS]
+            size += len(frame[BATCH])
+        counts.forwarded_records += records
+        counts.forwarded_bytes += size
+        self._unacked_bytes -= size
 
     def _error(self, kind: str, code: int, name: str, message: str) -> None:
         self.health.error(kind, code, name, message)
@@ -541,9 +571,9 @@ class Forwarder:
         counts = self._counts
         counts.new_epochs += 1
         for frame in unknown:
-            cause = "restart" if frame.offset < self._replay_until else "reset"
-            counts.possible[cause] += frame.records
-            counts.possible_duplicates += frame.records
+            cause = "restart" if frame[OFFSET] < self._replay_until else "reset"
+            counts.possible[cause] += frame[RECORDS]
+            counts.possible_duplicates += frame[RECORDS]
         self._write_identity(sync=True)  # before anything goes out under it
 
     # ----------------------------------------------------------------- dead letters
@@ -584,6 +614,7 @@ class Forwarder:
     def _letter_for_head(self, queue: PartitionQueue, code: int) -> bool:
         queue.unbatch()
         frame = queue.frames[0]
+        offset, records = frame[OFFSET], frame[RECORDS]
         topic, partition = queue.key
         reason = (
             f"partition {topic}/{partition} does not exist (for"
@@ -594,29 +625,29 @@ class Forwarder:
         )
         try:
             self._dead_letters.add_batch(
-                wal_offset=frame.offset,
+                wal_offset=offset,
                 topic=topic,
                 partition=partition,
-                payload=frame.batch,
+                payload=frame[BATCH],
                 reason=reason,
                 error_code=error_name(code),
-                index=frame.index,
+                index=frame[INDEX],
             )
         except OSError as error:
             self._letter_failed(error)
             return False
         queue.drop_head()
-        self._count_letter(error_name(code), frame.records)
+        self._count_letter(error_name(code), records)
         log.error(
             "batch of %d records of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
-            frame.records,
-            frame.offset,
+            records,
+            offset,
             topic,
             partition,
             reason,
         )
-        self._tracker.ack(frame.offset, frame.records)
-        self._unacked_bytes -= len(frame.batch)
+        self._tracker.ack(offset, records)
+        self._unacked_bytes -= len(frame[BATCH])
         return True
 
     def _letter_for_frame(self, frame: Frame, reason: str) -> None:

@@ -30,6 +30,7 @@ from durable_producer.buffer_agent.forward.failure_policy import (
 )
 from durable_producer.buffer_agent.forward.partition_queue import (
     MAX_EPOCH,
+    SEQUENCE,
     Batch,
     PartitionQueue,
     Pending,
@@ -376,7 +377,7 @@ class Sender:
             queue.resolve_code = 0
             return
         expected = (found.last_sequence + 1) % 2**31
-        queue.resolve = head.sequence != expected
+        queue.resolve = head[SEQUENCE] != expected
         if queue.resolve and head is first:
             self._log.warning(
                 "gap",
@@ -385,7 +386,7 @@ class Sender:
                 " election?); going on with a new epoch",
                 *queue.key,
                 found.last_sequence,
-                (head.sequence - 1) % 2**31,
+                (head[SEQUENCE] - 1) % 2**31,
             )
         queue.unbatch()
 
