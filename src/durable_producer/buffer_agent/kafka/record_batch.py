@@ -13,7 +13,7 @@ Layout of a v2 batch (all big-endian)::
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 import crc32c
@@ -153,17 +153,26 @@ def parse_batch_header(data: bytes | memoryview, pos: int = 0) -> BatchHeader:
 _SOLE = struct.Struct(">8xi4xb4xh34xi")  # batchLength, magic, attributes, recordCount
 
 
-def sole_batch(data: bytes | memoryview) -> tuple[int, int] | None:
+def sole_batch_python(data: bytes | memoryview) -> tuple[int, int] | None:
     """``(record count, attributes)`` when ``data`` is exactly one batch whose header
     ``parse_batch_header`` accepts (what the agent stores of a client batch), else None:
-    then ``iter_batches`` says what it holds. The forwarder's per-frame check, at a fifth of
-    the cost of ``iter_batches``."""
+    then ``iter_batches`` says what it holds. The reference for the compiled ``sole_batch``
+    (``_batch_merge.c``), used without it."""
     if len(data) < HEADER_SIZE:
         return None
     length, magic, attributes, count = _SOLE.unpack_from(data)
     if magic != 2 or length + LOG_OVERHEAD != len(data) or length < _MIN_BATCH_LENGTH or count < 0:
         return None
     return count, attributes
+
+
+sole_batch: Callable[[bytes | memoryview], tuple[int, int] | None]
+"""``sole_batch_python``, compiled where the package's build could (0.05 instead of 0.5 us a
+call: the forwarder asks it of every frame it reads)."""
+try:  # built from _batch_merge.c by the package's build (optional: needs a C compiler)
+    from durable_producer.buffer_agent.kafka._batch_merge import sole_batch
+except ImportError:
+    sole_batch = sole_batch_python
 
 
 def verify_crc(batch: memoryview, header: BatchHeader) -> None:

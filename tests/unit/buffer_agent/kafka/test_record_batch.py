@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given
@@ -21,6 +22,7 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     iter_batches,
     parse_batch_header,
     sole_batch,
+    sole_batch_python,
 )
 
 
@@ -178,8 +180,15 @@ def iter_batches_says(data: bytes) -> tuple[int, int] | None:
     return header.record_count, header.attributes
 
 
-@given(st.data())
-def test_sole_batch_says_what_iter_batches_says_of_one_batch(data: st.DataObject) -> None:
+SOLE_BATCH_READERS = [sole_batch_python] + [sole_batch] * (sole_batch is not sole_batch_python)
+"""The Python reference and the compiled reader (where the build made it)."""
+
+
+@pytest.mark.parametrize("read", SOLE_BATCH_READERS, ids=lambda read: read.__module__)
+@given(data=st.data())
+def test_sole_batch_says_what_iter_batches_says_of_one_batch(
+    read: Callable[[bytes | memoryview], tuple[int, int] | None], data: st.DataObject
+) -> None:
     """The forwarder's per-frame shortcut: one whole batch as iter_batches reads it, or None
     (then the forwarder asks iter_batches), on valid, joined, cut and altered batches."""
     one = build_batch([b"v" * data.draw(st.integers(0, 40))] * data.draw(st.integers(1, 3)))
@@ -189,10 +198,27 @@ def test_sole_batch_says_what_iter_batches_says_of_one_batch(data: st.DataObject
     for _ in range(data.draw(st.integers(0, 2))):
         if raw:
             raw[data.draw(st.integers(0, min(len(raw), 70) - 1))] = data.draw(st.integers(0, 255))
-    assert sole_batch(bytes(raw)) == iter_batches_says(bytes(raw))
+    assert read(bytes(raw)) == iter_batches_says(bytes(raw))
+    assert read(memoryview(bytes(raw))) == iter_batches_says(bytes(raw))
 
 
-def test_sole_batch_reads_the_count_and_attributes() -> None:
+@pytest.mark.parametrize("read", SOLE_BATCH_READERS, ids=lambda read: read.__module__)
+def test_sole_batch_reads_the_count_and_attributes(
+    read: Callable[[bytes | memoryview], tuple[int, int] | None],
+) -> None:
     batch = build_batch([b"a", b"b", b"c"], transactional=True)
-    assert sole_batch(batch) == (3, 0x10) == iter_batches_says(batch)
-    assert sole_batch(memoryview(batch)) == (3, 0x10)
+    assert read(batch) == (3, 0x10) == iter_batches_says(batch)
+    assert read(memoryview(batch)) == (3, 0x10)
+    assert read(bytearray(batch)) == (3, 0x10)
+    negative = bytearray(batch)
+    negative[21:23] = b"\xff\xfe"  # attributes are a signed int16, as the broker reads them
+    assert read(bytes(negative)) == (3, -2)
+    negative[57:61] = struct.pack(">i", -3)  # a negative record count: no batch to forward
+    assert read(bytes(negative)) is None is iter_batches_says(bytes(negative))
+    assert read(batch[:-1]) is None and read(batch + b"\0") is None
+    assert read(b"\0" * (HEADER_SIZE - 1)) is None
+
+
+def test_the_agent_reads_frames_with_the_compiled_sole_batch_where_built() -> None:
+    compiled = pytest.importorskip("durable_producer.buffer_agent.kafka._batch_merge")
+    assert sole_batch is compiled.sole_batch
