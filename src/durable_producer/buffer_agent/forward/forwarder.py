@@ -451,7 +451,7 @@ class Forwarder:
             sole = sole_batch(payload)
             queue = queues.get((frame.topic, frame.partition))
             if queue is None or sole is None or offset < plain_from:
-                self._take(frame)
+                self._take(frame, sole)
                 continue
             records = sole[0]
             queue.add(offset, payload, records, sole[1], False)
@@ -476,15 +476,15 @@ class Forwarder:
         self._next_release = now + TRIM_INTERVAL_S
         release_free_memory()
 
-    def _take(self, frame: Frame) -> None:
+    def _take(self, frame: Frame, sole: tuple[int, int] | None) -> None:
         """Number a frame in its partition's queue and track it (``_read`` does this itself
-        for the frames of its main line)."""
+        for the frames of its main line). ``sole``: ``sole_batch`` of its payload, as
+        ``_read`` found it (one client batch, as the agent stores it: most frames)."""
         key = (frame.topic, frame.partition)
         offset = frame.offset
         payload = frame.payload
         anchor = self._anchors.get(key)
         known = offset < self._known_below or (anchor is not None and offset < anchor.offset)
-        sole = sole_batch(payload)  # one client batch, as the agent stores it: most frames
         batches: list[tuple[int, int, memoryview]] = []
         if sole is None:  # none, several (an older agent's frame), or no valid batch
             taken = self._batches_of(frame)
