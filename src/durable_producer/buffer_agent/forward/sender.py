@@ -29,7 +29,9 @@ from durable_producer.buffer_agent.forward.failure_policy import (
     judge,
 )
 from durable_producer.buffer_agent.forward.partition_queue import (
+    INDEX,
     MAX_EPOCH,
+    OFFSET,
     SEQUENCE,
     Batch,
     PartitionQueue,
@@ -378,7 +380,8 @@ class Sender:
             return
         expected = (found.last_sequence + 1) % 2**31
         queue.resolve = head[SEQUENCE] != expected
-        if queue.resolve and head is first:
+        same_head = head[OFFSET] == first[OFFSET] and head[INDEX] == first[INDEX]
+        if queue.resolve and same_head:
             self._log.warning(
                 "gap",
                 "the leader of %s/%d holds this producer's records up to sequence %d, not up to"
