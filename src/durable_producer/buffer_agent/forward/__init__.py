@@ -7,7 +7,7 @@
 - ``failure_policy``: what each answer calls for.
 - ``identity``: the producer id, epochs and numbering kept on the volume.
 - ``progress``: the WAL checkpoint and the sent/delivered hint; ``ack_tracker``: the
-  contiguous acknowledged watermark.
+  contiguous acknowledged watermark, read from the partition queues' heads.
 - ``dead_letter``: the dead-letter store; ``resend``: re-sending dead letters.
 - ``health``, ``publisher``: the forwarder's state and figures (its sustained rate is
   ``figures/forward_rate.py``'s).

@@ -1,124 +1,117 @@
-"""The contiguous acknowledged watermark over WAL frames.
+"""The contiguous acknowledged watermark over WAL frames, read from the partition queues.
 
-Frames are registered in WAL order with the number of records they hold; delivery
-reports acknowledge records of a frame (one at a time or several at once). The watermark
-is the lowest WAL offset whose frame is not yet fully delivered (or one past the last
-registered frame when all are), so ``wal.checkpoint(tracker.watermark)`` never skips an
+Every frame read with records to deliver waits in its partition's queue
+(``partition_queue``) until Kafka holds all of it, and a partition's frames leave their queue
+in WAL order (the broker appends a producer's batches in sequence; a dead-lettered frame
+leaves from the head). So the lowest WAL offset not yet fully delivered is the lowest offset
+at the head of any queue; with every queue empty, one past the last frame read. A frame with
+records outside every queue (one that is no record batch, while it is dead-lettered) is
+*held* here until it is released. ``wal.checkpoint(tracker.watermark)`` never skips an
 undelivered record, whatever order Kafka acknowledges partitions in.
+
+Nothing is kept per frame: a ``linger.ms=0`` client stores one record a frame and the
+forwarder reads up to 100,000 of them ahead; a tracker entry of its own per frame (a deque
+slot, two dict entries, a call to register and one to acknowledge) cost about 1 us a frame,
+a quarter of the forwarder's own work for such frames (docs/benchmarks.md). The watermark
+costs one look at each queue's head instead, as often as the forwarder's loop asks (it looks
+at every queue each turn anyway, to send).
 """
 
 from __future__ import annotations
 
-from collections import deque
+from collections.abc import Mapping
+from operator import itemgetter
+
+from durable_producer.buffer_agent.forward.partition_queue import (
+    APPENDED,
+    BATCH,
+    OFFSET,
+    RECORDS,
+    PartitionQueue,
+    Pending,
+)
 
 PartitionKey = tuple[str, int]
 """(topic, partition) of a frame."""
 
+_records_of = itemgetter(RECORDS)
+_batch_of = itemgetter(BATCH)
+
 
 class AckTracker:
-    """Frames in flight are kept as plain ints and tuples, not an object each: the forwarder
-    holds up to its read-ahead of them (100,000 one-record frames), and objects that live that
-    long are what Python's full garbage collections scan (4 us a frame of GC with an object
-    each, measured)."""
+    """The watermark over ``queues`` (the forwarder's, which it keeps adding to) and the
+    counts of what is in flight."""
 
-    def __init__(self, start_offset: int = 0) -> None:
-        self._start = start_offset
-        self._queue: deque[int] = deque()
-        """Offsets of the frames registered with records, in order; fully delivered ones
-        leave from the front."""
-        self._remaining: dict[int, int] = {}
-        """Offset -> records not acknowledged yet, for frames not fully delivered."""
-        self._about: dict[int, tuple[int, PartitionKey | None]] = {}
-        """Offset -> (appended_ms, key), for every offset in ``_queue``."""
+    def __init__(self, start_offset: int, queues: Mapping[PartitionKey, PartitionQueue]) -> None:
+        self._queues = queues
         self._next_after_last = start_offset
         self._delivered_high = start_offset
         self._pending_records = 0
+        self._held: dict[int, int] = {}
+        """Offset -> appended_ms of frames with records outside every queue."""
 
-    def register(
-        self,
-        offset: int,
-        record_count: int,
-        appended_ms: int = 0,
-        key: PartitionKey | None = None,
-    ) -> None:
-        """Track the frame at ``offset``; frames must come in increasing offset order.
+    def read(self, end: int, records: int = 0) -> None:
+        """Every frame below ``end`` is read, and ``records`` more records wait in queues."""
+        if end > self._next_after_last:
+            self._next_after_last = end
+        self._pending_records += records
 
-        A frame with no records to wait for (empty, or dead-lettered as a whole) counts as
-        delivered at once. ``key``: its topic and partition (``delivered_prefixes``).
-        """
-        if offset < self._next_after_last:
-            raise ValueError(
-                f"frame {offset} registered out of order (expected >= {self._next_after_last})"
-            )
-        if record_count < 0:
-            raise ValueError(f"frame {offset}: negative record count {record_count}")
-        self._next_after_last = offset + 1
-        if record_count == 0:
-            self._note_delivered(offset)
-            return
-        self._queue.append(offset)
-        self._remaining[offset] = record_count
-        self._about[offset] = (appended_ms, key)
-        self._pending_records += record_count
+    def settled(self, queue: PartitionQueue, frames: list[Pending]) -> tuple[int, int]:
+        """``frames`` left ``queue`` from its head, in order (Kafka holds them, or they were
+        dead-lettered): (records, bytes) they held."""
+        records = sum(map(_records_of, frames))
+        size = sum(map(len, map(_batch_of, frames)))
+        if records > self._pending_records:
+            raise ValueError(f"{records} records settled, {self._pending_records} pending")
+        self._pending_records -= records
+        last = frames[-1][OFFSET]
+        head = queue.first_unacknowledged()
+        if (head is None or head[OFFSET] != last) and last >= self._delivered_high:
+            self._delivered_high = last + 1  # (not a frame of several batches, in part)
+        return records, size
 
-    def ack(self, offset: int, count: int = 1) -> None:
-        """``count`` records of the frame at ``offset`` are acknowledged by Kafka."""
-        remaining = self._remaining.get(offset)
-        if remaining is None:
-            raise KeyError(f"no frame {offset} is waiting for delivery reports")
-        if count <= 0 or count > remaining:
-            raise ValueError(
-                f"frame {offset}: {count} acknowledgements for {remaining} pending records"
-            )
-        self._pending_records -= count
-        if remaining > count:
-            self._remaining[offset] = remaining - count
-            return
-        pending = self._remaining
-        del pending[offset]
-        if offset >= self._delivered_high:  # _note_delivered, inline: once a frame
-            self._delivered_high = offset + 1
-        queue, about = self._queue, self._about
-        while queue and queue[0] not in pending:
-            del about[queue.popleft()]
+    def hold(self, offset: int, appended_ms: int) -> None:
+        """The frame at ``offset`` (counted as one record) is outside every queue until
+        :meth:`release`; the watermark stays at or below it."""
+        self.read(offset + 1)
+        if offset not in self._held:
+            self._held[offset] = appended_ms
+            self._pending_records += 1
 
-    def _note_delivered(self, offset: int) -> None:
-        if offset + 1 > self._delivered_high:
-            self._delivered_high = offset + 1
+    def release(self, offset: int) -> None:
+        if self._held.pop(offset, None) is not None:
+            self._pending_records -= 1
+            self._delivered_high = max(self._delivered_high, offset + 1)
+
+    def _oldest(self) -> tuple[int, int] | None:
+        """(offset, appended_ms) of the lowest frame not yet delivered, if any."""
+        oldest: tuple[int, int] | None = None
+        for queue in self._queues.values():
+            head = queue.first_unacknowledged()
+            if head is not None and (oldest is None or head[OFFSET] < oldest[0]):
+                oldest = (head[OFFSET], head[APPENDED])
+        for offset, appended_ms in self._held.items():
+            if oldest is None or offset < oldest[0]:
+                oldest = (offset, appended_ms)
+        return oldest
 
     @property
     def watermark(self) -> int:
         """Every frame below this WAL offset is fully delivered."""
-        if self._queue:
-            return self._queue[0]
-        return self._next_after_last
-
-    def settled_offsets(self) -> list[int]:
-        """Frames at or above the watermark that are fully delivered."""
-        pending = self._remaining
-        return [offset for offset in self._queue if offset not in pending]
-
-    def delivered_prefixes(self) -> dict[PartitionKey, int]:
-        """Per partition, the highest frame offset such that every frame of that partition
-        from the watermark up to it is fully delivered (partitions with none: absent). One
-        pass over the frames in flight."""
-        prefixes: dict[PartitionKey, int] = {}
-        blocked: set[PartitionKey] = set()
-        pending, about = self._remaining, self._about
-        for offset in self._queue:
-            key = about[offset][1]
-            if key is None or key in blocked:
-                continue
-            if offset in pending:
-                blocked.add(key)
-            else:
-                prefixes[key] = offset
-        return prefixes
+        low = self._next_after_last
+        for queue in self._queues.values():
+            head = queue.first_unacknowledged()
+            if head is not None and head[OFFSET] < low:
+                low = head[OFFSET]
+        if self._held:
+            low = min(low, min(self._held))
+        return low
 
     @property
     def oldest_pending_appended_ms(self) -> int | None:
         """When the oldest frame still awaiting delivery was appended to the WAL."""
-        return self._about[self._queue[0]][0] if self._queue else None
+        oldest = self._oldest()
+        return None if oldest is None else oldest[1]
 
     @property
     def delivered_high(self) -> int:
@@ -127,12 +120,8 @@ class AckTracker:
 
     @property
     def next_offset(self) -> int:
-        """One past the last registered frame."""
+        """One past the last frame read."""
         return self._next_after_last
-
-    @property
-    def pending_frames(self) -> int:
-        return len(self._remaining)
 
     @property
     def pending_records(self) -> int:
@@ -140,5 +129,5 @@ class AckTracker:
 
     @property
     def idle(self) -> bool:
-        """True when nothing registered is awaiting a delivery report."""
-        return not self._remaining
+        """True when nothing read is awaiting delivery."""
+        return not self._pending_records

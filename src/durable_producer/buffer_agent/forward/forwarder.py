@@ -4,13 +4,14 @@ One thread runs an asyncio loop. It reads frames from the WAL checkpoint onwards
 holds one client record batch, which gets its sequence numbers in its partition's queue
 (``partition_queue``) and goes to the partition's leader in Produce requests (``sender``) with
 only its producer id, epoch, base sequence and CRC rewritten (``kafka/batch_stamp``). Kafka's
-acknowledgements settle frames in an ``AckTracker``, whose contiguous watermark becomes the
-WAL checkpoint (``progress``). The producer identity and each partition's numbering are kept
-on the volume (``identity``), written before anything beyond the last sent frame is sent and
-before every checkpoint, so after a crash the frames Kafka may hold go out again with the
-same numbers and the partition leaders say which ones they hold (DescribeProducers): no
-duplicates from a crash. Batches Kafka refuses for good go to the dead-letter area whole
-(``dead_letter``); ``health`` says which fault the forwarder is in and ``publisher`` shows it.
+acknowledgements take frames out of their queues; the lowest frame still queued is the
+contiguous watermark (``ack_tracker``), which becomes the WAL checkpoint (``progress``). The
+producer identity and each partition's numbering are kept on the volume (``identity``),
+written before anything beyond the last sent frame is sent and before every checkpoint, so
+after a crash the frames Kafka may hold go out again with the same numbers and the partition
+leaders say which ones they hold (DescribeProducers): no duplicates from a crash. Batches
+Kafka refuses for good go to the dead-letter area whole (``dead_letter``); ``health`` says
+which fault the forwarder is in and ``publisher`` shows it.
 """
 
 from __future__ import annotations
@@ -128,8 +129,8 @@ class Forwarder:
         """State files found unusable when it was made (the producer identity; each fell back,
         see ``identity.py``)."""
         self._identity_file = IdentityFile(state_dir)
-        self._tracker = AckTracker(wal.checkpoint_offset)
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
+        self._tracker = AckTracker(wal.checkpoint_offset, self._queues)
         self._anchors: dict[tuple[str, int], Anchor] = {}
         self._counts = ForwarderCounts()
         self._publisher = Publisher(wal, metrics, self.health)
@@ -444,21 +445,23 @@ class Forwarder:
             return False
         # A frame's main line: one client batch, of a partition that has its queue, new to
         # Kafka. Everything else (and the first frame of each partition) goes through _take.
-        queues, register, plain_from = self._queues, self._tracker.register, self._plain_from
-        taken_bytes = 0
+        # The queue is the frame's only record until Kafka holds it (ack_tracker).
+        queues, plain_from = self._queues, self._plain_from
+        taken_bytes = taken_records = 0
         for frame in frames:
-            offset, payload = frame.offset, frame.payload
+            offset, topic, partition, payload, _, appended_ms = frame  # (faster than by name)
             sole = sole_batch(payload)
-            queue = queues.get((frame.topic, frame.partition))
+            queue = queues.get((topic, partition))
             if queue is None or sole is None or offset < plain_from:
                 self._take(frame, sole)
                 continue
             records = sole[0]
-            queue.add(offset, payload, records, sole[1], False)
-            register(offset, records, frame.appended_ms, queue.key)
+            queue.add(offset, payload, records, sole[1], appended_ms, False)
+            taken_records += records
             taken_bytes += len(payload)
         self._unacked_bytes += taken_bytes
         end = frames[-1].offset + 1
+        self._tracker.read(end, taken_records)
         if end > self._sent_below:
             self._sent_below = end
             self._write_identity()  # before any of them is sent: a crash never hides a send
@@ -492,21 +495,21 @@ class Forwarder:
                 return  # dead-lettered
             batches = taken
         if known or (sole is None and not batches):
-            self._tracker.register(offset, 0, frame.appended_ms, key)
-            return
+            return  # nothing to deliver: the watermark passes it once it is read
         queue = self._queues.get(key)
         if queue is None:
             queue = self._new_queue(key, anchor, offset)
         replayed = offset < self._replay_until
+        appended_ms = frame.appended_ms
         if sole is not None:
             records = sole[0]
-            queue.add(offset, payload, records, sole[1], replayed)
+            queue.add(offset, payload, records, sole[1], appended_ms, replayed)
         else:
             records = 0
             for index, (count, attributes, view) in enumerate(batches):
-                queue.add(offset, view, count, attributes, replayed, index)
+                queue.add(offset, view, count, attributes, appended_ms, replayed, index)
                 records += count
-        self._tracker.register(offset, records, frame.appended_ms, key)
+        self._tracker.read(offset + 1, records)
         self._unacked_bytes += len(payload)
         if replayed:
             if self._fresh_identity:
@@ -526,8 +529,7 @@ class Forwarder:
                 for header, view in iter_batches(frame.payload, check_crc=False)
             ]
         except InvalidRecordBatch as error:
-            key = (frame.topic, frame.partition)
-            self._tracker.register(frame.offset, 1, frame.appended_ms, key)
+            self._tracker.hold(frame.offset, frame.appended_ms)
             self._letter_for_frame(frame, str(error))
             return None
 
@@ -554,15 +556,12 @@ class Forwarder:
 
     # ----------------------------------------------------------------- from the sender
     def _acked(self, queue: PartitionQueue, frames: list[Pending]) -> None:
-        tracker, counts = self._tracker, self._counts
-        records = size = 0
-        for frame in frames:
-            tracker.ack(frame[OFFSET], frame[RECORDS])
-            records += frame[RECORDS]
-            size += len(frame[BATCH])
+        """Kafka holds ``frames``, which left ``queue``."""
+        records, size = self._tracker.settled(queue, frames)
+        self._unacked_bytes -= size
+        counts = self._counts
         counts.forwarded_records += records
         counts.forwarded_bytes += size
-        self._unacked_bytes -= size
 
     def _error(self, kind: str, code: int, name: str, message: str) -> None:
         self.health.error(kind, code, name, message)
@@ -636,7 +635,7 @@ class Forwarder:
         except OSError as error:
             self._letter_failed(error)
             return False
-        queue.drop_head()
+        self._unacked_bytes -= self._tracker.settled(queue, [queue.drop_head()])[1]
         self._count_letter(error_name(code), records)
         log.error(
             "batch of %d records of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
@@ -646,8 +645,6 @@ class Forwarder:
             partition,
             reason,
         )
-        self._tracker.ack(offset, records)
-        self._unacked_bytes -= len(frame[BATCH])
         return True
 
     def _letter_for_frame(self, frame: Frame, reason: str) -> None:
@@ -665,7 +662,7 @@ class Forwarder:
             self._letter_failed(error)
             raise WalClosedError(f"cannot dead-letter undecodable frame {frame.offset}") from error
         self._count_letter("INVALID_RECORD_BATCH", 1)
-        self._tracker.ack(frame.offset, 1)
+        self._tracker.release(frame.offset)
 
     def _count_letter(self, reason: str, records: int) -> None:
         """Counted in records (an undecodable frame counts as one)."""

@@ -45,14 +45,17 @@ SEQUENCE_LIMIT = 2**31
 MAX_EPOCH = 32767
 
 
-Pending = tuple[int, bytes | memoryview, int, int, int, int, bool]
+Pending = tuple[int, bytes | memoryview, int, int, int, int, bool, int]
 """One stored batch (WAL frame) of the partition, numbered, not yet acknowledged:
-(offset, batch, records, sequence, attributes, index, unknown), read with the names below.
+(offset, batch, records, sequence, attributes, index, unknown, appended_ms), read with the
+names below.
 
 A plain tuple, not an object: the forwarder holds up to its read-ahead of them (100,000
 one-record frames), and Python's garbage collector stops tracking a tuple of ints and bytes
 after its first collection, where it scans every object with slots in each full collection
-(1.2-1.7 us a frame, measured). Changed by making a new one (``_with``)."""
+(1.2-1.7 us a frame, measured). Changed by making a new one (``_with``). The queues are the
+only record of the frames in flight: ``ack_tracker`` reads the WAL watermark from their
+heads."""
 OFFSET: Final = 0
 BATCH: Final = 1
 RECORDS: Final = 2
@@ -60,11 +63,13 @@ SEQUENCE: Final = 3
 ATTRIBUTES: Final = 4
 INDEX: Final = 5
 UNKNOWN: Final = 6
+APPENDED: Final = 7
 """``Pending`` fields: the frame's WAL offset; the stored batch (the frame's payload, or a
 view of one batch of an older agent's frame of several); its records; its first sequence
 number; the batch header's attributes (codec, timestamp type, transactional, control); its
 position in the frame; sent, and no answer said whether Kafka took it (in flight at a crash,
-a lost connection, a timeout: a copy may be in Kafka)."""
+a lost connection, a timeout: a copy may be in Kafka); when the frame was appended to the
+WAL (ms since the epoch)."""
 
 
 def last_sequence(frame: Pending) -> int:
@@ -73,7 +78,8 @@ def last_sequence(frame: Pending) -> int:
 
 def _with(frame: Pending, sequence: int, unknown: bool) -> Pending:
     offset, batch, records = frame[OFFSET], frame[BATCH], frame[RECORDS]
-    return (offset, batch, records, sequence, frame[ATTRIBUTES], frame[INDEX], unknown)
+    attributes, index, appended_ms = frame[ATTRIBUTES], frame[INDEX], frame[APPENDED]
+    return (offset, batch, records, sequence, attributes, index, unknown, appended_ms)
 
 
 class Batch:
@@ -138,13 +144,16 @@ class PartitionQueue:
         batch: bytes | memoryview,
         records: int,
         attributes: int,
+        appended_ms: int,
         unknown: bool,
         index: int = 0,
     ) -> None:
         """Number the stored batch at ``offset`` (``Pending`` says what the rest are)."""
         sequence = self.next_sequence
         self.next_sequence = (sequence + records) % SEQUENCE_LIMIT
-        self.frames.append((offset, batch, records, sequence, attributes, index, unknown))
+        self.frames.append(
+            (offset, batch, records, sequence, attributes, index, unknown, appended_ms)
+        )
 
     def unacknowledged(self) -> Iterable[Pending]:
         for batch in self.batches:

@@ -32,10 +32,11 @@ def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
 
 
 def delivered_up_to(offset: int) -> AckTracker:
-    tracker = AckTracker(0)
-    for frame in range(offset):
-        tracker.register(frame, 1)
-        tracker.ack(frame)
+    """Every frame below ``offset`` read, none of them waiting in a partition queue."""
+    tracker = AckTracker(0, {})
+    tracker.read(offset)
+    tracker.hold(offset - 1, 0)
+    tracker.release(offset - 1)  # the last one delivered: delivered_high follows
     return tracker
 
 
