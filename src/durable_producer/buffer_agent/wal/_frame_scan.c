@@ -113,11 +113,25 @@ static inline uint32_t be32(const unsigned char *p) {
     return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-/* ``items`` (a tuple, stolen) as an instance of ``type``, a tuple subclass such as a
- * NamedTuple: made by tuple's own constructor, which sets up what later Pythons keep in a
- * tuple beside its items (3.14 caches its hash there; tp_alloc would leave it 0). */
+/* A new tuple of ``type`` (a tuple subclass such as a NamedTuple, or tuple) with room for
+ * ``size`` items, all NULL, to be set with PyTuple_SET_ITEM. Before Python 3.14 the type's
+ * own allocator makes it in one allocation, one object for the collector. From 3.14 a tuple
+ * caches its hash beside its items, which only tuple's constructor sets up: there the items
+ * are made as a plain tuple first and handed to it (``as_tuple_of``). */
+#if PY_VERSION_HEX < 0x030E0000
+#define DIRECT_TUPLE_ALLOC 1
+#else
+#define DIRECT_TUPLE_ALLOC 0
+#endif
+
+static PyObject *new_tuple_of(PyTypeObject *type, Py_ssize_t size) {
+    if (type == &PyTuple_Type || !DIRECT_TUPLE_ALLOC) return PyTuple_New(size);
+    return type->tp_alloc(type, size);
+}
+
+/* ``items`` (made by new_tuple_of, stolen) as an instance of ``type``. */
 static PyObject *as_tuple_of(PyTypeObject *type, PyObject *items) {
-    if (type == &PyTuple_Type) return items;
+    if (type == &PyTuple_Type || DIRECT_TUPLE_ALLOC) return items;
     PyObject *args = PyTuple_Pack(1, items);
     Py_DECREF(items);
     if (args == NULL) return NULL;
@@ -185,7 +199,7 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
         Py_ssize_t next = pos + PREFIX_SIZE + (Py_ssize_t)body_length;
         if (offset >= wanted) {
             Py_ssize_t payload_length = end - payload;
-            PyObject *items = PyTuple_New(6);
+            PyObject *items = new_tuple_of(frame_type, 6);
             if (items == NULL) goto fail;
             Py_INCREF(topic);
             PyTuple_SET_ITEM(items, 1, topic);
