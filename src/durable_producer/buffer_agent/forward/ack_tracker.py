@@ -66,9 +66,19 @@ class AckTracker:
         self._pending_records -= records
         last = frames[-1][OFFSET]
         head = queue.first_unacknowledged()
-        if (head is None or head[OFFSET] != last) and last >= self._delivered_high:
-            self._delivered_high = last + 1  # (not a frame of several batches, in part)
+        if head is None or head[OFFSET] != last:  # (not a frame of several batches, in part)
+            self._delivered(last)
         return records, size
+
+    def passed(self, offset: int) -> None:
+        """The frame at ``offset`` has nothing to deliver (Kafka holds it already, or it holds
+        no batch): read, and delivered."""
+        self.read(offset + 1)
+        self._delivered(offset)
+
+    def _delivered(self, offset: int) -> None:
+        if offset >= self._delivered_high:
+            self._delivered_high = offset + 1
 
     def hold(self, offset: int, appended_ms: int) -> None:
         """The frame at ``offset`` (counted as one record) is outside every queue until
@@ -81,7 +91,7 @@ class AckTracker:
     def release(self, offset: int) -> None:
         if self._held.pop(offset, None) is not None:
             self._pending_records -= 1
-            self._delivered_high = max(self._delivered_high, offset + 1)
+            self._delivered(offset)
 
     def _oldest(self) -> tuple[int, int] | None:
         """(offset, appended_ms) of the lowest frame not yet delivered, if any."""

@@ -495,7 +495,8 @@ class Forwarder:
                 return  # dead-lettered
             batches = taken
         if known or (sole is None and not batches):
-            return  # nothing to deliver: the watermark passes it once it is read
+            self._tracker.passed(offset)
+            return
         queue = self._queues.get(key)
         if queue is None:
             queue = self._new_queue(key, anchor, offset)

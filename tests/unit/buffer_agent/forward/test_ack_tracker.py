@@ -69,15 +69,19 @@ def test_watermark_waits_for_the_oldest_frame_of_any_partition() -> None:
     assert parts.tracker.oldest_pending_appended_ms is None
 
 
-def test_frames_read_with_nothing_to_deliver_are_passed() -> None:
+def test_frames_with_nothing_to_deliver_are_passed() -> None:
     parts = Partitions(start=0)
-    parts.tracker.read(1)  # a frame Kafka holds already, or with no batch
+    parts.tracker.passed(0)  # a frame Kafka holds already, or with no batch
     assert parts.tracker.watermark == 1
+    assert parts.tracker.delivered_high == 1
     parts.read(1, 0, 1)
-    parts.tracker.read(3)  # and another at 2
+    parts.tracker.passed(2)
     assert parts.tracker.watermark == 1
+    assert parts.tracker.delivered_high == 3
     parts.deliver_next(0)
     assert parts.tracker.watermark == 3
+    parts.tracker.read(5)  # frames 3 and 4 read with nothing in them for a queue
+    assert parts.tracker.watermark == 5
 
 
 def test_gaps_in_wal_offsets_are_skipped() -> None:
@@ -159,7 +163,7 @@ def test_any_delivery_order_gives_the_lowest_incomplete_frame(
             parts.read(offset, partition, records)
             waiting[partition].append(offset)
         else:
-            parts.tracker.read(offset + 1)
+            parts.tracker.passed(offset)
     undelivered = {offset for offsets in waiting.values() for offset in offsets}
     while undelivered:
         partition = data.draw(st.sampled_from([p for p, left in waiting.items() if left]))

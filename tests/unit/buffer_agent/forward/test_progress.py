@@ -32,11 +32,10 @@ def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
 
 
 def delivered_up_to(offset: int) -> AckTracker:
-    """Every frame below ``offset`` read, none of them waiting in a partition queue."""
+    """Every frame below ``offset`` read and delivered."""
     tracker = AckTracker(0, {})
-    tracker.read(offset)
-    tracker.hold(offset - 1, 0)
-    tracker.release(offset - 1)  # the last one delivered: delivered_high follows
+    for frame in range(offset):
+        tracker.passed(frame)
     return tracker
 
 
