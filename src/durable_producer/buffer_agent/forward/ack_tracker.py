@@ -94,12 +94,14 @@ class AckTracker:
             self._delivered(offset)
 
     def _oldest(self) -> tuple[int, int] | None:
-        """(offset, appended_ms) of the lowest frame not yet delivered, if any."""
-        oldest: tuple[int, int] | None = None
+        """(offset, appended_ms) of the lowest frame not yet delivered, if any: the lowest
+        head of any queue, or a held frame below it."""
+        lowest: Pending | None = None
         for queue in self._queues.values():
             head = queue.first_unacknowledged()
-            if head is not None and (oldest is None or head[OFFSET] < oldest[0]):
-                oldest = (head[OFFSET], head[APPENDED])
+            if head is not None and (lowest is None or head[OFFSET] < lowest[OFFSET]):
+                lowest = head
+        oldest = None if lowest is None else (lowest[OFFSET], lowest[APPENDED])
         for offset, appended_ms in self._held.items():
             if oldest is None or offset < oldest[0]:
                 oldest = (offset, appended_ms)
@@ -108,14 +110,8 @@ class AckTracker:
     @property
     def watermark(self) -> int:
         """Every frame below this WAL offset is fully delivered."""
-        low = self._next_after_last
-        for queue in self._queues.values():
-            head = queue.first_unacknowledged()
-            if head is not None and head[OFFSET] < low:
-                low = head[OFFSET]
-        if self._held:
-            low = min(low, min(self._held))
-        return low
+        oldest = self._oldest()
+        return self._next_after_last if oldest is None else min(oldest[0], self._next_after_last)
 
     @property
     def oldest_pending_appended_ms(self) -> int | None:
