@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
-import gc
 import json
 import os
 import statistics
@@ -65,13 +64,14 @@ from forward_bench import (  # noqa: E402
     WARMUP_TOPIC,
     load_average,
     make_batches,
-    run_baseline_forwarder,
     run_forwarder,
+    run_forwarder_child,
 )
 
 import durable_producer  # noqa: E402
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore  # noqa: E402
 from durable_producer.buffer_agent.forward.forwarder import Forwarder  # noqa: E402
+from durable_producer.buffer_agent.process_tuning import prepare_to_serve  # noqa: E402
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog  # noqa: E402
 from support.batch_builder import build_batch  # noqa: E402
 
@@ -194,8 +194,7 @@ def catch_up_side(args: argparse.Namespace) -> None:
     parent makes the outage between our ``outage`` line and its ``returned`` line."""
     batches = make_batches(args.records)
     payloads = [(partition, build_batch(records), len(records)) for partition, records in batches]
-    gc.collect()
-    gc.freeze()
+    prepare_to_serve()  # as the agent does once it serves (the test data frozen with the heap)
 
     def outage() -> None:
         print("outage", flush=True)
@@ -330,8 +329,7 @@ def main() -> None:
     )
     batches = make_batches(args.records)
     payloads = [(partition, build_batch(records), len(records)) for partition, records in batches]
-    gc.collect()
-    gc.freeze()  # as the agent does: the test data must not slow every collection
+    prepare_to_serve()  # as the agent does: the test data must not slow every collection
     forwarders = ["this"] + (["baseline"] if baseline is not None else [])
     results: dict[str, list[CatchUp]] = {name: [] for name in forwarders}
     rates: dict[str, list[float]] = {name: [] for name in forwarders}
@@ -350,7 +348,7 @@ def main() -> None:
                             )
                         else:
                             assert baseline is not None
-                            elapsed, _, _ = run_baseline_forwarder(
+                            elapsed, _, _ = run_forwarder_child(
                                 baseline,
                                 broker.bootstrap,
                                 topic,

@@ -31,7 +31,10 @@ sent (the mock keeps only ~5 MB per partition, so records are counted by offsets
 
 The records are built before the clock starts and the heap is then frozen (``gc.freeze``,
 as the agent does once serving): otherwise every garbage collection of either side scans
-the test data (measured: 350k instead of 615k records/s for the forwarder).
+the test data (measured: 350k instead of 615k records/s for the forwarder). Each forwarder
+runs in a child process of its own with the process tuning its checkout's agent applies once
+serving (``process_tuning.prepare_to_serve``: freed heap kept for reuse, the startup heap
+frozen), which the Python loops, an application's process, do not get.
 
 Catch-up after an outage: ``benchmarks/catch_up_bench.py``.
 
@@ -240,11 +243,12 @@ def run_c_producer(
     return elapsed, cpu, 0.0
 
 
-def run_baseline_forwarder(
+def run_forwarder_child(
     source: Path, bootstrap: str, topic: str, records: int, per_batch: int, preloaded: bool
 ) -> tuple[float, float, float]:
-    """The forwarder of another checkout's ``src``: this script in a child ``python`` with
-    ``--side forwarder``; it builds its own batches (untimed) and prints one JSON line."""
+    """The forwarder of a checkout's ``src`` (this one's, or ``--baseline-src``): this script
+    in a child ``python`` with ``--side forwarder``, as an agent's process of its own; it
+    builds its own batches (untimed) and prints one JSON line."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         part for part in (str(source), env.get("PYTHONPATH", "")) if part
@@ -265,7 +269,7 @@ def run_baseline_forwarder(
     ] + (["--preloaded"] if preloaded else [])
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     if done.returncode != 0:
-        raise RuntimeError(f"the baseline forwarder failed: {done.stderr.strip()[-1500:]}")
+        raise RuntimeError(f"the forwarder of {source} failed: {done.stderr.strip()[-1500:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if not Path(result["source"]).resolve().is_relative_to(source.resolve()):
         raise RuntimeError(f"the child ran {result['source']}, not the code under {source}")
@@ -275,9 +279,10 @@ def run_baseline_forwarder(
 def forwarder_side(args: argparse.Namespace) -> None:
     """``--side forwarder``: one forwarder measurement, as one JSON line (the parent's
     ``--baseline-src`` runs this with another checkout's ``src`` first on the path)."""
+    from durable_producer.buffer_agent.process_tuning import prepare_to_serve
+
     batches = make_batches(args.records, args.records_per_batch)
-    gc.collect()
-    gc.freeze()
+    prepare_to_serve()  # as the agent does once it serves (the heap frozen with the batches)
     with tempfile.TemporaryDirectory() as scratch:
         elapsed, cpu, appends = run_forwarder(
             args.bootstrap, args.topic, batches, Path(scratch), preloaded=args.preloaded
@@ -291,7 +296,6 @@ def run_round(
     broker: Broker,
     round_index: int,
     batches: list,
-    scratch: Path,
     args: argparse.Namespace,
     c_producer: Path | None,
 ) -> dict[str, tuple[float, float, float, str]]:
@@ -328,12 +332,13 @@ def run_round(
         (
             FORWARD,
             "forward",
-            lambda topic: run_forwarder(
+            lambda topic: run_forwarder_child(
+                ROOT / "src",
                 broker.bootstrap,
                 topic,
-                batches,
-                scratch / str(round_index),
-                preloaded=args.preloaded,
+                records,
+                args.records_per_batch,
+                args.preloaded,
             ),
         )
     ]
@@ -342,7 +347,7 @@ def run_round(
             (
                 BASELINE,
                 "baseline",
-                lambda topic: run_baseline_forwarder(
+                lambda topic: run_forwarder_child(
                     args.baseline_src,
                     broker.bootstrap,
                     topic,
@@ -491,7 +496,7 @@ def main() -> None:
         for round_index, broker in brokers_for(
             args.broker, args.rounds, WARMUP_TOPIC, jvm_options=jvm
         ):
-            results = run_round(broker, round_index, batches, Path(scratch), args, c_producer)
+            results = run_round(broker, round_index, batches, args, c_producer)
             for name, result in results.items():
                 runs.setdefault(name, []).append(result)
                 elapsed, cpu, _, usage = result

@@ -10,7 +10,8 @@ budget (``Forwarder._read``, as in a catch-up), every partition's batches are ta
 and acknowledged as a broker's success would settle them (``PartitionQueue.next_batch``,
 ``succeeded``, ``Forwarder._acked``), until every record is settled. The forwarding thread's
 CPU time per frame, best of ``--reps`` (the least disturbed run), garbage collections
-included; the heap is frozen first, as the agent does once serving.
+included; the process is tuned first as the agent's is once serving (``prepare_to_serve``:
+freed memory kept for reuse, the heap frozen).
 
 It calls the forwarder's private methods: a change of them may need a change here.
 ``--baseline-src DIR`` runs the same in a child ``python`` with another checkout's ``src``
@@ -93,6 +94,9 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
 
 def measure(frames: int, reps: int) -> list[float]:
     """Microseconds of CPU a frame, one figure a repetition."""
+    from durable_producer.buffer_agent.process_tuning import prepare_to_serve
+
+    prepare_to_serve()  # as the agent does once it serves
     payloads = [
         (partition, build_batch(records), len(records))
         for partition, records in make_batches(frames, 1)
