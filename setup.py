@@ -1,10 +1,10 @@
-"""The compiled parts (C, optional): the ingest's record scanner, the forwarder's frame scan and
-batch merge.
+"""The compiled parts (C, optional): the ingest's record scanner, the forwarder's frame scan,
+frame numbering and batch merge.
 
 Everything else is in pyproject.toml. Without a C compiler the build skips them: the agent then
-validates records with aiokafka's compiled reader instead (slower, same result), decodes WAL
-frames one at a time in Python and forwards client batches one by one instead of merging small
-ones.
+validates records with aiokafka's compiled reader instead (slower, same result), decodes and
+numbers WAL frames one at a time in Python and forwards client batches one by one instead of
+merging small ones.
 """
 
 from setuptools import Extension, setup
@@ -26,6 +26,12 @@ setup(
         Extension(
             "durable_producer.buffer_agent.kafka._batch_merge",
             ["src/durable_producer/buffer_agent/kafka/_batch_merge.c"],
+            extra_compile_args=["-O2"],
+            optional=True,
+        ),
+        Extension(
+            "durable_producer.buffer_agent.forward._number_frames",
+            ["src/durable_producer/buffer_agent/forward/_number_frames.c"],
             extra_compile_args=["-O2"],
             optional=True,
         ),

@@ -49,6 +49,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     RECORDS,
     PartitionQueue,
     Pending,
+    number_frames,
 )
 from durable_producer.buffer_agent.forward.progress import Progress
 from durable_producer.buffer_agent.forward.publisher import (
@@ -444,21 +445,19 @@ class Forwarder:
         if not frames:
             return False
         # A frame's main line: one client batch, of a partition that has its queue, new to
-        # Kafka. Everything else (and the first frame of each partition) goes through _take.
-        # The queue is the frame's only record until Kafka holds it (ack_tracker).
+        # Kafka (number_frames, in C). Everything else (and the first frame of each
+        # partition) goes through _take. The queue is the frame's only record until Kafka
+        # holds it (ack_tracker).
         queues, plain_from = self._queues, self._plain_from
-        taken_bytes = taken_records = 0
-        for frame in frames:
-            offset, topic, partition, payload, _, appended_ms = frame  # (faster than by name)
-            sole = sole_batch(payload)
-            queue = queues.get((topic, partition))
-            if queue is None or sole is None or offset < plain_from:
-                self._take(frame, sole)
-                continue
-            records = sole[0]
-            queue.add(offset, payload, records, sole[1], appended_ms, False)
+        taken_bytes = taken_records = index = 0
+        while index < len(frames):
+            index, records, size = number_frames(frames, index, queues, plain_from)
             taken_records += records
-            taken_bytes += len(payload)
+            taken_bytes += size
+            if index < len(frames):
+                frame = frames[index]
+                self._take(frame, sole_batch(frame.payload))
+                index += 1
         self._unacked_bytes += taken_bytes
         end = frames[-1].offset + 1
         self._tracker.read(end, taken_records)

@@ -1,0 +1,266 @@
+/* Number a run of WAL frames into their partitions' queues in one call: the forwarder's main
+ * line for each frame it reads (Forwarder._read), at a fraction of the Python loop's cost.
+ *
+ * partition_queue.number_frames_python is the reference: this does exactly what it does, and
+ * tests/unit/buffer_agent/forward/test_number_frames.py compares the two on random runs. For
+ * each frame from ``start`` (a WAL Frame tuple: offset, topic, partition, payload,
+ * record_count, appended_ms) it stops, without judging, at the first that is not on the main
+ * line: an offset below ``plain_from``, a payload that is not one client batch (``sole_batch``
+ * says None), or a partition without its queue in ``queues``. Otherwise it numbers the frame
+ * as PartitionQueue.add does: the queue's ``next_sequence`` becomes (sequence + records) modulo
+ * ``sequence_limit``, and the Pending tuple (offset, batch, records, sequence, attributes,
+ * 0, False, appended_ms) goes at the end of the queue's ``frames``. A Pending holds only ints
+ * and bytes: it is untracked by the garbage collector at once, as CPython's collector would
+ * untrack it at its first collection (a tuple whose items are none of them tracked).
+ *
+ * Returns (stop, records, bytes): where it stopped (len(frames) when it numbered them all),
+ * the records and payload bytes of the frames it numbered. Any exception (from sole_batch,
+ * an attribute, a value out of range) is raised as it is.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#define FRAME_FIELDS 6
+#define PENDING_FIELDS 8
+
+static PyObject *str_next_sequence;
+static PyObject *str_frames;
+static PyObject *str_append;
+static PyObject *zero;
+
+/* Python's modulo for a positive ``limit``: never negative. */
+static long long py_mod(long long value, long long limit) {
+    long long result = value % limit;
+    return result < 0 ? result + limit : result;
+}
+
+static int untrackable(PyObject *tuple) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
+        PyObject *item = PyTuple_GET_ITEM(tuple, i);
+        if (PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) return 0;
+    }
+    return 1;
+}
+
+/* A queue met in this call: its numbering is kept here and written back once, at the end. The
+ * frames of a run interleave a few partitions; the frame scan gives consecutive frames one
+ * topic object, and small partition numbers are shared ints, so most frames find their slot
+ * by identity, without building a key. */
+#define SLOTS 32
+typedef struct {
+    PyObject *topic;     /* borrowed from a frame: only compared */
+    long partition;
+    PyObject *queue;     /* owned */
+    PyObject *append;    /* owned: the bound append of the queue's ``frames`` */
+    long long next;      /* the queue's next_sequence */
+} Slot;
+
+typedef struct {
+    Slot slot[SLOTS];
+    int used;
+} Slots;
+
+static Slot *find_slot(Slots *slots, PyObject *topic, long partition) {
+    for (int i = 0; i < slots->used; i++) {
+        Slot *slot = &slots->slot[i];
+        if (slot->topic == topic && slot->partition == partition) return slot;
+    }
+    return NULL;
+}
+
+/* The slot of ``queue`` (met under another topic object, or new); NULL with no exception when
+ * every slot is taken, NULL with one on failure. */
+static Slot *slot_of_queue(Slots *slots, PyObject *queue, PyObject *topic, long partition) {
+    for (int i = 0; i < slots->used; i++) {
+        Slot *slot = &slots->slot[i];
+        if (slot->queue == queue) {
+            slot->topic = topic;
+            slot->partition = partition;
+            return slot;
+        }
+    }
+    if (slots->used == SLOTS) return NULL;
+    PyObject *sequence = PyObject_GetAttr(queue, str_next_sequence);
+    if (sequence == NULL) return NULL;
+    long long next = PyLong_AsLongLong(sequence);
+    Py_DECREF(sequence);
+    if (next == -1 && PyErr_Occurred()) return NULL;
+    PyObject *frames = PyObject_GetAttr(queue, str_frames);
+    if (frames == NULL) return NULL;
+    PyObject *append = PyObject_GetAttr(frames, str_append);
+    Py_DECREF(frames);
+    if (append == NULL) return NULL;
+    Slot *slot = &slots->slot[slots->used++];
+    slot->topic = topic;
+    slot->partition = partition;
+    Py_INCREF(queue);
+    slot->queue = queue;
+    slot->append = append;
+    slot->next = next;
+    return slot;
+}
+
+/* Write each queue's numbering back and let the slots go: 0, or -1 with an exception (the
+ * first failure's; every slot is let go all the same). */
+static int write_back(Slots *slots) {
+    int failed = 0;
+    for (int i = 0; i < slots->used; i++) {
+        Slot *slot = &slots->slot[i];
+        if (!failed) {
+            PyObject *next = PyLong_FromLongLong(slot->next);
+            if (next == NULL || PyObject_SetAttr(slot->queue, str_next_sequence, next) < 0)
+                failed = 1;
+            Py_XDECREF(next);
+        }
+        Py_DECREF(slot->queue);
+        Py_DECREF(slot->append);
+    }
+    slots->used = 0;
+    return failed ? -1 : 0;
+}
+
+/* Number one main-line frame: the Pending tuple to ``append``, ``*next`` moved on. 0, or -1
+ * with an exception. */
+static int number_one(PyObject *append, long long *next, PyObject *frame, PyObject *sole,
+                      long long limit, long long *records_out) {
+    PyObject *records = PyTuple_GET_ITEM(sole, 0);
+    PyObject *attributes = PyTuple_GET_ITEM(sole, 1);
+    long long count = PyLong_AsLongLong(records);
+    if (count == -1 && PyErr_Occurred()) return -1;
+    PyObject *sequence = PyLong_FromLongLong(*next);
+    if (sequence == NULL) return -1;
+    PyObject *pending = PyTuple_New(PENDING_FIELDS);
+    if (pending == NULL) {
+        Py_DECREF(sequence);
+        return -1;
+    }
+    PyObject *items[PENDING_FIELDS] = {
+        PyTuple_GET_ITEM(frame, 0), PyTuple_GET_ITEM(frame, 3), records, sequence,
+        attributes, zero, Py_False, PyTuple_GET_ITEM(frame, 5),
+    };
+    for (int i = 0; i < PENDING_FIELDS; i++) {
+        if (i != 3) Py_INCREF(items[i]); /* ``sequence`` is ours already */
+        PyTuple_SET_ITEM(pending, i, items[i]);
+    }
+    if (untrackable(pending)) PyObject_GC_UnTrack(pending);
+    PyObject *done = PyObject_CallOneArg(append, pending);
+    Py_DECREF(pending);
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    *next = py_mod(*next + count, limit);
+    *records_out = count;
+    return 0;
+}
+
+/* The slot for ``frame``'s partition; *stop set (and NULL) when it has no queue, NULL with an
+ * exception on failure; with every slot taken, a slot of its own for this frame only (the
+ * caller writes it back at once). */
+static Slot *slot_for(Slots *slots, PyObject *queues, PyObject *frame, int *stop) {
+    PyObject *topic = PyTuple_GET_ITEM(frame, 1);
+    long partition = PyLong_AsLong(PyTuple_GET_ITEM(frame, 2));
+    if (partition == -1 && PyErr_Occurred()) return NULL;
+    Slot *slot = find_slot(slots, topic, partition);
+    if (slot != NULL) return slot;
+    PyObject *key = PyTuple_Pack(2, topic, PyTuple_GET_ITEM(frame, 2));
+    if (key == NULL) return NULL;
+    PyObject *queue = PyDict_GetItemWithError(queues, key); /* borrowed */
+    Py_DECREF(key);
+    if (queue == NULL) {
+        if (!PyErr_Occurred()) *stop = 1;
+        return NULL;
+    }
+    return slot_of_queue(slots, queue, topic, partition);
+}
+
+static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *frames, *queues, *sole_batch;
+    Py_ssize_t start;
+    long long plain_from, limit;
+    if (!PyArg_ParseTuple(args, "O!nO!LOL", &PyList_Type, &frames, &start, &PyDict_Type, &queues,
+                          &plain_from, &sole_batch, &limit))
+        return NULL;
+    if (limit <= 0) {
+        PyErr_SetString(PyExc_ValueError, "sequence_limit must be positive");
+        return NULL;
+    }
+    Slots slots;
+    slots.used = 0;
+    long long total_records = 0, total_bytes = 0;
+    Py_ssize_t index = start < 0 ? 0 : start;
+    for (; index < PyList_GET_SIZE(frames); index++) {
+        PyObject *frame = PyList_GET_ITEM(frames, index);
+        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < FRAME_FIELDS) break;
+        long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 0));
+        if (offset == -1 && PyErr_Occurred()) goto fail;
+        if (offset < plain_from) break;
+        PyObject *payload = PyTuple_GET_ITEM(frame, 3);
+        PyObject *sole = PyObject_CallOneArg(sole_batch, payload);
+        if (sole == NULL) goto fail;
+        if (sole == Py_None) {
+            Py_DECREF(sole);
+            break;
+        }
+        if (!PyTuple_Check(sole) || PyTuple_GET_SIZE(sole) != 2) {
+            Py_DECREF(sole);
+            PyErr_SetString(PyExc_TypeError, "sole_batch must return (records, attributes)");
+            goto fail;
+        }
+        int stop = 0;
+        Slot *slot = slot_for(&slots, queues, frame, &stop);
+        if (slot == NULL && !stop && !PyErr_Occurred()) {
+            /* every slot taken: write them back, and start again with this frame's */
+            if (write_back(&slots) < 0) {
+                Py_DECREF(sole);
+                goto fail;
+            }
+            slot = slot_for(&slots, queues, frame, &stop);
+        }
+        if (slot == NULL) {
+            Py_DECREF(sole);
+            if (stop) break;
+            goto fail;
+        }
+        long long records = 0;
+        int failed = number_one(slot->append, &slot->next, frame, sole, limit, &records);
+        Py_DECREF(sole);
+        if (failed) goto fail;
+        Py_ssize_t size =
+            PyBytes_Check(payload) ? PyBytes_GET_SIZE(payload) : PyObject_Size(payload);
+        if (size < 0) goto fail;
+        total_records += records;
+        total_bytes += size;
+    }
+    if (write_back(&slots) < 0) return NULL;
+    return Py_BuildValue("(nLL)", index, total_records, total_bytes);
+fail:
+    {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        write_back(&slots); /* the frames numbered so far keep their numbers */
+        PyErr_Restore(type, value, traceback);
+    }
+    return NULL;
+}
+
+static PyMethodDef methods[] = {
+    {"number_frames", number_frames, METH_VARARGS,
+     "number_frames(frames, start, queues, plain_from, sole_batch, sequence_limit) -> (stop, "
+     "records, bytes): number the main-line frames from start into their queues, as "
+     "partition_queue.number_frames_python does."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "_number_frames",
+    "Number runs of WAL frames into partition queues (see the C source).", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__number_frames(void) {
+    str_next_sequence = PyUnicode_InternFromString("next_sequence");
+    str_frames = PyUnicode_InternFromString("frames");
+    str_append = PyUnicode_InternFromString("append");
+    zero = PyLong_FromLong(0);
+    if (str_next_sequence == NULL || str_frames == NULL || str_append == NULL || zero == NULL)
+        return NULL;
+    return PyModule_Create(&module_def);
+}

@@ -1,0 +1,12 @@
+from collections.abc import Callable
+from typing import Any
+
+def number_frames(
+    frames: list[Any],
+    start: int,
+    queues: dict[tuple[str, int], Any],
+    plain_from: int,
+    sole_batch: Callable[[bytes | memoryview], tuple[int, int] | None],
+    sequence_limit: int,
+    /,
+) -> tuple[int, int, int]: ...

@@ -1,0 +1,147 @@
+"""The compiled numbering of main-line frames does exactly what the Python reference does.
+
+``partition_queue.number_frames`` numbers a run of frames into their partitions' queues in C
+(``_number_frames.c``); ``number_frames_python`` is the reference, built on
+``PartitionQueue.add``. Both run here on equal copies of the same queues, with real record
+batches, over runs that stop where the forwarder's main line ends (an offset below
+``plain_from``, a payload that is not one client batch, a partition without its queue), many
+partitions (more than the C code's slots), partition numbers that are not shared ints,
+topic strings that are equal but not the same object, and sequences wrapping at 2**31.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Callable, Iterable
+from typing import cast
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durable_producer.buffer_agent.forward.partition_queue import (
+    SEQUENCE_LIMIT,
+    PartitionQueue,
+    number_frames,
+    number_frames_python,
+)
+from durable_producer.buffer_agent.kafka.record_batch import sole_batch
+from durable_producer.buffer_agent.wal import Frame
+from support.batch_builder import SampleRecord, build_batch
+
+compiled = pytest.importorskip("durable_producer.buffer_agent.forward._number_frames")
+
+BATCHES = {
+    records: build_batch([SampleRecord(None, b"v%d" % n, 1000) for n in range(records)])
+    for records in (1, 2, 5)
+}
+TWO_BATCHES = BATCHES[1] + BATCHES[2]  # an older agent's frame of several: not one batch
+GARBAGE = b"\x00" * 70
+
+
+Queues = dict[tuple[str, int], PartitionQueue]
+Number = Callable[[list[Frame], int, Queues, int], tuple[int, int, int]]
+
+
+def run_all(
+    number: Number, frames: list[Frame], queues: Queues, plain_from: int
+) -> tuple[list[int], int, int]:
+    """As ``Forwarder._read`` drives it: every stop skipped (``_take``'s frame), to the end."""
+    stops: list[int] = []
+    records = size = index = 0
+    while index < len(frames):
+        index, taken_records, taken_size = number(frames, index, queues, plain_from)
+        records += taken_records
+        size += taken_size
+        if index < len(frames):
+            stops.append(index)
+            index += 1
+    return stops, records, size
+
+
+def queues_for(keys: Iterable[tuple[str, int]], start: int) -> Queues:
+    return {key: PartitionQueue(key, 9, 1, start) for key in keys}
+
+
+def state(queues: Queues) -> dict[tuple[str, int], tuple[int, list[object]]]:
+    return {key: (queue.next_sequence, list(queue.frames)) for key, queue in queues.items()}
+
+
+frame_strategy = st.tuples(
+    st.sampled_from(["a", "b", "topic-c"]),
+    st.sampled_from([0, 1, 2, 255, 256, 1000, 70000]),
+    st.sampled_from(["one", "two", "five", "several", "garbage"]),
+    st.booleans(),  # below plain_from
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    specs=st.lists(frame_strategy, max_size=60),
+    start=st.sampled_from([0, 5, SEQUENCE_LIMIT - 3, SEQUENCE_LIMIT - 1]),
+    missing=st.sets(st.sampled_from([("a", 0), ("b", 256), ("topic-c", 70000)]), max_size=2),
+)
+def test_compiled_numbering_matches_the_reference(
+    specs: list[tuple[str, int, str, bool]], start: int, missing: set[tuple[str, int]]
+) -> None:
+    plain_from = 1_000
+    frames: list[Frame] = []
+    for offset, (topic, partition, kind, early) in enumerate(specs):
+        payload = {
+            "one": BATCHES[1], "two": BATCHES[2], "five": BATCHES[5], "several": TWO_BATCHES,
+            "garbage": GARBAGE,
+        }[kind]
+        at = offset + (0 if early else plain_from)
+        # Topic strings made anew per frame, as across frame-scan calls: found by value.
+        frames.append(Frame(at, "".join(topic), partition, payload, 1, 5_000 + offset))
+    keys = {(topic, partition) for topic, partition, _, _ in specs} - missing
+    reference, ours = queues_for(keys, start), queues_for(keys, start)
+    expected = run_all(number_frames_python, frames, reference, plain_from)
+    assert run_all(number_frames, frames, ours, plain_from) == expected
+    assert state(ours) == state(reference)
+
+
+def test_more_partitions_than_slots_keep_their_own_numbering() -> None:
+    keys = [("t", partition) for partition in range(100)]
+    frames = [
+        Frame(offset, "t", offset % 100, BATCHES[2], 2, 0) for offset in range(1_000)
+    ]
+    reference, ours = queues_for(keys, 7), queues_for(keys, 7)
+    assert number_frames(frames, 0, ours, 0) == number_frames_python(frames, 0, reference, 0)
+    assert state(ours) == state(reference)
+    assert all(queue.next_sequence == 7 + 20 for queue in ours.values())
+
+
+def test_a_pending_of_ints_and_bytes_is_left_untracked_by_the_collector() -> None:
+    queues = queues_for([("t", 0)], 0)
+    # The reader makes bytes payloads; a memoryview stands for any other buffer here.
+    viewed_payload = cast(bytes, memoryview(BATCHES[1]))
+    frames = [Frame(0, "t", 0, BATCHES[1], 1, 0), Frame(1, "t", 0, viewed_payload, 1, 0)]
+    assert number_frames(frames, 0, queues, 0) == (2, 2, 2 * len(BATCHES[1]))
+    plain, viewed = queues[("t", 0)].frames
+    assert not gc.is_tracked(plain)  # only ints, bytes and a bool: no cycle can pass it
+    assert gc.is_tracked(viewed)  # a memoryview is a container: left to the collector
+
+
+def test_an_error_keeps_the_numbers_given_before_it() -> None:
+    calls = 0
+
+    def failing_sole_batch(payload: bytes | memoryview) -> tuple[int, int] | None:
+        nonlocal calls
+        calls += 1
+        if calls == 3:
+            raise RuntimeError("boom")
+        return sole_batch(payload)
+
+    queues = queues_for([("t", 0)], 10)
+    frames = [Frame(offset, "t", 0, BATCHES[5], 5, 0) for offset in range(4)]
+    with pytest.raises(RuntimeError, match="boom"):
+        compiled.number_frames(frames, 0, queues, 0, failing_sole_batch, SEQUENCE_LIMIT)
+    queue = queues[("t", 0)]
+    assert [frame[3] for frame in queue.frames] == [10, 15]
+    assert queue.next_sequence == 20
+
+
+def test_refuses_a_limit_that_is_no_limit() -> None:
+    with pytest.raises(ValueError, match="sequence_limit"):
+        compiled.number_frames([], 0, {}, 0, sole_batch, 0)
