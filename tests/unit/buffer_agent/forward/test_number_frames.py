@@ -145,3 +145,9 @@ def test_an_error_keeps_the_numbers_given_before_it() -> None:
 def test_refuses_a_limit_that_is_no_limit() -> None:
     with pytest.raises(ValueError, match="sequence_limit"):
         compiled.number_frames([], 0, {}, 0, sole_batch, 0)
+
+
+def test_the_forwarder_numbers_with_the_compiled_code_where_built() -> None:
+    from durable_producer.buffer_agent.forward import partition_queue
+
+    assert partition_queue._compiled_number_frames is compiled.number_frames
