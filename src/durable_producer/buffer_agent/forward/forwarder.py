@@ -49,7 +49,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     RECORDS,
     PartitionQueue,
     Pending,
-    number_frames,
+    number_all,
 )
 from durable_producer.buffer_agent.forward.progress import Progress
 from durable_producer.buffer_agent.forward.publisher import (
@@ -448,16 +448,7 @@ class Forwarder:
         # Kafka (number_frames, in C). Everything else (and the first frame of each
         # partition) goes through _take. The queue is the frame's only record until Kafka
         # holds it (ack_tracker).
-        queues, plain_from = self._queues, self._plain_from
-        taken_bytes = taken_records = index = 0
-        while index < len(frames):
-            index, records, size = number_frames(frames, index, queues, plain_from)
-            taken_records += records
-            taken_bytes += size
-            if index < len(frames):
-                frame = frames[index]
-                self._take(frame, sole_batch(frame.payload))
-                index += 1
+        taken_records, taken_bytes = number_all(frames, self._queues, self._plain_from, self._take)
         self._unacked_bytes += taken_bytes
         end = frames[-1].offset + 1
         self._tracker.read(end, taken_records)
@@ -478,13 +469,13 @@ class Forwarder:
         self._next_release = now + TRIM_INTERVAL_S
         release_free_memory()
 
-    def _take(self, frame: Frame, sole: tuple[int, int] | None) -> None:
-        """Number a frame in its partition's queue and track it (``_read`` does this itself
-        for the frames of its main line). ``sole``: ``sole_batch`` of its payload, as
-        ``_read`` found it (one client batch, as the agent stores it: most frames)."""
+    def _take(self, frame: Frame) -> None:
+        """Number a frame off the main line in its partition's queue and track it (the main
+        line's frames are numbered by ``number_all``, in ``_read``)."""
         key = (frame.topic, frame.partition)
         offset = frame.offset
         payload = frame.payload
+        sole = sole_batch(payload)  # one client batch, as the agent stores it: most frames
         anchor = self._anchors.get(key)
         known = offset < self._known_below or (anchor is not None and offset < anchor.offset)
         batches: list[tuple[int, int, memoryview]] = []

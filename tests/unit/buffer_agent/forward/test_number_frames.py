@@ -12,7 +12,7 @@ topic strings that are equal but not the same object, and sequences wrapping at 
 from __future__ import annotations
 
 import gc
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import cast
 
 import pytest
@@ -21,7 +21,9 @@ from hypothesis import strategies as st
 
 from durable_producer.buffer_agent.forward.partition_queue import (
     SEQUENCE_LIMIT,
+    NumberFrames,
     PartitionQueue,
+    number_all,
     number_frames,
     number_frames_python,
 )
@@ -40,22 +42,17 @@ GARBAGE = b"\x00" * 70
 
 
 Queues = dict[tuple[str, int], PartitionQueue]
-Number = Callable[[list[Frame], int, Queues, int], tuple[int, int, int]]
 
 
 def run_all(
-    number: Number, frames: list[Frame], queues: Queues, plain_from: int
+    number: NumberFrames, frames: list[Frame], queues: Queues, plain_from: int
 ) -> tuple[list[int], int, int]:
-    """As ``Forwarder._read`` drives it: every stop skipped (``_take``'s frame), to the end."""
+    """As ``Forwarder._read`` drives it (``number_all``); the offsets of the frames that
+    stopped a run, which the forwarder's ``_take`` gets, instead of taking them."""
     stops: list[int] = []
-    records = size = index = 0
-    while index < len(frames):
-        index, taken_records, taken_size = number(frames, index, queues, plain_from)
-        records += taken_records
-        size += taken_size
-        if index < len(frames):
-            stops.append(index)
-            index += 1
+    records, size = number_all(
+        frames, queues, plain_from, lambda frame: stops.append(frame.offset), number
+    )
     return stops, records, size
 
 
