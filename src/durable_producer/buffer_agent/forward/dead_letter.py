@@ -55,10 +55,6 @@ class DeadLetter:
     payload: bytes | None = None
     resent: bool = False
 
-    @property
-    def is_frame(self) -> bool:
-        return self.payload is not None
-
 
 def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")

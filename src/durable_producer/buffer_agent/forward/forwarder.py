@@ -323,7 +323,6 @@ class Forwarder:
     async def _finish(self) -> None:
         """Give batches in flight a last chance, then checkpoint what Kafka acknowledged."""
         deadline = time.monotonic() + self._config.stop_flush_timeout_s
-        loop = asyncio.get_running_loop()
         while self._sender.busy and time.monotonic() < deadline:
             self._sender.wake.clear()
             try:
@@ -336,7 +335,6 @@ class Forwarder:
         if not self._wal.closed:
             self._checkpoint()
         self._write_identity(sync=True)
-        del loop
 
     # ----------------------------------------------------------------- identity
     def _take_identity(self) -> None:

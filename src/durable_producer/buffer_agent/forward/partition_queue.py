@@ -33,7 +33,7 @@ No I/O here: the ``Forwarder`` sends, persists and settles.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Final
 
 from durable_producer.buffer_agent.kafka import batch_stamp
@@ -156,11 +156,6 @@ class PartitionQueue:
         self.frames.append(
             (offset, batch, records, sequence, attributes, index, unknown, appended_ms)
         )
-
-    def unacknowledged(self) -> Iterable[Pending]:
-        for batch in self.batches:
-            yield from batch.frames
-        yield from self.frames
 
     def first_unacknowledged(self) -> Pending | None:
         if self.batches:

@@ -115,10 +115,6 @@ class Progress:
         self.replay_until = max(wal.checkpoint_offset, hint.get("sent_high", 0))
         self._delivered_before = hint.get("delivered_high", 0)
 
-    def replaying_up_to(self, offset: int) -> None:
-        """Frames below ``offset`` are sent again (a producer reset)."""
-        self.replay_until = max(self.replay_until, offset)
-
     def replay_delivered_unrecorded(self, tracker: AckTracker) -> bool:
         """The replayed frames are all delivered but not yet checkpointed."""
         return self._wal.checkpoint_offset < self.replay_until <= tracker.watermark
