@@ -9,9 +9,12 @@
  * says None), or a partition without its queue in ``queues``. Otherwise it numbers the frame
  * as PartitionQueue.add does: the queue's ``next_sequence`` becomes (sequence + records) modulo
  * ``sequence_limit``, and the Pending tuple (offset, batch, records, sequence, attributes,
- * 0, False, appended_ms) goes at the end of the queue's ``frames``. A Pending holds only ints
- * and bytes: it is untracked by the garbage collector at once, as CPython's collector would
- * untrack it at its first collection (a tuple whose items are none of them tracked).
+ * 0, False, appended_ms) goes at the end of the queue's ``frames``. A Pending that holds only
+ * ints and bytes is untracked by the garbage collector at once, as CPython's collector would
+ * untrack it at its first collection (``untrackable``: CPython's own rule).
+ *
+ * Whatever ``sole_batch`` or the queues' attributes run (Python code, in a test), nothing used
+ * here is borrowed across it: the frame, each slot's topic and queue are held.
  *
  * Returns (stop, records, bytes): where it stopped (len(frames) when it numbered them all),
  * the records and payload bytes of the frames it numbered. Any exception (from sole_batch,
@@ -34,10 +37,14 @@ static long long py_mod(long long value, long long limit) {
     return result < 0 ? result + limit : result;
 }
 
+/* CPython's rule (_PyObject_GC_MAY_BE_TRACKED, tuple's untracking at a collection): a tuple may
+ * be untracked when no item may be part of a cycle: none is a container, except exact tuples
+ * that are untracked themselves (an untracked dict may become tracked later: it counts). */
 static int untrackable(PyObject *tuple) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); i++) {
         PyObject *item = PyTuple_GET_ITEM(tuple, i);
-        if (PyObject_IS_GC(item) && PyObject_GC_IsTracked(item)) return 0;
+        if (PyObject_IS_GC(item) && (!PyTuple_CheckExact(item) || PyObject_GC_IsTracked(item)))
+            return 0;
     }
     return 1;
 }
@@ -48,7 +55,7 @@ static int untrackable(PyObject *tuple) {
  * by identity, without building a key. */
 #define SLOTS 32
 typedef struct {
-    PyObject *topic;     /* borrowed from a frame: only compared */
+    PyObject *topic;     /* owned (compared by identity: held, its address is not reused) */
     long partition;
     PyObject *queue;     /* owned */
     PyObject *append;    /* owned: the bound append of the queue's ``frames`` */
@@ -74,26 +81,36 @@ static Slot *slot_of_queue(Slots *slots, PyObject *queue, PyObject *topic, long 
     for (int i = 0; i < slots->used; i++) {
         Slot *slot = &slots->slot[i];
         if (slot->queue == queue) {
-            slot->topic = topic;
+            Py_INCREF(topic);
+            Py_SETREF(slot->topic, topic);
             slot->partition = partition;
             return slot;
         }
     }
     if (slots->used == SLOTS) return NULL;
+    Py_INCREF(queue); /* borrowed from ``queues``, which the attributes' code could change */
+    PyObject *append = NULL;
+    long long next = -1;
     PyObject *sequence = PyObject_GetAttr(queue, str_next_sequence);
-    if (sequence == NULL) return NULL;
-    long long next = PyLong_AsLongLong(sequence);
-    Py_DECREF(sequence);
-    if (next == -1 && PyErr_Occurred()) return NULL;
-    PyObject *frames = PyObject_GetAttr(queue, str_frames);
-    if (frames == NULL) return NULL;
-    PyObject *append = PyObject_GetAttr(frames, str_append);
-    Py_DECREF(frames);
-    if (append == NULL) return NULL;
+    if (sequence != NULL) {
+        next = PyLong_AsLongLong(sequence);
+        Py_DECREF(sequence);
+    }
+    if (!PyErr_Occurred()) {
+        PyObject *frames = PyObject_GetAttr(queue, str_frames);
+        if (frames != NULL) {
+            append = PyObject_GetAttr(frames, str_append);
+            Py_DECREF(frames);
+        }
+    }
+    if (append == NULL) {
+        Py_DECREF(queue);
+        return NULL;
+    }
     Slot *slot = &slots->slot[slots->used++];
+    Py_INCREF(topic);
     slot->topic = topic;
     slot->partition = partition;
-    Py_INCREF(queue);
     slot->queue = queue;
     slot->append = append;
     slot->next = next;
@@ -112,6 +129,7 @@ static int write_back(Slots *slots) {
                 failed = 1;
             Py_XDECREF(next);
         }
+        Py_DECREF(slot->topic);
         Py_DECREF(slot->queue);
         Py_DECREF(slot->append);
     }
@@ -172,6 +190,52 @@ static Slot *slot_for(Slots *slots, PyObject *queues, PyObject *frame, int *stop
     return slot_of_queue(slots, queue, topic, partition);
 }
 
+/* One frame (held by the caller): 1 numbered (its records and bytes added to the totals), 0 not
+ * on the main line, -1 with an exception. */
+static int number_frame(Slots *slots, PyObject *queues, PyObject *frame, PyObject *sole_batch,
+                        long long plain_from, long long limit, long long *total_records,
+                        long long *total_bytes) {
+    if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < FRAME_FIELDS) return 0;
+    long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 0));
+    if (offset == -1 && PyErr_Occurred()) return -1;
+    if (offset < plain_from) return 0;
+    PyObject *payload = PyTuple_GET_ITEM(frame, 3);
+    PyObject *sole = PyObject_CallOneArg(sole_batch, payload);
+    if (sole == NULL) return -1;
+    if (sole == Py_None) {
+        Py_DECREF(sole);
+        return 0;
+    }
+    if (!PyTuple_Check(sole) || PyTuple_GET_SIZE(sole) != 2) {
+        Py_DECREF(sole);
+        PyErr_SetString(PyExc_TypeError, "sole_batch must return (records, attributes)");
+        return -1;
+    }
+    int stop = 0;
+    Slot *slot = slot_for(slots, queues, frame, &stop);
+    if (slot == NULL && !stop && !PyErr_Occurred()) {
+        /* every slot taken: write them back, and start again with this frame's */
+        if (write_back(slots) < 0) {
+            Py_DECREF(sole);
+            return -1;
+        }
+        slot = slot_for(slots, queues, frame, &stop);
+    }
+    if (slot == NULL) {
+        Py_DECREF(sole);
+        return stop ? 0 : -1;
+    }
+    long long records = 0;
+    int failed = number_one(slot->append, &slot->next, frame, sole, limit, &records);
+    Py_DECREF(sole);
+    if (failed) return -1;
+    Py_ssize_t size = PyBytes_Check(payload) ? PyBytes_GET_SIZE(payload) : PyObject_Size(payload);
+    if (size < 0) return -1;
+    *total_records += records;
+    *total_bytes += size;
+    return 1;
+}
+
 static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *frames, *queues, *sole_batch;
     Py_ssize_t start;
@@ -187,59 +251,24 @@ static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     slots.used = 0;
     long long total_records = 0, total_bytes = 0;
     Py_ssize_t index = start < 0 ? 0 : start;
+    int numbered = 1;
     for (; index < PyList_GET_SIZE(frames); index++) {
         PyObject *frame = PyList_GET_ITEM(frames, index);
-        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < FRAME_FIELDS) break;
-        long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 0));
-        if (offset == -1 && PyErr_Occurred()) goto fail;
-        if (offset < plain_from) break;
-        PyObject *payload = PyTuple_GET_ITEM(frame, 3);
-        PyObject *sole = PyObject_CallOneArg(sole_batch, payload);
-        if (sole == NULL) goto fail;
-        if (sole == Py_None) {
-            Py_DECREF(sole);
-            break;
-        }
-        if (!PyTuple_Check(sole) || PyTuple_GET_SIZE(sole) != 2) {
-            Py_DECREF(sole);
-            PyErr_SetString(PyExc_TypeError, "sole_batch must return (records, attributes)");
-            goto fail;
-        }
-        int stop = 0;
-        Slot *slot = slot_for(&slots, queues, frame, &stop);
-        if (slot == NULL && !stop && !PyErr_Occurred()) {
-            /* every slot taken: write them back, and start again with this frame's */
-            if (write_back(&slots) < 0) {
-                Py_DECREF(sole);
-                goto fail;
-            }
-            slot = slot_for(&slots, queues, frame, &stop);
-        }
-        if (slot == NULL) {
-            Py_DECREF(sole);
-            if (stop) break;
-            goto fail;
-        }
-        long long records = 0;
-        int failed = number_one(slot->append, &slot->next, frame, sole, limit, &records);
-        Py_DECREF(sole);
-        if (failed) goto fail;
-        Py_ssize_t size =
-            PyBytes_Check(payload) ? PyBytes_GET_SIZE(payload) : PyObject_Size(payload);
-        if (size < 0) goto fail;
-        total_records += records;
-        total_bytes += size;
+        Py_INCREF(frame); /* the list could change under sole_batch's code */
+        numbered = number_frame(&slots, queues, frame, sole_batch, plain_from, limit,
+                                &total_records, &total_bytes);
+        Py_DECREF(frame);
+        if (numbered != 1) break;
     }
-    if (write_back(&slots) < 0) return NULL;
-    return Py_BuildValue("(nLL)", index, total_records, total_bytes);
-fail:
-    {
+    if (numbered < 0) {
         PyObject *type, *value, *traceback;
         PyErr_Fetch(&type, &value, &traceback);
         write_back(&slots); /* the frames numbered so far keep their numbers */
         PyErr_Restore(type, value, traceback);
+        return NULL;
     }
-    return NULL;
+    if (write_back(&slots) < 0) return NULL;
+    return Py_BuildValue("(nLL)", index, total_records, total_bytes);
 }
 
 static PyMethodDef methods[] = {

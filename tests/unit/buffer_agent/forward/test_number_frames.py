@@ -12,6 +12,10 @@ topic strings that are equal but not the same object, and sequences wrapping at 
 from __future__ import annotations
 
 import gc
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterable
 from typing import cast
 
@@ -148,3 +152,110 @@ def test_the_forwarder_numbers_with_the_compiled_code_where_built() -> None:
     from durable_producer.buffer_agent.forward import partition_queue
 
     assert partition_queue._compiled_number_frames is compiled.number_frames
+
+
+# ----------------------------------------------------------------- Python code run from C
+# The forwarder's own callers never change the frames or the queues while the numbering runs
+# (its sole_batch is compiled, its queues plain). These hold the C code to what Python code
+# may do from inside the call anyway (a sole_batch or an attribute written in Python): no
+# object it uses is borrowed across such code. A crash is a segfault: run in a child.
+
+CHILD_PRELUDE = """
+from durable_producer.buffer_agent.forward import _number_frames as compiled
+from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, SEQUENCE_LIMIT
+from durable_producer.buffer_agent.kafka.record_batch import sole_batch
+from durable_producer.buffer_agent.wal import Frame
+from support.batch_builder import SampleRecord, build_batch
+BATCH = build_batch([SampleRecord(None, b"v", 1000)])
+HELD = []
+def churn():  # take the freed memory: frame-sized tuples, payload-sized bytes, kept alive
+    HELD.extend((-5, "u", 1, bytes(69), 0, 0) for _ in range(1_000))
+    HELD.extend(bytes(69) for _ in range(1_000))
+"""
+
+
+def run_child(code: str) -> str:
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_PRELUDE + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=120,
+    )
+    assert done.returncode == 0, f"child died ({done.returncode}): {done.stderr[-800:]}"
+    return done.stdout.strip()
+
+
+def test_frames_emptied_by_sole_batch_are_still_numbered_whole() -> None:
+    out = run_child(
+        """
+        key = ("t", 0)
+        queues = {key: PartitionQueue(key, 9, 1, 0)}
+        frames = [Frame(0, "".join(["t"]), 0, bytes(bytearray(BATCH)), 1, 5)]
+        def emptying(payload):
+            frames.clear()  # the only reference to the frame, its topic and payload
+            churn()
+            return sole_batch(payload)
+        print(compiled.number_frames(frames, 0, queues, 0, emptying, SEQUENCE_LIMIT))
+        print(queues[key].next_sequence, [pending[0] for pending in queues[key].frames])
+        """
+    )
+    assert out.splitlines() == ["(1, 1, 69)", "1 [0]"]
+
+
+def test_a_queue_dropped_by_its_own_attribute_is_not_used_after_it_is_freed() -> None:
+    out = run_child(
+        """
+        from collections import deque
+        class Dropping:
+            def __init__(self):
+                self.frames = deque()
+                self.numbered = 0
+            @property
+            def next_sequence(self):
+                queues.clear()  # the dict held the only reference
+                churn()
+                return 4
+            @next_sequence.setter
+            def next_sequence(self, value):
+                self.numbered = value
+        queues = {("t", 0): Dropping()}
+        frames = [Frame(0, "t", 0, BATCH, 1, 5)]
+        print(compiled.number_frames(frames, 0, queues, 0, sole_batch, SEQUENCE_LIMIT))
+        """
+    )
+    assert out == "(1, 1, 69)"
+
+
+def test_a_topic_freed_mid_call_is_not_taken_for_a_new_one_at_its_address() -> None:
+    queues = queues_for([("topic-a", 0), ("topic-b", 0)], 0)
+    frames: list[Frame | None] = [
+        Frame(0, "".join(["topic-", "a"]), 0, BATCHES[1], 1, 0),
+        Frame(1, "topic-b", 0, BATCHES[1], 1, 0),
+        None,
+    ]
+    calls = 0
+
+    def replacing(payload: bytes | memoryview) -> tuple[int, int] | None:
+        nonlocal calls
+        calls += 1
+        if calls == 2:  # frees frame 0's topic; a string of its size may take its place
+            frames[0] = None
+            frames[2] = Frame(2, "".join(["topic-", "b"]), 0, BATCHES[1], 1, 0)
+        return sole_batch(payload)
+
+    stop = compiled.number_frames(frames, 0, queues, 0, replacing, SEQUENCE_LIMIT)
+    assert stop == (3, 3, 3 * len(BATCHES[1]))
+    assert [pending[0] for pending in queues[("topic-a", 0)].frames] == [0]
+    assert [pending[0] for pending in queues[("topic-b", 0)].frames] == [1, 2]
+
+
+def test_a_pending_holding_a_container_stays_tracked_by_the_collector() -> None:
+    attributes: dict[str, object] = {}  # untracked while empty, tracked once it holds one
+    assert not gc.is_tracked(attributes)
+    queues = queues_for([("t", 0)], 0)
+    frames = [Frame(0, "t", 0, BATCHES[1], 1, 0)]
+    compiled.number_frames(frames, 0, queues, 0, lambda _: (1, attributes), SEQUENCE_LIMIT)
+    (pending,) = queues[("t", 0)].frames
+    assert gc.is_tracked(pending)  # as CPython keeps a tuple holding a dict: a cycle may pass
