@@ -82,7 +82,8 @@ class ForwarderConfig:
     2.8-4.4 s of every catch-up was waiting, docs/benchmarks.md)."""
     metadata_interval_s: float = 5.0
     """Seconds between metadata refreshes while batches wait (leader moves, deleted topics);
-    at once after a failure that calls for one."""
+    sooner after a failure that calls for one: ``retry_backoff_s`` after the previous refresh,
+    doubling to ``retry_backoff_max_s`` while refreshes fail or find no leader."""
     # No delivery for this long while records wait: the forwarder's state says why (health).
     stall_after_s: float = 10.0
     read_batch_frames: int = 4096

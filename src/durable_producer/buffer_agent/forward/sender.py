@@ -104,6 +104,10 @@ class Sender:
         self._refreshing: asyncio.Task[None] | None = None
         self._refresh_wanted = True
         self._next_refresh = 0.0
+        self._refresh_not_before = 0.0
+        """A wanted refresh waits until then: the previous one's backoff (``_refreshed``)."""
+        self._refresh_misses = 0
+        """Refreshes in a row that failed or left a partition with frames without a leader."""
         self._resolving: set[PartitionKey] = set()
         self._merge_limit: dict[str, int] = {}
         self.unknown_since: dict[PartitionKey, float] = {}
@@ -114,6 +118,11 @@ class Sender:
     @property
     def busy(self) -> bool:
         return bool(self._tasks)
+
+    @property
+    def refreshing(self) -> bool:
+        """A metadata refresh is under way (its end wakes the loop)."""
+        return self._refreshing is not None and not self._refreshing.done()
 
     def _spawn(self, work: object) -> None:
         task = asyncio.ensure_future(work)  # type: ignore[call-overload]
@@ -244,6 +253,12 @@ class Sender:
                 queue.isolate = True
             queue.ready_at = now
 
+    def until_due(self, now: float, longest: float) -> float:
+        """Seconds until a queue's retry backoff ends, at most ``longest``: with nothing in
+        flight, only that (or a new frame) lets anything be sent."""
+        due = [q.ready_at - now for q in self.queues.values() if not q.idle and q.ready_at > now]
+        return min([longest, *due])
+
     def _backoff(self, queue: PartitionQueue) -> float:
         settings = self.settings
         backoff: float = settings.retry_backoff_s * 2 ** min(queue.failures, 16)
@@ -259,8 +274,9 @@ class Sender:
                     self._spawn(self._resolve(queue))
             elif queue.isolate and queue.idle:
                 queue.isolate = False
+        wanted = self._refresh_wanted and now >= self._refresh_not_before
         if (
-            (self._refresh_wanted or now >= self._next_refresh)
+            (wanted or now >= self._next_refresh)
             and (self._refreshing is None or self._refreshing.done())
             and self.queues
         ):
@@ -278,6 +294,7 @@ class Sender:
             await self.client.refresh(topics)
         except (BrokerUnreachable, OSError, TimeoutError) as error:
             self._on_error("transport", _NETWORK, "NETWORK_EXCEPTION", str(error))
+            self._refreshed(asyncio.get_running_loop().time(), complete=False)
             return
         now = asyncio.get_running_loop().time()
         errors, counts = self.client.topic_errors, self.client.partition_counts
@@ -294,12 +311,25 @@ class Sender:
             if topic in errors:
                 code = errors[topic]
                 self._on_error("delivery", code, error_name(code), f"{error_name(code)}: {topic}")
-        if any(
+        leaderless = any(
             self.client.leaders.get(key, NO_LEADER) == NO_LEADER
             for key, queue in self.queues.items()
             if not queue.idle
-        ):
+        )
+        if leaderless:
             self._next_refresh = now + self.settings.retry_backoff_s * 5
+        self._refreshed(now, complete=not leaderless)
+
+    def _refreshed(self, now: float, *, complete: bool) -> None:
+        """The next wanted refresh waits ``retry_backoff_s``, doubling while refreshes fail or
+        leave partitions with frames without a leader (a topic that does not exist, Kafka
+        unreachable), to ``retry_backoff_max_s``, as Kafka's producer backs off its metadata
+        (KIP-580). Without it every pass of the loop asked again at once: a core spent and a
+        storm of requests for as long as the topic was missing or Kafka down."""
+        self._refresh_misses = 0 if complete else self._refresh_misses + 1
+        settings = self.settings
+        backoff = settings.retry_backoff_s * 2 ** min(self._refresh_misses, 16)
+        self._refresh_not_before = now + min(backoff, settings.retry_backoff_max_s)
 
     def refused_for_good(self, queue: PartitionQueue, now: float, wait_s: float) -> bool:
         """The partition's head batch was refused (``PERMANENT``) for ``wait_s``, alone."""

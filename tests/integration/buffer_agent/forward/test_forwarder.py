@@ -103,6 +103,21 @@ def _append_batches(
     return expected
 
 
+WAITING_CPU_SHARE = 0.1
+"""A waiting forwarder's thread may spend at most this share of a core (measured about 0.01;
+0.8-1.0 before metadata refreshes backed off and the loop slept while nothing could move)."""
+
+
+def _forwarder_cpu_share(forwarder: Forwarder, seconds: float) -> float:
+    """The share of a core the forwarding thread spends over the next ``seconds``."""
+    thread = forwarder._thread
+    assert thread is not None and thread.ident is not None
+    clock = time.pthread_getcpuclockid(thread.ident)
+    started = time.clock_gettime(clock)
+    time.sleep(seconds)
+    return (time.clock_gettime(clock) - started) / seconds
+
+
 def _assert_byte_exact(consumed: list, expected: dict) -> None:
     assert len(consumed) == len(expected)
     for record in consumed:
@@ -152,7 +167,8 @@ def test_broker_cut_off_mid_stream_loses_nothing(
         wait_for(lambda: wal.checkpoint_offset == 10, 30, what="first batches checkpointed")
         proxied_broker.proxy.cut()
         expected |= _append_batches(wal, "orders", batches=20, partitions=2, start=10)
-        time.sleep(2.0)
+        waiting_share = _forwarder_cpu_share(forwarder, 2.0)
+        assert waiting_share < WAITING_CPU_SHARE, f"{waiting_share:.0%} of a core while cut off"
         assert wal.checkpoint_offset == 10, "checkpoint must not pass undelivered frames"
         assert forwarder.stats().in_flight_records == 200
         age = metrics.registry.get_sample_value("durable_agent_oldest_unsent_age_seconds")
@@ -165,6 +181,33 @@ def test_broker_cut_off_mid_stream_loses_nothing(
     assert summary.complete, summary
     assert wal.checkpoint_offset == 30
     consumed = consume_all(proxied_broker.direct_address, "orders", expected=300)
+    _assert_byte_exact(consumed, expected)
+
+
+def test_kafka_down_from_the_start_costs_no_cpu_and_everything_goes_once_it_is_back(
+    proxied_broker: ProxiedBroker, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    """An agent started while Kafka is unreachable keeps its frames and waits quietly (seen:
+    a whole core, a refresh of the metadata on every pass of the loop, for the whole outage),
+    then sends them all within a second or two of Kafka coming back."""
+    create_topic(proxied_broker.bootstrap, "late", partitions=2)
+    proxied_broker.proxy.cut()
+    expected = _append_batches(wal, "late", batches=6, partitions=2)
+    forwarder = _forwarder(wal, proxied_broker.bootstrap, data_dir).start()
+    try:
+        time.sleep(0.5)
+        waiting_share = _forwarder_cpu_share(forwarder, 3.0)
+        assert waiting_share < WAITING_CPU_SHARE, f"{waiting_share:.0%} of a core, Kafka down"
+        expected |= _append_batches(wal, "late", batches=4, partitions=2, start=6)
+        proxied_broker.proxy.restore()
+        back = time.monotonic()
+        wait_for(lambda: wal.checkpoint_offset == 10, 30, what="every frame checkpointed")
+        delay = time.monotonic() - back
+    finally:
+        forwarder.stop()
+
+    assert delay < 5.0, f"{delay:.1f} s from Kafka's return to the last checkpoint"
+    consumed = consume_all(proxied_broker.direct_address, "late", expected=len(expected))
     _assert_byte_exact(consumed, expected)
 
 
@@ -382,6 +425,26 @@ def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
     assert letters[0].error_code == "UNKNOWN_TOPIC_OR_PARTITION"
     values = [r.value for r in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [b"fine"]
+
+
+def test_waiting_out_a_missing_partition_costs_no_cpu(
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    """Seen: a frame for a partition Kafka does not have kept the forwarder asking for the
+    metadata on every pass of its loop, most of a core, for all of ``unknown_topic_wait_s``."""
+    topic = new_topic(1)
+    wal.append(topic, 3, build_batch([SampleRecord(b"k", b"nowhere yet", 5, ())]), 1)
+    config = replace(FAST, unknown_topic_wait_s=60.0)
+    forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config).start()
+    try:
+        time.sleep(0.5)
+        waiting_share = _forwarder_cpu_share(forwarder, 3.0)
+        assert forwarder.stats().in_flight_records == 1 and forwarder.stats().dead_letters == 0
+    finally:
+        forwarder.stop()
+
+    assert waiting_share < WAITING_CPU_SHARE, f"{waiting_share:.0%} of a core, waiting"
+    assert wal.checkpoint_offset == 0, "the frame stays until it is delivered or dead-lettered"
 
 
 def test_batches_cut_off_in_flight_are_sent_again_in_order_once(
