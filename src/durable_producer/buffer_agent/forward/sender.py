@@ -321,14 +321,20 @@ class Sender:
         self._refreshed(now, complete=not leaderless)
 
     def _refreshed(self, now: float, *, complete: bool) -> None:
-        """The next wanted refresh waits ``retry_backoff_s``, doubling while refreshes fail or
-        leave partitions with frames without a leader (a topic that does not exist, Kafka
-        unreachable), to ``retry_backoff_max_s``, as Kafka's producer backs off its metadata
-        (KIP-580). Without it every pass of the loop asked again at once: a core spent and a
-        storm of requests for as long as the topic was missing or Kafka down."""
-        self._refresh_misses = 0 if complete else self._refresh_misses + 1
+        """After a refresh that failed or left partitions with frames without a leader (a
+        topic that does not exist, Kafka unreachable) the next wanted one waits
+        ``retry_backoff_s``, doubling while they go on so, to ``retry_backoff_max_s``, as
+        Kafka's producer backs off its metadata (KIP-580). Without it every pass of the loop
+        asked again at once: a core spent and a storm of requests for as long as the topic
+        was missing or Kafka down. After a complete one the next goes at once (a new topic's
+        first frames, a leader move)."""
+        if complete:
+            self._refresh_misses = 0
+            self._refresh_not_before = now
+            return
+        self._refresh_misses += 1
         settings = self.settings
-        backoff = settings.retry_backoff_s * 2 ** min(self._refresh_misses, 16)
+        backoff = settings.retry_backoff_s * 2 ** min(self._refresh_misses - 1, 16)
         self._refresh_not_before = now + min(backoff, settings.retry_backoff_max_s)
 
     def refused_for_good(self, queue: PartitionQueue, now: float, wait_s: float) -> bool:
