@@ -17,7 +17,6 @@ which fault the forwarder is in and ``publisher`` shows it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -309,28 +308,38 @@ class Forwarder:
                 await asyncio.sleep(0)
                 continue
             sender.wake.clear()
-            room = self._unacked_bytes < config.max_in_flight_bytes
-            if self._tracker.idle and not sender.busy and not self._letters_waiting:
+            busy = sender.busy or sender.refreshing
+            if self._tracker.idle and not busy and not self._letters_waiting:
                 self._release_after_burst(mono)
-                await loop.run_in_executor(
-                    None, self._wal.wait_for_append, appended_before, _IDLE_WAIT_S
-                )
-            elif not (sender.busy or sender.refreshing or self._letters_waiting):
-                # Frames wait (no leader, no producer id, a retry's backoff: Kafka down, a
-                # topic missing) and nothing is in flight, so no answer can come: only time
-                # or a new frame changes anything. (Waking every 2 ms here spent a tenth of
-                # a core for as long as Kafka was down.)
-                wait = sender.until_due(now, _IDLE_WAIT_S)
-                if room:
-                    await loop.run_in_executor(
-                        None, self._wal.wait_for_append, appended_before, wait
-                    )
-                else:
-                    await asyncio.sleep(wait)
-            else:
-                wait = _BUSY_WAIT_S if room and not self._letters_waiting else _IDLE_WAIT_S
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(sender.wake.wait(), wait)
+            # Woken by an answer, a refresh's end, a new frame (when it could be read), or
+            # when a retry is due; at most _IDLE_WAIT_S apart for the housekeeping above.
+            room = self._unacked_bytes < config.max_in_flight_bytes
+            watching = room and not self._letters_waiting
+            appended = self._wal.watch_appends(appended_before) if watching else None
+            if watching and appended is None:
+                continue  # frames came while this pass ran
+            try:
+                await self._wait(appended, sender.until_due(now, _IDLE_WAIT_S), busy=busy)
+            finally:
+                if appended is not None:
+                    self._wal.unwatch_appends(appended)
+
+    async def _wait(
+        self, appended: asyncio.Future[None] | None, timeout: float, *, busy: bool
+    ) -> None:
+        """Until the sender wakes the loop, ``appended`` is done, or ``timeout`` passes. With
+        batches in flight a new frame waits for the next answer, or _BUSY_WAIT_S: the loop
+        then runs a pass every few milliseconds under a steady load, as many as before, not
+        one a frame; with nothing in flight it is read at once (its latency)."""
+        woken = asyncio.ensure_future(self._sender.wake.wait())
+        try:
+            waits: set[asyncio.Future[Any]] = {woken} if appended is None else {woken, appended}
+            first = asyncio.FIRST_COMPLETED
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=first)
+            if busy and woken not in done and appended in done:
+                await asyncio.wait({woken}, timeout=_BUSY_WAIT_S)
+        finally:
+            woken.cancel()
 
     async def _finish(self) -> None:
         """Give batches in flight a last chance, then checkpoint what Kafka acknowledged."""

@@ -254,9 +254,10 @@ class Sender:
             queue.ready_at = now
 
     def until_due(self, now: float, longest: float) -> float:
-        """Seconds until a queue's retry backoff ends, at most ``longest``: with nothing in
-        flight, only that (or a new frame) lets anything be sent."""
+        """Seconds until a queue's retry backoff or a broker's throttle ends, at most
+        ``longest``: besides an answer or a new frame, only that lets more be sent."""
         due = [q.ready_at - now for q in self.queues.values() if not q.idle and q.ready_at > now]
+        due += [until - now for until in self._throttled_until.values() if until > now]
         return min([longest, *due])
 
     def _backoff(self, queue: PartitionQueue) -> float:

@@ -65,6 +65,8 @@ class WriteAheadLog:
         self._space_available = threading.Condition(self._lock)
         self._space_watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         """Async ``block`` waits (``_wait_for_space_async``), woken with the condition."""
+        self._append_watchers: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        """Event loops waiting for the next append (``watch_appends``), woken with it."""
         self._checkpoint_lock = threading.Lock()
         self._writer = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="wal-writer")
         self._closed = False
@@ -149,7 +151,7 @@ class WriteAheadLog:
             if self._closed:
                 return
             self._closed = True
-            self._data_available.notify_all()
+            self._appended_locked()
             self._space_freed_locked()
         self._writer.shutdown(wait=True)  # queued writes fail fast: the log is closed
         self._syncer.stop()
@@ -262,7 +264,7 @@ class WriteAheadLog:
             if self._health.refusing is not None:
                 self._health.refusing = None
             self._syncer.register(offsets[-1], on_durable)
-            self._data_available.notify_all()
+            self._appended_locked()
         return offsets
 
     def _full_error(self, needed: int) -> WalFullError:
@@ -381,9 +383,36 @@ class WriteAheadLog:
                 self._data_available.wait(timeout)
 
     def wake_waiters(self) -> None:
-        """Wake every thread blocked in :meth:`wait_for_append` or :meth:`wait_for_data`."""
+        """Wake every thread blocked in :meth:`wait_for_append` or :meth:`wait_for_data`, and
+        every future of :meth:`watch_appends`."""
         with self._data_available:
-            self._data_available.notify_all()
+            self._appended_locked()
+
+    def watch_appends(self, appended_before: int) -> asyncio.Future[None] | None:
+        """A future of the running event loop, done once a frame at or above
+        ``appended_before`` is appended, the log closes or :meth:`wake_waiters` is called (no
+        thread held meanwhile); None when one is already there, or the log is closed. Hand it
+        back with :meth:`unwatch_appends` once done waiting."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            if self._next_offset != appended_before or self._closed:
+                return None
+            appended: asyncio.Future[None] = loop.create_future()
+            self._append_watchers.append((loop, appended))
+        return appended
+
+    def unwatch_appends(self, appended: asyncio.Future[None]) -> None:
+        with self._lock:
+            self._append_watchers = [w for w in self._append_watchers if w[1] is not appended]
+
+    def _appended_locked(self) -> None:
+        """Wake every wait for data, threads and event loops (appended, closed, woken)."""
+        self._data_available.notify_all()
+        if self._append_watchers:
+            watchers, self._append_watchers = self._append_watchers, []
+            for loop, appended in watchers:
+                with contextlib.suppress(RuntimeError):  # its loop is closed: nobody waits
+                    loop.call_soon_threadsafe(_wake, appended)
 
     @property
     def closed(self) -> bool:

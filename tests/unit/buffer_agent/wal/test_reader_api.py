@@ -1,7 +1,8 @@
-"""The public API readers use: segment views and ``wait_for_data``."""
+"""The public API readers use: segment views, ``wait_for_data``, the waits for appends."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -112,6 +113,42 @@ def test_wait_for_append_wakes_on_an_append_and_on_close(wal_dir: Path) -> None:
     assert waited < 5
     waited = timed_wait(lambda: wal.wait_for_append(wal.next_offset, timeout=10), wal.close)
     assert waited < 5
+
+
+def test_watch_appends_wakes_an_event_loop_on_an_append_wake_waiters_and_close(
+    wal_dir: Path,
+) -> None:
+    """The forwarder's wait: a future of its loop, done from the appending thread."""
+    wal = WriteAheadLog.open(wal_dir, SMALL)
+
+    async def waited_for(then: Callable[[], None]) -> float:
+        appended = wal.watch_appends(wal.next_offset)
+        assert appended is not None
+        timer = threading.Timer(0.2, then)
+        started = time.monotonic()
+        timer.start()
+        try:
+            await asyncio.wait_for(appended, 10)
+        finally:
+            timer.join()
+            wal.unwatch_appends(appended)
+        return time.monotonic() - started
+
+    async def scenario() -> None:
+        assert await waited_for(lambda: wal.append("t", 0, b"x")) < 5
+        assert await waited_for(wal.wake_waiters) < 5
+        before = wal.next_offset
+        wal.append("t", 0, b"y")
+        assert wal.watch_appends(before) is None, "a frame past it is there already"
+        left = wal.watch_appends(wal.next_offset)
+        assert left is not None
+        wal.unwatch_appends(left)
+        wal.append("t", 0, b"z")
+        assert not left.done(), "handed back: not woken"
+        assert await waited_for(wal.close) < 5
+        assert wal.watch_appends(wal.next_offset) is None, "closed"
+
+    asyncio.run(scenario())
 
 
 def test_a_polling_reader_wakes_on_close(wal_dir: Path) -> None:
