@@ -316,8 +316,10 @@ class Forwarder:
             room = self._unacked_bytes < config.max_in_flight_bytes
             watching = room and not self._letters_waiting
             appended = self._wal.watch_appends(appended_before) if watching else None
-            if watching and appended is None:
-                continue  # frames came while this pass ran
+            if watching and appended is None:  # frames came while this pass ran
+                if busy:  # read them with the next answer or within _BUSY_WAIT_S, as below
+                    await self._wait(None, _BUSY_WAIT_S, busy=False)
+                continue
             try:
                 await self._wait(appended, sender.until_due(now, _IDLE_WAIT_S), busy=busy)
             finally:

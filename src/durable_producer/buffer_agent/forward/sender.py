@@ -297,6 +297,9 @@ class Sender:
             self._on_error("transport", _NETWORK, "NETWORK_EXCEPTION", str(error))
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
             return
+        except BaseException:
+            self._refreshed(asyncio.get_running_loop().time(), complete=False)
+            raise  # the task's end logs it; the next refresh still backs off
         now = asyncio.get_running_loop().time()
         errors, counts = self.client.topic_errors, self.client.partition_counts
         for key, queue in self.queues.items():
@@ -312,10 +315,10 @@ class Sender:
             if topic in errors:
                 code = errors[topic]
                 self._on_error("delivery", code, error_name(code), f"{error_name(code)}: {topic}")
-        leaderless = any(
+        leaderless = any(  # of the topics asked for: one met meanwhile is asked for next
             self.client.leaders.get(key, NO_LEADER) == NO_LEADER
             for key, queue in self.queues.items()
-            if not queue.idle
+            if not queue.idle and key[0] in topics
         )
         if leaderless:
             self._next_refresh = now + self.settings.retry_backoff_s * 5

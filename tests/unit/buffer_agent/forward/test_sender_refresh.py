@@ -1,0 +1,116 @@
+"""When the sender asks for the cluster's metadata again, and when it holds back.
+
+A refresh that fails or leaves a partition with frames without a leader holds the next wanted
+one back (Kafka down, a topic missing: otherwise every pass of the loop asked again at once);
+a complete one does not. The cluster client here is a stand-in for its metadata side only
+(``refresh`` answering when the test says, and the leaders it learned): what is tested is the
+sender's decision around it, with no broker involved; the forwarder against Apache Kafka is
+tested in tests/integration/buffer_agent/forward/test_forwarder.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue
+from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
+from support.batch_builder import SampleRecord, build_batch
+
+BATCH = build_batch([SampleRecord(None, b"v", 1000)])
+
+
+class GatedMetadata:
+    """Answers a refresh when ``gate`` is set: every topic asked for, one partition, led by
+    node 1."""
+
+    def __init__(self) -> None:
+        self.leaders: dict[tuple[str, int], int] = {}
+        self.topic_errors: dict[str, int] = {}
+        self.partition_counts: dict[str, int] = {}
+        self.asked: list[set[str]] = []
+        self.gate = asyncio.Event()
+
+    async def refresh(self, topics: set[str]) -> None:
+        self.asked.append(set(topics))
+        await self.gate.wait()
+        for topic in topics:
+            self.leaders[(topic, 0)] = 1
+            self.partition_counts[topic] = 1
+
+
+def queue_with_a_frame(topic: str) -> PartitionQueue:
+    queue = PartitionQueue((topic, 0), -1, 0, 0)  # no producer id yet: nothing is sent
+    queue.add(0, BATCH, 1, 0, 0, False)
+    return queue
+
+
+def sender_for(client: GatedMetadata, queues: dict[tuple[str, int], PartitionQueue]) -> Sender:
+    async def no_producer_id() -> tuple[int, int]:
+        raise AssertionError("not asked for here")
+
+    def ignore(*_: Any) -> None:
+        return None
+
+    return Sender(
+        cast(ClusterClient, client),
+        queues,
+        SenderSettings(
+            request_timeout_s=5.0,
+            retry_backoff_s=2.0,  # long: a refresh held back shows
+            retry_backoff_max_s=4.0,
+            metadata_interval_s=60.0,
+            max_merge_bytes=1 << 20,
+        ),
+        on_acked=ignore,
+        on_error=ignore,
+        on_new_identity=ignore,
+        new_producer_id=no_producer_id,
+    )
+
+
+def test_a_topic_met_during_a_refresh_is_asked_for_at_once_after_it() -> None:
+    """Seen in review: a topic whose first frame came while a refresh for others was out had
+    no leader when it ended, which counted the refresh as a miss: its frames waited out the
+    backoff (doubling with every such refresh)."""
+
+    async def scenario() -> list[set[str]]:
+        client = GatedMetadata()
+        queues = {("a", 0): queue_with_a_frame("a")}
+        sender = sender_for(client, queues)
+        loop = asyncio.get_running_loop()
+        sender.maintain(loop.time())  # the first refresh: for "a"
+        await asyncio.sleep(0)
+        queues[("b", 0)] = queue_with_a_frame("b")  # read while it is out
+        client.gate.set()
+        while sender.refreshing:
+            await asyncio.sleep(0.001)
+        sender.pump(loop.time())  # "b" has no leader: a refresh is wanted
+        sender.maintain(loop.time())
+        await asyncio.sleep(0.01)
+        sender.close()
+        return client.asked
+
+    assert asyncio.run(scenario()) == [{"a"}, {"a", "b"}]
+
+
+def test_a_refresh_that_leaves_a_partition_without_a_leader_holds_the_next_back() -> None:
+    async def scenario() -> tuple[int, int]:
+        client = GatedMetadata()
+        client.gate.set()
+        queues = {("gone", 3): PartitionQueue(("gone", 3), -1, 0, 0)}
+        queues[("gone", 3)].add(0, BATCH, 1, 0, 0, False)
+        sender = sender_for(client, queues)
+        loop = asyncio.get_running_loop()
+        sender.maintain(loop.time())
+        await asyncio.sleep(0.01)  # answered at once
+        asked_once = len(client.asked)
+        for _ in range(50):  # passes of the loop: partition 3 still has no leader
+            sender.pump(loop.time())
+            sender.maintain(loop.time())
+            await asyncio.sleep(0.001)
+        sender.close()
+        return asked_once, len(client.asked)
+
+    assert asyncio.run(scenario()) == (1, 1)
