@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,32 +37,29 @@ from confluent_kafka import Producer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
+from durable_producer.local.agent_process import AgentProcess  # noqa: E402
 from durable_producer.local.mock_cluster import MockCluster  # noqa: E402
-from durable_producer.local.ports import free_port  # noqa: E402
 
 CLOSED_PORT = "127.0.0.1:1"
 VALUE = b"v" * 200
 HUNG_RTT_MS = 8_000
-AGENT = "from durable_producer.buffer_agent.cli import main; sys.exit(main())"
+
+
+class AgentOf(AgentProcess):
+    """``durable-agent run`` from a checkout's ``src`` (``PYTHONPATH`` first)."""
+
+    def __init__(self, source: Path, data_dir: Path, kafka_bootstrap: str) -> None:
+        self.source = source
+        extra = ["--default-partitions", "4", "--fsync", "never", "--log-level", "error"]
+        super().__init__(data_dir, kafka_bootstrap, extra_args=extra)
+
+    def environment(self) -> dict[str, str]:
+        return dict(super().environment(), PYTHONPATH=str(self.source))
 
 
 def process_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def wait_listening(port: int, agent: subprocess.Popen[str], timeout_s: float = 60.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if agent.poll() is not None:
-            raise SystemExit(f"the agent exited with {agent.returncode} before listening")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.1)
-    raise SystemExit(f"the agent did not listen on {port} within {timeout_s:.0f} s")
 
 
 def one_agent(
@@ -88,58 +84,43 @@ def agent_run(
     bursts: int,
     idle_s: float,
 ) -> tuple[float, float]:
-    port, metrics_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory() as data:
-        command = [
-            sys.executable, "-c", f"import sys; {AGENT}", "run",
-            "--data-dir", data, "--kafka-bootstrap", bootstrap,
-            "--listen", f"127.0.0.1:{port}", "--metrics-listen", f"127.0.0.1:{metrics_port}",
-            "--default-partitions", "4", "--fsync", "never", "--log-level", "error",
-        ]  # fmt: skip
-        environment = dict(os.environ, PYTHONPATH=str(source))
-        agent = subprocess.Popen(
-            command, env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    with (
+        tempfile.TemporaryDirectory() as data,
+        AgentOf(source, Path(data) / "volume", bootstrap) as agent,  # started, killed at the end
+    ):
+        assert agent.process is not None
+        pid = agent.process.pid
+        producer = Producer(
+            {
+                "bootstrap.servers": agent.bootstrap,
+                "enable.idempotence": True,
+                "acks": "all",
+                "linger.ms": 5,
+                "log_level": 0,
+            }
         )
-        try:
-            wait_listening(port, agent)
-            producer = Producer(
-                {
-                    "bootstrap.servers": f"127.0.0.1:{port}",
-                    "enable.idempotence": True,
-                    "acks": "all",
-                    "linger.ms": 5,
-                    "log_level": 0,
-                }
-            )
-            producer.produce("outage", VALUE, partition=0)  # warm-up: metadata, producer id
-            if producer.flush(30):
-                raise SystemExit("the agent did not acknowledge the warm-up record")
-            if mock is not None:
-                time.sleep(2.0)  # the warm-up record forwarded: the agent knows the leaders
-                for broker in mock.broker_ids:
-                    mock.broker_set_rtt(broker, HUNG_RTT_MS)
-            per_record = []
-            for _ in range(bursts):
-                before = process_cpu_s(agent.pid)
-                for index in range(records):
-                    producer.produce("outage", VALUE, partition=index % 4)
-                    if index % 1000 == 0:
-                        producer.poll(0)
-                if producer.flush(60):
-                    raise SystemExit("the agent did not acknowledge every record")
-                per_record.append((process_cpu_s(agent.pid) - before) * 1e6 / records)
-            time.sleep(1.0)  # the last burst read
-            before = process_cpu_s(agent.pid)
-            time.sleep(idle_s)
-            share = (process_cpu_s(agent.pid) - before) / idle_s
-            return statistics.median(per_record), share
-        finally:
-            agent.terminate()
-            try:
-                agent.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                agent.kill()
-                agent.wait()
+        producer.produce("outage", VALUE, partition=0)  # warm-up: metadata, producer id
+        if producer.flush(30):
+            raise SystemExit("the agent did not acknowledge the warm-up record")
+        if mock is not None:
+            time.sleep(2.0)  # the warm-up record forwarded: the agent knows the leaders
+            for broker in mock.broker_ids:
+                mock.broker_set_rtt(broker, HUNG_RTT_MS)
+        per_record = []
+        for _ in range(bursts):
+            before = process_cpu_s(pid)
+            for index in range(records):
+                producer.produce("outage", VALUE, partition=index % 4)
+                if index % 1000 == 0:
+                    producer.poll(0)
+            if producer.flush(60):
+                raise SystemExit("the agent did not acknowledge every record")
+            per_record.append((process_cpu_s(pid) - before) * 1e6 / records)
+        time.sleep(1.0)  # the last burst read
+        before = process_cpu_s(pid)
+        time.sleep(idle_s)
+        share = (process_cpu_s(pid) - before) / idle_s
+        return statistics.median(per_record), share
 
 
 def main() -> None:
@@ -194,7 +175,7 @@ def measure(kind: str, sides: dict[str, Path], args: argparse.Namespace) -> None
     if "baseline" in medians:
         (cpu, share), (base_cpu, base_share) = medians["this checkout"], medians["baseline"]
         print(
-            f"  this/baseline  {cpu / base_cpu:.2f}x CPU a record,"
+            f"  this/baseline  {cpu / max(base_cpu, 1e-9):.2f}x CPU a record,"
             f" {share / max(base_share, 1e-9):.3f}x CPU waiting\n",
             flush=True,
         )

@@ -261,8 +261,12 @@ class Sender:
         return min([longest, *due])
 
     def _backoff(self, queue: PartitionQueue) -> float:
+        return self._backoff_after(queue.failures)
+
+    def _backoff_after(self, failures: int) -> float:
+        """``retry_backoff_s`` doubled ``failures`` times, at most ``retry_backoff_max_s``."""
         settings = self.settings
-        backoff: float = settings.retry_backoff_s * 2 ** min(queue.failures, 16)
+        backoff: float = settings.retry_backoff_s * 2 ** min(failures, 16)
         return min(backoff, settings.retry_backoff_max_s)
 
     # ----------------------------------------------------------------- upkeep
@@ -337,9 +341,7 @@ class Sender:
             self._refresh_not_before = now
             return
         self._refresh_misses += 1
-        settings = self.settings
-        backoff = settings.retry_backoff_s * 2 ** min(self._refresh_misses - 1, 16)
-        self._refresh_not_before = now + min(backoff, settings.retry_backoff_max_s)
+        self._refresh_not_before = now + self._backoff_after(self._refresh_misses - 1)
 
     def refused_for_good(self, queue: PartitionQueue, now: float, wait_s: float) -> bool:
         """The partition's head batch was refused (``PERMANENT``) for ``wait_s``, alone."""
