@@ -90,6 +90,14 @@ def _fetch_once(sock: socket.socket, topic: str, partition: int, offset: int) ->
     return bytes(data.records or b""), int(data.high_watermark)
 
 
+def high_watermark(address: str, topic: str, partition: int) -> int:
+    """The partition's high watermark, asked of the broker at ``address`` itself (no metadata
+    first: the address may bypass the proxy the broker advertises)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        return _fetch_once(sock, topic, partition, 0)[1]
+
+
 def raw_batches(bootstrap: str, topic: str, partition: int) -> list[bytes]:
     """Every batch of the partition as the broker stores it, from its log start to its high
     watermark (the bytes a consumer's fetch returns)."""

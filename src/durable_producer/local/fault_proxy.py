@@ -7,6 +7,9 @@ Runs an asyncio loop in a background thread. Modes:
   broker were unreachable.
 - ``hang()``: keep connections open (and accept new ones) but stop moving bytes, as if
   packets were being dropped; ``restore()`` lets the held bytes through again.
+- ``lose_answers()``: requests reach the broker, its answers are dropped (an asymmetric
+  fault: the broker acts on what the client never hears about); ``restore()`` then closes
+  the connections, whose streams lost bytes mid-answer.
 
 Start it before the broker so the broker can advertise ``proxy.address``; point it at
 the broker with ``proxy.target = broker.direct_address`` (or pass ``target``).
@@ -32,6 +35,7 @@ class ProxyMode(enum.Enum):
     FORWARD = "forward"
     CUT = "cut"
     HANG = "hang"
+    ANSWERS_LOST = "answers-lost"
 
 
 class FaultProxy(Managed):
@@ -83,13 +87,20 @@ class FaultProxy(Managed):
         """Stop moving bytes on open and new connections until ``restore()``."""
         self._call(self._set_mode(ProxyMode.HANG))
 
+    def lose_answers(self) -> None:
+        """Forward requests, drop the answers, until ``restore()``."""
+        self._call(self._set_mode(ProxyMode.ANSWERS_LOST))
+
     def restore(self) -> None:
         self._call(self._set_mode(ProxyMode.FORWARD))
 
     async def _set_mode(self, mode: ProxyMode) -> None:
         assert self._flowing is not None
+        leaving_lost = self._mode is ProxyMode.ANSWERS_LOST and mode is not ProxyMode.ANSWERS_LOST
         self._mode = mode
-        if mode is ProxyMode.FORWARD:
+        if leaving_lost:  # the open streams lost bytes mid-answer
+            await self._close_all_connections()
+        if mode in (ProxyMode.FORWARD, ProxyMode.ANSWERS_LOST):
             self._flowing.set()
             return
         self._flowing.clear()
@@ -123,7 +134,7 @@ class FaultProxy(Managed):
             self._writers.add(upstream_writer)
             await asyncio.gather(
                 self._pump(client_reader, upstream_writer),
-                self._pump(upstream_reader, client_writer),
+                self._pump(upstream_reader, client_writer, answers=True),
             )
         except (OSError, asyncio.IncompleteReadError, asyncio.CancelledError):
             # A cut cancels this handler: ending quietly keeps asyncio from logging the
@@ -137,7 +148,9 @@ class FaultProxy(Managed):
                         writer.transport.abort()
             self._connections.discard(task)
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, answers: bool = False
+    ) -> None:
         assert self._flowing is not None
         while True:
             await self._flowing.wait()
@@ -146,6 +159,8 @@ class FaultProxy(Managed):
                 writer.transport.abort()
                 return
             await self._flowing.wait()
+            if answers and self._mode is ProxyMode.ANSWERS_LOST:
+                continue
             writer.write(data)
             await writer.drain()
             self.bytes_forwarded += len(data)

@@ -394,7 +394,15 @@ class Sender:
                 return
             self._apply(queue, found, first)
             if queue.resolve:
-                await self._new_epoch(queue, found, "the leader's sequences do not fit ours")
+                await self._new_epoch(
+                    queue,
+                    found,
+                    "the leader no longer knows this producer (producer.id.expiration.ms"
+                    " passed, or its batches' log was deleted): frames sent before may be"
+                    " stored twice"
+                    if found is None
+                    else "the leader's sequences do not fit ours",
+                )
         finally:
             self._resolving.discard(key)
 
@@ -403,10 +411,17 @@ class Sender:
     ) -> None:
         """Acknowledge what the leader holds; leave ``resolve`` set if a new epoch is needed."""
         if found is None:
-            # The leader holds nothing of this producer: it takes any sequence from it.
-            # A second resolution of the same frames finding nothing: a new epoch.
+            # The leader holds nothing of this producer: it takes any sequence from it, and
+            # so any copy it held before. After a restart (code 0) a numbering beyond 0 means
+            # it took earlier frames of this identity and forgot them (expired, or their log
+            # deleted): a new epoch, whose renumbering counts the frames sent before as
+            # possible duplicates. A second resolution of the same frames finding nothing:
+            # a new epoch too.
             out_of_order = int(ErrorCode.out_of_order_sequence_number)
-            queue.resolve = queue.resolve_code not in (0, out_of_order) or queue.failures > 3
+            never_taken = queue.resolve_code == 0 and first[SEQUENCE] == 0
+            queue.resolve = (
+                not never_taken and queue.resolve_code != out_of_order
+            ) or queue.failures > 3
             queue.unbatch()
             return
         if found.epoch != queue.epoch:

@@ -11,12 +11,10 @@ tested in tests/integration/buffer_agent/forward/test_forwarder.py.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, cast
 
 from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue
-from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
-from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
 from support.batch_builder import SampleRecord, build_batch
+from support.sender_stand_ins import sender_for
 
 BATCH = build_batch([SampleRecord(None, b"v", 1000)])
 
@@ -44,30 +42,6 @@ def queue_with_a_frame(topic: str) -> PartitionQueue:
     queue = PartitionQueue((topic, 0), -1, 0, 0)  # no producer id yet: nothing is sent
     queue.add(0, BATCH, 1, 0, 0, False)
     return queue
-
-
-def sender_for(client: GatedMetadata, queues: dict[tuple[str, int], PartitionQueue]) -> Sender:
-    async def no_producer_id() -> tuple[int, int]:
-        raise AssertionError("not asked for here")
-
-    def ignore(*_: Any) -> None:
-        return None
-
-    return Sender(
-        cast(ClusterClient, client),
-        queues,
-        SenderSettings(
-            request_timeout_s=5.0,
-            retry_backoff_s=2.0,  # long: a refresh held back shows
-            retry_backoff_max_s=4.0,
-            metadata_interval_s=60.0,
-            max_merge_bytes=1 << 20,
-        ),
-        on_acked=ignore,
-        on_error=ignore,
-        on_new_identity=ignore,
-        new_producer_id=no_producer_id,
-    )
 
 
 def test_a_topic_met_during_a_refresh_is_asked_for_at_once_after_it() -> None:

@@ -1,0 +1,47 @@
+"""A ``Sender`` over a stand-in cluster client, for unit tests of the sender's decisions.
+
+The stand-in implements only what the test drives (metadata, DescribeProducers); what is
+tested is the sender's decision around it, with no broker. The forwarder against Apache
+Kafka is tested in tests/integration/buffer_agent/forward/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, cast
+
+from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, Pending
+from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
+
+
+def sender_for(
+    client: object,
+    queues: dict[tuple[str, int], PartitionQueue],
+    *,
+    on_new_identity: Callable[[PartitionQueue, list[Pending]], None] | None = None,
+) -> Sender:
+    """A sender over ``client`` with long backoffs (a decision held back shows); answers,
+    errors and new identities ignored unless ``on_new_identity`` is given."""
+
+    async def no_producer_id() -> tuple[int, int]:
+        raise AssertionError("not asked for here")
+
+    def ignore(*_: Any) -> None:
+        return None
+
+    return Sender(
+        cast(ClusterClient, client),
+        queues,
+        SenderSettings(
+            request_timeout_s=5.0,
+            retry_backoff_s=2.0,
+            retry_backoff_max_s=4.0,
+            metadata_interval_s=60.0,
+            max_merge_bytes=1 << 20,
+        ),
+        on_acked=ignore,
+        on_error=ignore,
+        on_new_identity=on_new_identity or ignore,
+        new_producer_id=no_producer_id,
+    )
