@@ -22,6 +22,8 @@ from enum import Enum
 
 from kio.schema.errors import ErrorCode
 
+from durable_producer.buffer_agent.kafka.sasl import SaslFailed
+
 
 class AnswerVerdict(Enum):
     """What Kafka's answer to a forwarded batch calls for (the module docstring)."""
@@ -50,6 +52,10 @@ PERMANENT = frozenset(
         ErrorCode.invalid_required_acks,
         ErrorCode.transactional_id_authorization_failed,
     )
+)
+NOT_AUTHORIZED = frozenset(
+    int(code)
+    for code in (ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed)
 )
 TOO_LARGE = frozenset(
     int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
@@ -92,6 +98,19 @@ def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:
     if code in PERMANENT:
         return AnswerVerdict.REFUSED
     return AnswerVerdict.RETRY
+
+
+_NETWORK = int(ErrorCode.network_exception)
+_TIMEOUT = int(ErrorCode.request_timed_out)
+_SASL_FAILED = int(ErrorCode.sasl_authentication_failed)
+
+
+def transport_code(error: BaseException) -> int:
+    """The Kafka error code a failed connection or request stands for (a refused SASL login
+    is no network fault: the credentials or the mechanism are wrong)."""
+    if isinstance(error, SaslFailed):
+        return _SASL_FAILED
+    return _TIMEOUT if isinstance(error, TimeoutError) else _NETWORK
 
 
 def error_name(code: int) -> str:

@@ -30,9 +30,11 @@ from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.failure_policy import (
+    NOT_AUTHORIZED,
     PERMANENT,
     UNKNOWN_TOPIC,
     error_name,
+    transport_code,
 )
 from durable_producer.buffer_agent.forward.health import ForwarderHealth
 from durable_producer.buffer_agent.forward.identity import (
@@ -402,10 +404,19 @@ class Forwarder:
             return
         try:
             await self._init_producer_id()  # the queues read meanwhile take it
-        except (BrokerUnreachable, KafkaRequestFailed, OSError, TimeoutError) as error:
+        except KafkaRequestFailed as error:  # answered: Kafka refuses it
             self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s
-            code = getattr(error, "code", -1)
-            self.health.error("transport", code, "INIT_PRODUCER_ID", str(error))
+            hint = (
+                ": the agent's principal needs WRITE on the topics (before Kafka 3.0:"
+                " IDEMPOTENT_WRITE on the cluster)"
+                if error.code in NOT_AUTHORIZED
+                else ""
+            )
+            self.health.error("delivery", error.code, error_name(error.code), f"{error}{hint}")
+        except (BrokerUnreachable, OSError, TimeoutError) as error:
+            self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s
+            code = transport_code(error)
+            self.health.error("transport", code, error_name(code), f"InitProducerId: {error}")
 
     async def _init_producer_id(self) -> tuple[int, int]:
         """A new producer id, taken by every queue still without one and written to the volume

@@ -21,12 +21,14 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from durable_producer.buffer_agent.forward.failure_policy import (
+    NOT_AUTHORIZED,
     PERMANENT,
     TOO_LARGE,
     UNKNOWN_TOPIC,
     AnswerVerdict,
     error_name,
     judge,
+    transport_code,
 )
 from durable_producer.buffer_agent.forward.partition_queue import (
     INDEX,
@@ -57,7 +59,6 @@ MAX_REQUESTS_PER_BROKER = 5
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MIN_MERGE_BYTES = 16 * 1024
 _NETWORK = int(ErrorCode.network_exception)
-_TIMEOUT = int(ErrorCode.request_timed_out)
 PartitionKey = tuple[str, int]
 
 
@@ -217,7 +218,7 @@ class Sender:
         self, batches: list[tuple[PartitionQueue, Batch]], error: BaseException, *, sent: bool
     ) -> None:
         now = asyncio.get_running_loop().time()
-        code = _TIMEOUT if isinstance(error, TimeoutError) else _NETWORK
+        code = transport_code(error)
         self._on_error("transport", code, error_name(code), str(error) or type(error).__name__)
         for queue, batch in batches:
             queue.failed(batch, code, now, unknown=sent)
@@ -298,7 +299,8 @@ class Sender:
         try:
             await self.client.refresh(topics)
         except (BrokerUnreachable, OSError, TimeoutError) as error:
-            self._on_error("transport", _NETWORK, "NETWORK_EXCEPTION", str(error))
+            code = transport_code(error)
+            self._on_error("transport", code, error_name(code), str(error))
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
             return
         except BaseException:
@@ -375,11 +377,7 @@ class Sender:
                 ).get(key[1])
             except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
                 if isinstance(error, ValueError):  # DescribeProducers not supported
-                    if queue.resolve_code == 0:  # the check after a restart: the broker's
-                        queue.resolve = False  # duplicate window recognises what it holds
-                        queue.unbatch()
-                        return
-                    await self._new_epoch(queue, None, "the leader cannot describe producers")
+                    await self._undescribed(queue, "the leader cannot describe producers")
                     return
                 self._refresh_wanted = True
                 queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
@@ -389,6 +387,19 @@ class Sender:
                 if verdict in (AnswerVerdict.REFRESH, AnswerVerdict.RETRY):
                     self._refresh_wanted = True
                     queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                    return
+                if found in NOT_AUTHORIZED:
+                    self._log.warning(
+                        f"describe {key[0]}",
+                        "DescribeProducers on %s refused (%s): grant the agent's principal READ"
+                        " on the topic (Kafka asks READ for it) so that a restart sends nothing"
+                        " twice; until then frames sent before a restart go again with their"
+                        " numbers, and under a new epoch, counted as possible duplicates, where"
+                        " the leader cannot place them",
+                        key[0],
+                        error_name(found),
+                    )
+                    await self._undescribed(queue, f"DescribeProducers: {error_name(found)}")
                     return
                 await self._new_epoch(queue, None, f"DescribeProducers: {error_name(found)}")
                 return
@@ -405,6 +416,18 @@ class Sender:
                 )
         finally:
             self._resolving.discard(key)
+
+    async def _undescribed(self, queue: PartitionQueue, reason: str) -> None:
+        """The leader cannot say what it holds (DescribeProducers not served, or not
+        authorized). After a restart the frames go again with their numbers: the leader
+        drops an exact copy of one of its last five batches of the producer, takes the next
+        in sequence, and answers anything else OUT_OF_ORDER_SEQUENCE_NUMBER, which then moves
+        the partition to a new epoch (counted). Otherwise a new epoch at once."""
+        if queue.resolve_code == 0:
+            queue.resolve = False
+            queue.unbatch()
+            return
+        await self._new_epoch(queue, None, reason)
 
     def _apply(
         self, queue: PartitionQueue, found: ProducerOnPartition | None, first: Pending

@@ -26,7 +26,6 @@ FORWARDER_OWNED_SETTINGS = {
     "message.timeout.ms": "records never expire in the forwarder (message.timeout.ms=0)",
     "delivery.timeout.ms": "records never expire in the forwarder (message.timeout.ms=0)",
     "transactional.id": "the forwarder does not use transactions",
-    "enable.gapless.guarantee": "set by the forwarder",
 }
 
 # Settings this module derives from the structured fields; set them there, not as extras.

@@ -2,8 +2,7 @@
 
 A Kafka client given ``{"logger": ClientLog(...)}`` hands its log lines to ``ClientLog.log``
 (confluent-kafka calls it from ``poll()``). Unfiltered, a 20-second outage printed 171
-connection failures (every broker, every reconnect attempt) and every producer creation a
-configuration warning the forwarder causes on purpose. Here:
+connection failures (every broker, every reconnect attempt). Here:
 
 - connection failures (facility ``FAIL`` and the like) make one WARNING when a spell of
   them begins; the rest are counted, a reminder with the count is logged every
@@ -11,7 +10,6 @@ configuration warning the forwarder causes on purpose. Here:
   succeed) ends the spell, once no failure was seen for ``quiet_s`` (records in flight are
   still acknowledged while brokers go down), with one INFO line saying how long it lasted
   and how many lines were suppressed;
-- expected configuration warnings (``EXPECTED_WARNINGS``) go to DEBUG;
 - anything else keeps its level, at most one line per facility every ``repeat_s``
   (``log_limits.RateLimitedLog`` says how many were suppressed).
 """
@@ -25,8 +23,6 @@ from collections.abc import Callable
 CLIENT_LOGGER = "durable_producer.buffer_agent.kafka.client"
 """The logger librdkafka's own lines go to."""
 CONNECTION_FACILITIES = frozenset({"FAIL", "REQTMOUT", "BROKERFAIL", "CONNECT", "TERMINATE"})
-EXPECTED_WARNINGS = ("enable.gapless.guarantee is experimental",)
-"""Parts of librdkafka warnings about settings the agent makes deliberately."""
 
 
 class ClientLog:
@@ -68,8 +64,6 @@ class ClientLog:
         facility, text = _split(msg, args)
         if facility in CONNECTION_FACILITIES:
             self._connection_error(text)
-        elif level >= logging.WARNING and any(part in text for part in EXPECTED_WARNINGS):
-            self._logger.debug("Kafka client %s: %s: %s", self._client, facility, text)
         else:
             self._limited(level, facility, text)
 

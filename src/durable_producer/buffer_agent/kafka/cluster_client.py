@@ -33,6 +33,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
     nested_schema,
     request_schema,
 )
+from durable_producer.buffer_agent.kafka.sasl import SaslFailed
 
 API_DESCRIBE_PRODUCERS = 61
 API_DESCRIBE_CONFIGS = 32
@@ -124,18 +125,21 @@ class ClusterClient:
                 return connection
         nodes = list(self.brokers)
         random.shuffle(nodes)
-        errors = []
+        errors: list[OSError] = []
         for node in nodes:
             try:
                 return await self.connection(node)
-            except (BrokerUnreachable, OSError) as error:
-                errors.append(str(error))
+            except OSError as error:  # BrokerUnreachable, SaslFailed among them
+                errors.append(error)
         for host, port in self._bootstrap:
             try:
                 return await BrokerConnection.open(host, port, self._security, self.timeout_s)
-            except (BrokerUnreachable, OSError) as error:
-                errors.append(str(error))
-        raise BrokerUnreachable("; ".join(errors) or "no broker address known")
+            except OSError as error:
+                errors.append(error)
+        message = "; ".join(map(str, errors)) or "no broker address known"
+        if errors and all(isinstance(error, SaslFailed) for error in errors):
+            raise SaslFailed(message)  # reached, and refused: the credentials are wrong
+        raise BrokerUnreachable(message)
 
     async def _call(
         self, connection: BrokerConnection, api_key: int, highest: int, **values: object

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from durable_producer.buffer_agent.forward.partition_queue import (
     OFFSET,
@@ -34,13 +35,13 @@ KEY = ("t", 0)
 class DescribingLeader:
     """Node 1 leads ``KEY`` and describes what ``held`` says it holds of the producer."""
 
-    def __init__(self, held: ProducerOnPartition | None) -> None:
+    def __init__(self, held: ProducerOnPartition | int | None) -> None:
         self.leaders = {KEY: 1}
         self.held = held
 
     async def describe_producers(
         self, node_id: int, topic: str, partitions: list[int], producer_id: int
-    ) -> dict[int, ProducerOnPartition | None]:
+    ) -> dict[int, ProducerOnPartition | int | None]:
         return {partition: self.held for partition in partitions}
 
 
@@ -90,4 +91,16 @@ def test_a_leader_that_knows_the_producer_acknowledges_what_it_holds(last_sequen
     assert not queue.resolve
     assert (queue.producer_id, queue.epoch) == (7, 0)
     assert [frame[OFFSET] for frame in queue.frames] == [10, 11][last_sequence - 39 :]
+    assert handed == []
+
+
+def test_a_leader_that_may_not_describe_producers_gets_the_frames_with_their_numbers() -> None:
+    """DescribeProducers needs READ on the topic; a producer's principal often has only WRITE
+    and DESCRIBE. The broker's duplicate window then says what it holds: sent again as
+    numbered, no new epoch at once (20 duplicates in 5 kills against Apache Kafka took a new
+    epoch each time; 2 this way, tests/integration/buffer_agent/forward/test_secured_kafka.py)."""
+    queue, handed = _resolved(int(ErrorCode.topic_authorization_failed), first_sequence=40)
+    assert not queue.resolve
+    assert (queue.producer_id, queue.epoch) == (7, 0)
+    assert [frame[SEQUENCE] for frame in queue.frames] == [40, 41]
     assert handed == []

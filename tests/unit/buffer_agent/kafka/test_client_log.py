@@ -13,10 +13,6 @@ FAIL = (
     "[thrd:127.0.0.1:9/bootstrap]: 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed:"
     " Connection refused (after 0ms in state CONNECT)"
 )
-GAPLESS = (
-    "[thrd:app]: Configuration property enable.gapless.guarantee is experimental: When set"
-    " to `true`, any error ..."
-)
 
 
 def _lines(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
@@ -59,17 +55,6 @@ def test_a_spell_of_connection_failures_is_one_warning_a_reminder_and_one_recove
         " lines suppressed)",
     )
     assert not client.failing
-
-
-def test_the_gapless_warning_the_forwarder_causes_on_purpose_is_debug_only(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    client = ClientLog(logging.getLogger("test.client"), "forwarder")
-    caplog.set_level(logging.DEBUG, "test.client")
-
-    client.log(logging.WARNING, "%s [%s] %s", "CONFWARN", "rdkafka#producer-1", GAPLESS)
-
-    assert [level for level, _ in _lines(caplog)] == [logging.DEBUG]
 
 
 def test_other_lines_keep_their_level_at_most_once_a_minute_per_facility(

@@ -1,0 +1,149 @@
+"""A single Apache Kafka broker with SASL listeners and an ACL authorizer, for the agent's own
+Kafka client (the forwarder) against real authentication and authorization.
+
+Listeners besides the plaintext ``CLIENT`` one (the test's own admin work, anonymous and a
+super user there):
+
+- ``SASLPLAIN``: SASL_PLAINTEXT; ``SASLTLS``: SASL_SSL with a certificate for 127.0.0.1 signed
+  by a CA made for this broker (``ca_file``, made with ``openssl``).
+- Mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 on both; every user in ``USERS`` has the
+  same password for each (PLAIN from the JAAS config, SCRAM credentials stored in KRaft's
+  metadata with AlterUserScramCredentials once the broker is up).
+- ``StandardAuthorizer``: users may do only what ``allow`` grants them (no ACL: refused).
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from durable_producer.local.broker import KafkaBroker
+from durable_producer.local.ports import LOOPBACK, free_port
+
+USERS = {"writer": "writer-secret", "reader-writer": "reader-writer-secret"}
+"""User -> password (every mechanism)."""
+MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+LISTENERS = {"SASLPLAIN": "SASL_PLAINTEXT", "SASLTLS": "SASL_SSL"}
+"""Listener name -> security protocol."""
+_JAAS_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
+_JAAS_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+
+
+class SecuredBroker(KafkaBroker):
+    """The broker; ``bootstrap_for(protocol)`` is where a client of that protocol connects,
+    ``bootstrap`` (plaintext, anonymous super user) is for the test's own admin work."""
+
+    def __init__(self) -> None:
+        self.ports = {name: free_port() for name in LISTENERS}
+        super().__init__()
+        self.ca_file = self.work_dir / "tls" / "ca.pem"
+
+    def bootstrap_for(self, protocol: str) -> str:
+        name = next(name for name, value in LISTENERS.items() if value == protocol)
+        return f"{LOOPBACK}:{self.ports[name]}"
+
+    def server_properties(self) -> dict[str, str]:
+        settings = super().server_properties()
+        tls = self.work_dir / "tls"
+        plain_users = " ".join(f'user_{user}="{password}"' for user, password in USERS.items())
+        for name, protocol in LISTENERS.items():
+            address = f"{LOOPBACK}:{self.ports[name]}"
+            settings["listeners"] += f",{name}://{address}"
+            settings["advertised.listeners"] += f",{name}://{address}"
+            settings["listener.security.protocol.map"] += f",{name}:{protocol}"
+            prefix = f"listener.name.{name.lower()}"
+            settings[f"{prefix}.plain.sasl.jaas.config"] = _JAAS_PLAIN.format(users=plain_users)
+            for mechanism in MECHANISMS[1:]:
+                settings[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = _JAAS_SCRAM
+        settings.update(
+            {
+                "sasl.enabled.mechanisms": ",".join(MECHANISMS),
+                "listener.name.sasltls.ssl.keystore.type": "PEM",
+                "listener.name.sasltls.ssl.keystore.location": str(tls / "server.pem"),
+                "authorizer.class.name": (
+                    "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+                ),
+                "super.users": "User:ANONYMOUS",
+                "allow.everyone.if.no.acl.found": "false",
+            }
+        )
+        return settings
+
+    def format(self) -> None:
+        self._make_certificates(self.work_dir / "tls")
+        super().format()
+
+    def start(self, timeout: float | None = None) -> SecuredBroker:
+        super().start(timeout)
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
+        for mechanism in MECHANISMS[1:]:  # one credential of a user a request
+            info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), 4096)
+            upserts = [
+                UserScramCredentialUpsertion(user, info, password.encode())
+                for user, password in USERS.items()
+            ]
+            for future in admin.alter_user_scram_credentials(upserts).values():
+                future.result(timeout=30)
+        return self
+
+    def allow(self, user: str, topic: str, operations: list[str]) -> None:
+        """Let ``user`` do ``operations`` (AclOperation names: WRITE, DESCRIBE, READ, ...) on
+        ``topic``."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
+        bindings = [
+            AclBinding(
+                ResourceType.TOPIC,
+                topic,
+                ResourcePatternType.LITERAL,
+                f"User:{user}",
+                "*",
+                getattr(AclOperation, operation),
+                AclPermissionType.ALLOW,
+            )
+            for operation in operations
+        ]
+        for future in admin.create_acls(bindings).values():
+            future.result(timeout=30)
+
+    @staticmethod
+    def _make_certificates(directory: Path) -> None:
+        """A CA, and a certificate for 127.0.0.1 it signed; ``server.pem`` holds the key
+        (PKCS#8, as Kafka's PEM keystore reads it) and the certificate."""
+        if (directory / "server.pem").is_file():
+            return
+        directory.mkdir(parents=True, exist_ok=True)
+
+        def openssl(*arguments: str) -> None:
+            subprocess.run(
+                ["openssl", *arguments], cwd=directory, check=True, capture_output=True
+            )
+
+        openssl(
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-subj", "/CN=durable-producer test CA", "-keyout", "ca.key", "-out", "ca.pem",
+        )  # fmt: skip
+        openssl(
+            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={LOOPBACK}",
+            "-keyout", "server.key", "-out", "server.csr",
+        )  # fmt: skip
+        (directory / "san.cnf").write_text(f"subjectAltName=IP:{LOOPBACK}\n")
+        openssl(
+            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt",
+        )  # fmt: skip
+        openssl("pkcs8", "-topk8", "-nocrypt", "-in", "server.key", "-out", "server.pk8")
+        (directory / "server.pem").write_text(
+            (directory / "server.pk8").read_text() + (directory / "server.crt").read_text()
+        )
