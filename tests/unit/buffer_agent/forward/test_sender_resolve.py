@@ -97,8 +97,9 @@ def test_a_leader_that_knows_the_producer_acknowledges_what_it_holds(last_sequen
 def test_a_leader_that_may_not_describe_producers_gets_the_frames_with_their_numbers() -> None:
     """DescribeProducers needs READ on the topic; a producer's principal often has only WRITE
     and DESCRIBE. The broker's duplicate window then says what it holds: sent again as
-    numbered, no new epoch at once (20 duplicates in 5 kills against Apache Kafka took a new
-    epoch each time; 2 this way, tests/integration/buffer_agent/forward/test_secured_kafka.py)."""
+    numbered, no new epoch at once (the leader answers what it cannot place out of order,
+    and that takes the new epoch; tests/integration/buffer_agent/forward/test_secured_kafka.py
+    measures the duplicates, all counted)."""
     queue, handed = _resolved(int(ErrorCode.topic_authorization_failed), first_sequence=40)
     assert not queue.resolve
     assert (queue.producer_id, queue.epoch) == (7, 0)
