@@ -5,7 +5,7 @@ Listeners besides the plaintext ``CLIENT`` one (the test's own admin work, anony
 super user there):
 
 - ``SASLPLAIN``: SASL_PLAINTEXT; ``SASLTLS``: SASL_SSL with a certificate for 127.0.0.1 signed
-  by a CA made for this broker (``ca_file``, made with ``openssl``).
+  by a CA made for this broker (``ca_file``, made with ``trustme``).
 - Mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 on both; every user in ``USERS`` has the
   same password for each (PLAIN from the JAAS config, SCRAM credentials stored in KRaft's
   metadata with AlterUserScramCredentials once the broker is up).
@@ -14,9 +14,9 @@ super user there):
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
+import trustme
 from confluent_kafka.admin import (
     AclBinding,
     AclOperation,
@@ -28,11 +28,12 @@ from confluent_kafka.admin import (
     ScramMechanism,
     UserScramCredentialUpsertion,
 )
+from cryptography.hazmat.primitives import serialization
 
 from durable_producer.local.broker import KafkaBroker
 from durable_producer.local.ports import LOOPBACK, free_port
 
-USERS = {"writer": "writer-secret", "reader-writer": "reader-writer-secret"}
+USERS = {"writer": "writer-secret"}
 """User -> password (every mechanism)."""
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LISTENERS = {"SASLPLAIN": "SASL_PLAINTEXT", "SASLTLS": "SASL_SSL"}
@@ -119,31 +120,19 @@ class SecuredBroker(KafkaBroker):
 
     @staticmethod
     def _make_certificates(directory: Path) -> None:
-        """A CA, and a certificate for 127.0.0.1 it signed; ``server.pem`` holds the key
-        (PKCS#8, as Kafka's PEM keystore reads it) and the certificate."""
+        """A CA (``ca.pem``), and a certificate for 127.0.0.1 it signed: ``server.pem`` holds
+        the key (PKCS#8, as Kafka's PEM keystore reads it) and the certificate chain."""
         if (directory / "server.pem").is_file():
             return
         directory.mkdir(parents=True, exist_ok=True)
-
-        def openssl(*arguments: str) -> None:
-            subprocess.run(
-                ["openssl", *arguments], cwd=directory, check=True, capture_output=True
-            )
-
-        openssl(
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-subj", "/CN=durable-producer test CA", "-keyout", "ca.key", "-out", "ca.pem",
-        )  # fmt: skip
-        openssl(
-            "req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={LOOPBACK}",
-            "-keyout", "server.key", "-out", "server.csr",
-        )  # fmt: skip
-        (directory / "san.cnf").write_text(f"subjectAltName=IP:{LOOPBACK}\n")
-        openssl(
-            "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
-            "-CAcreateserial", "-days", "2", "-extfile", "san.cnf", "-out", "server.crt",
-        )  # fmt: skip
-        openssl("pkcs8", "-topk8", "-nocrypt", "-in", "server.key", "-out", "server.pk8")
-        (directory / "server.pem").write_text(
-            (directory / "server.pk8").read_text() + (directory / "server.crt").read_text()
+        ca = trustme.CA(key_type=trustme.KeyType.RSA)
+        issued = ca.issue_cert(LOOPBACK, key_type=trustme.KeyType.RSA)
+        ca.cert_pem.write_to_path(str(directory / "ca.pem"))
+        key = serialization.load_pem_private_key(issued.private_key_pem.bytes(), None)
+        pkcs8 = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
         )
+        chain = b"".join(blob.bytes() for blob in issued.cert_chain_pems)
+        (directory / "server.pem").write_bytes(pkcs8 + chain)
