@@ -23,8 +23,9 @@ from pathlib import Path
 import pytest
 
 from durable_producer.local.agent_process import AgentProcess
+from support.agent_kills import kill_under_load
 from support.broker import KafkaBroker, consume_all
-from support.cluster_load import ProducerLoad, grade
+from support.cluster_load import grade
 from support.kafka_fixtures import TopicFactory
 
 pytestmark = pytest.mark.integration
@@ -33,14 +34,6 @@ KILLS = 20
 PARTITIONS = 3
 RATE = 1500
 """Records a second per client (two clients)."""
-
-
-def _possible_duplicates(agent: AgentProcess) -> float:
-    return sum(
-        value
-        for name, value in agent.metrics().items()
-        if name.startswith("durable_agent_possible_duplicates_total")
-    )
 
 
 def test_kill_9_twenty_times_under_load_loses_nothing_and_duplicates_nothing(
@@ -55,22 +48,12 @@ def test_kill_9_twenty_times_under_load_loses_nothing_and_duplicates_nothing(
         extra_args=["--checkpoint-interval", "1", "--drain-timeout", "60"],
         log_path=tmp_path / "agent.log",
     )
-    counted = 0.0
     with agent:
-        loads = [
-            ProducerLoad(f"c{n}", agent.bootstrap, topic, PARTITIONS, RATE).start()
-            for n in range(2)
-        ]
-        try:
-            for _ in range(KILLS):
-                time.sleep(rng.uniform(0.3, 2.0))
-                counted += _possible_duplicates(agent)
-                agent.restart()
-            time.sleep(2.0)
-        finally:
-            unflushed = [load.stop() for load in loads]
-        counted += _possible_duplicates(agent)
+        run = kill_under_load(
+            agent, topic, PARTITIONS, RATE, [rng.uniform(0.3, 2.0) for _ in range(KILLS)]
+        )
         assert agent.stop(timeout=90) == 0, agent.log_tail()
+    loads, unflushed, counted = run.loads, run.unflushed, run.counted_possible
     consumed = consume_all(kafka_broker.bootstrap, topic, timeout=120, idle=3)
     result = grade(consumed, loads)
     print(

@@ -11,15 +11,15 @@ wrong in one line, and delivers once started with the right ones.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from durable_producer.local.agent_process import AgentProcess
+from support.agent_kills import kill_under_load
 from support.broker import consume_all
-from support.cluster_load import ProducerLoad, grade
+from support.cluster_load import grade
 from support.kafka_clients import produce_values
 from support.kafka_fixtures import TopicFactory, started
 from support.secured_broker import USERS, SecuredBroker
@@ -164,14 +164,6 @@ def test_a_principal_without_write_keeps_records_waiting_and_names_the_acl(
     consumed = consume_all(secured_broker.bootstrap, topic, expected=100, timeout=60)
     assert sorted(record.value for record in consumed) == values
 
-def _possible(agent: AgentProcess) -> float:
-    return sum(
-        value
-        for name, value in agent.metrics().items()
-        if name.startswith("durable_agent_possible_duplicates_total")
-    )
-
-
 @pytest.mark.parametrize("acls", [PRODUCER_ACLS, [*PRODUCER_ACLS, "READ"]], ids=["write", "read"])
 def test_kill_9_under_load_through_sasl_loses_nothing_and_counts_what_it_cannot_rule_out(
     secured_broker: SecuredBroker, new_topic: TopicFactory, tmp_path: Path, acls: list[str]
@@ -188,19 +180,10 @@ def test_kill_9_under_load_through_sasl_loses_nothing_and_counts_what_it_cannot_
         secured_broker, tmp_path, "SASL_SSL", "SCRAM-SHA-512", USERS["writer"],
         "--checkpoint-interval", "1",
     )  # fmt: skip
-    counted = 0.0
     with agent:
-        loads = [ProducerLoad(f"c{n}", agent.bootstrap, topic, 3, 1000).start() for n in range(2)]
-        try:
-            for pause in (1.2, 0.7, 1.6, 0.9, 1.3):
-                time.sleep(pause)
-                counted += _possible(agent)
-                agent.restart()
-            time.sleep(2.0)
-        finally:
-            unflushed = [load.stop() for load in loads]
-        counted += _possible(agent)
+        run = kill_under_load(agent, topic, 3, 1000, (1.2, 0.7, 1.6, 0.9, 1.3))
         assert agent.stop(timeout=90) == 0, agent.log_tail()
+    loads, unflushed, counted = run.loads, run.unflushed, run.counted_possible
     log = (tmp_path / "agent.log").read_text()
     consumed = consume_all(secured_broker.bootstrap, topic, timeout=120, idle=3)
     result = grade(consumed, loads)
