@@ -5,7 +5,9 @@ Listeners besides the plaintext ``CLIENT`` one (the test's own admin work, anony
 super user there):
 
 - ``SASLPLAIN``: SASL_PLAINTEXT; ``SASLTLS``: SASL_SSL with a certificate for 127.0.0.1 signed
-  by a CA made for this broker (``ca_file``, made with ``trustme``).
+  by a CA made for this broker (``ca_file``, made with ``trustme``); ``MTLS``: SSL with client
+  certificates required, the principal being the certificate's CN (``client_files(user)``
+  gives a user's certificate and key, signed by the same CA).
 - Mechanisms PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 on both; every user in ``USERS`` has the
   same password for each (PLAIN from the JAAS config, SCRAM credentials stored in KRaft's
   metadata with AlterUserScramCredentials once the broker is up).
@@ -36,7 +38,7 @@ from durable_producer.local.ports import LOOPBACK, free_port
 USERS = {"writer": "writer-secret"}
 """User -> password (every mechanism)."""
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-LISTENERS = {"SASLPLAIN": "SASL_PLAINTEXT", "SASLTLS": "SASL_SSL"}
+LISTENERS = {"SASLPLAIN": "SASL_PLAINTEXT", "SASLTLS": "SASL_SSL", "MTLS": "SSL"}
 """Listener name -> security protocol."""
 _JAAS_PLAIN = "org.apache.kafka.common.security.plain.PlainLoginModule required {users};"
 _JAAS_SCRAM = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -50,6 +52,10 @@ class SecuredBroker(KafkaBroker):
         self.ports = {name: free_port() for name in LISTENERS}
         super().__init__()
         self.ca_file = self.work_dir / "tls" / "ca.pem"
+
+    def client_files(self, user: str) -> tuple[Path, Path]:
+        """(certificate, key) of ``user`` for the MTLS listener."""
+        return self.work_dir / "tls" / f"{user}.pem", self.work_dir / "tls" / f"{user}.key"
 
     def bootstrap_for(self, protocol: str) -> str:
         name = next(name for name, value in LISTENERS.items() if value == protocol)
@@ -65,14 +71,21 @@ class SecuredBroker(KafkaBroker):
             settings["advertised.listeners"] += f",{name}://{address}"
             settings["listener.security.protocol.map"] += f",{name}:{protocol}"
             prefix = f"listener.name.{name.lower()}"
+            if protocol in ("SSL", "SASL_SSL"):
+                settings[f"{prefix}.ssl.keystore.type"] = "PEM"
+                settings[f"{prefix}.ssl.keystore.location"] = str(tls / "server.pem")
+            if protocol == "SSL":
+                settings[f"{prefix}.ssl.client.auth"] = "required"
+                settings[f"{prefix}.ssl.truststore.type"] = "PEM"
+                settings[f"{prefix}.ssl.truststore.location"] = str(tls / "ca.pem")
+                continue
             settings[f"{prefix}.plain.sasl.jaas.config"] = _JAAS_PLAIN.format(users=plain_users)
             for mechanism in MECHANISMS[1:]:
                 settings[f"{prefix}.{mechanism.lower()}.sasl.jaas.config"] = _JAAS_SCRAM
         settings.update(
             {
                 "sasl.enabled.mechanisms": ",".join(MECHANISMS),
-                "listener.name.sasltls.ssl.keystore.type": "PEM",
-                "listener.name.sasltls.ssl.keystore.location": str(tls / "server.pem"),
+                "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT",
                 "authorizer.class.name": (
                     "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
                 ),
@@ -127,6 +140,12 @@ class SecuredBroker(KafkaBroker):
         directory.mkdir(parents=True, exist_ok=True)
         ca = trustme.CA(key_type=trustme.KeyType.RSA)
         issued = ca.issue_cert(LOOPBACK, key_type=trustme.KeyType.RSA)
+        for user in USERS:
+            client = ca.issue_cert(f"{user}.clients.test", common_name=user)
+            client.private_key_pem.write_to_path(str(directory / f"{user}.key"))
+            (directory / f"{user}.pem").write_bytes(
+                b"".join(blob.bytes() for blob in client.cert_chain_pems)
+            )
         ca.cert_pem.write_to_path(str(directory / "ca.pem"))
         key = serialization.load_pem_private_key(issued.private_key_pem.bytes(), None)
         pkcs8 = key.private_bytes(

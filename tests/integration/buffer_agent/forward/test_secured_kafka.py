@@ -2,7 +2,8 @@
 
 The forwarder is a Kafka client of its own (``kafka/connection``, ``kafka/sasl``): its SASL
 PLAIN and SCRAM exchanges and its TLS are tested here against a real broker
-(``support/secured_broker``), each mechanism over SASL_PLAINTEXT and SASL_SSL, with a user
+(``support/secured_broker``), each mechanism over SASL_PLAINTEXT and SASL_SSL, and mutual TLS
+(a client certificate, the principal its CN), with a user
 granted only what a producer needs (WRITE and DESCRIBE on the topic: no READ, no cluster
 ACL). Records go through a real agent process and are read back from Kafka, byte-exact.
 Wrong credentials must not lose what the agent acknowledged: it keeps accepting, says what is
@@ -45,18 +46,24 @@ def _agent(
     password: str,
     *extra: str,
 ) -> AgentProcess:
-    secrets = directory / "secrets"
-    secrets.mkdir(parents=True, exist_ok=True)
-    (secrets / "username").write_text("writer")
-    (secrets / "password").write_text(password)
-    arguments = [
-        "--security-protocol", protocol,
-        "--sasl-mechanism", mechanism,
-        "--sasl-username-file", str(secrets / "username"),
-        "--sasl-password-file", str(secrets / "password"),
-    ]  # fmt: skip
-    if protocol == "SASL_SSL":
+    """An agent logging in as ``writer`` (SSL: with its client certificate, ``mechanism`` and
+    ``password`` unused)."""
+    arguments = ["--security-protocol", protocol]
+    if protocol.startswith("SASL"):
+        secrets = directory / "secrets"
+        secrets.mkdir(parents=True, exist_ok=True)
+        (secrets / "username").write_text("writer")
+        (secrets / "password").write_text(password)
+        arguments += [
+            "--sasl-mechanism", mechanism,
+            "--sasl-username-file", str(secrets / "username"),
+            "--sasl-password-file", str(secrets / "password"),
+        ]  # fmt: skip
+    if protocol.endswith("SSL"):
         arguments += ["--ssl-ca-file", str(broker.ca_file)]
+    if protocol == "SSL":
+        certificate, key = broker.client_files("writer")
+        arguments += ["--ssl-cert-file", str(certificate), "--ssl-key-file", str(key)]
     arguments += extra
     return AgentProcess(
         directory / "volume",
@@ -74,8 +81,17 @@ def _forwarded(agent: AgentProcess) -> float:
     )
 
 
-@pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
-@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
+@pytest.mark.parametrize(
+    ("protocol", "mechanism"),
+    [
+        *(
+            (protocol, mechanism)
+            for protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+            for mechanism in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+        ),
+        ("SSL", "client certificate"),
+    ],
+)
 def test_records_reach_a_secured_kafka_byte_exact_with_only_producer_acls(
     secured_broker: SecuredBroker,
     new_topic: TopicFactory,
