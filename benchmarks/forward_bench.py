@@ -152,7 +152,13 @@ def run_direct(
 
 
 def run_forwarder(
-    bootstrap: str, topic: str, batches: list, directory: Path, *, preloaded: bool = False
+    bootstrap: str,
+    topic: str,
+    batches: list,
+    directory: Path,
+    *,
+    preloaded: bool = False,
+    security: dict[str, str] | None = None,
 ) -> tuple[float, float, float]:
     """Time from the first append of the batches to the WAL until Kafka acknowledged all:
     (seconds, process CPU seconds, CPU seconds of the appending thread).
@@ -164,7 +170,8 @@ def run_forwarder(
 
     ``preloaded``: every batch is in the WAL before the forwarder starts (a backlog, as after
     an outage); timed from the forwarder's start (its producer id included) to the end, the
-    appends untimed.
+    appends untimed. ``security``: the connection's security settings (``client_config``'s
+    names), for a secured broker (``secured_forward_bench.py``).
     """
     wal = WriteAheadLog.open(
         directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
@@ -173,7 +180,7 @@ def run_forwarder(
     def new_forwarder() -> Forwarder:
         return Forwarder(
             wal,
-            {"bootstrap.servers": bootstrap},
+            {"bootstrap.servers": bootstrap, **(security or {})},
             dead_letters=DeadLetterStore(directory / "dead-letter"),
             state_dir=directory / "state",
             config=ForwarderConfig(),
