@@ -104,7 +104,13 @@ def make_batches(
 
 
 def run_direct(
-    bootstrap: str, topic: str, batches: list, *, with_reports: bool = False, linger_ms: int = 5
+    bootstrap: str,
+    topic: str,
+    batches: list,
+    *,
+    with_reports: bool = False,
+    linger_ms: int = 5,
+    security: dict[str, str] | None = None,
 ) -> tuple[float, float]:
     """A plain produce loop; ``with_reports`` adds a per-record delivery callback, which any
     producer that must know its records arrived (like the forwarder) needs."""
@@ -124,6 +130,7 @@ def run_direct(
             "message.timeout.ms": 0,
             "queue.buffering.max.messages": 100_000,
             "queue.buffering.max.kbytes": 64 * 1024,
+            **(security or {}),
         }
     )
     producer.produce(WARMUP_TOPIC, b"warm-up")  # connection and producer id, untimed

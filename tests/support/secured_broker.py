@@ -16,6 +16,7 @@ super user there):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import trustme
@@ -33,6 +34,7 @@ from confluent_kafka.admin import (
 from cryptography.hazmat.primitives import serialization
 
 from durable_producer.local.broker import KafkaBroker
+from durable_producer.local.kafka_node import JVM_OPTIONS
 from durable_producer.local.ports import LOOPBACK, free_port
 
 USERS = {"writer": "writer-secret"}
@@ -48,9 +50,9 @@ class SecuredBroker(KafkaBroker):
     """The broker; ``bootstrap_for(protocol)`` is where a client of that protocol connects,
     ``bootstrap`` (plaintext, anonymous super user) is for the test's own admin work."""
 
-    def __init__(self) -> None:
+    def __init__(self, jvm_options: Sequence[str] = JVM_OPTIONS) -> None:
         self.ports = {name: free_port() for name in LISTENERS}
-        super().__init__()
+        super().__init__(jvm_options=jvm_options)
         self.ca_file = self.work_dir / "tls" / "ca.pem"
 
     def client_files(self, user: str) -> tuple[Path, Path]:
