@@ -37,7 +37,7 @@ from durable_producer.local.broker import KafkaBroker
 from durable_producer.local.kafka_node import JVM_OPTIONS
 from durable_producer.local.ports import LOOPBACK, free_port
 
-USERS = {"writer": "writer-secret"}
+USERS = {"writer": "writer-secret", "newcomer": "newcomer-secret"}
 """User -> password (every mechanism)."""
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LISTENERS = {"SASLPLAIN": "SASL_PLAINTEXT", "SASLTLS": "SASL_SSL", "MTLS": "SSL"}

@@ -237,6 +237,8 @@ class Sender:
         name = error_name(code)
         topic, partition = queue.key
         detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
+        if code in NOT_AUTHORIZED:
+            detail += ": the agent's principal needs WRITE on the topic"
         self._on_error("delivery", code, name, detail)
         queue.failed(batch, code, now)
         queue.retry_after(now, self._backoff(queue))

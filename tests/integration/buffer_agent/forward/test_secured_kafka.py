@@ -45,14 +45,15 @@ def _agent(
     mechanism: str,
     password: str,
     *extra: str,
+    user: str = "writer",
 ) -> AgentProcess:
-    """An agent logging in as ``writer`` (SSL: with its client certificate, ``mechanism`` and
+    """An agent logging in as ``user`` (SSL: with its client certificate, ``mechanism`` and
     ``password`` unused)."""
     arguments = ["--security-protocol", protocol]
     if protocol.startswith("SASL"):
         secrets = directory / "secrets"
         secrets.mkdir(parents=True, exist_ok=True)
-        (secrets / "username").write_text("writer")
+        (secrets / "username").write_text(user)
         (secrets / "password").write_text(password)
         arguments += [
             "--sasl-mechanism", mechanism,
@@ -62,7 +63,7 @@ def _agent(
     if protocol.endswith("SSL"):
         arguments += ["--ssl-ca-file", str(broker.ca_file)]
     if protocol == "SSL":
-        certificate, key = broker.client_files("writer")
+        certificate, key = broker.client_files(user)
         arguments += ["--ssl-cert-file", str(certificate), "--ssl-key-file", str(key)]
     arguments += extra
     return AgentProcess(
@@ -153,16 +154,30 @@ def test_wrong_password_keeps_what_was_acknowledged_and_says_so(
 
 
 
+@pytest.mark.parametrize(
+    ("user", "refusal"),
+    [("newcomer", "CLUSTER_AUTHORIZATION_FAILED"), ("writer", "TOPIC_AUTHORIZATION_FAILED")],
+    ids=["no-write-anywhere", "no-write-on-this-topic"],
+)
 def test_a_principal_without_write_keeps_records_waiting_and_names_the_acl(
-    secured_broker: SecuredBroker, new_topic: TopicFactory, tmp_path: Path
+    secured_broker: SecuredBroker,
+    new_topic: TopicFactory,
+    tmp_path: Path,
+    user: str,
+    refusal: str,
 ) -> None:
-    """Kafka refuses InitProducerId to a principal without WRITE on any topic: the records
-    wait in the WAL (nothing is dead-lettered: no batch was refused), the state says Kafka
-    refuses and which ACL is missing, and granting it is enough: no restart."""
+    """Without WRITE on any topic Kafka refuses the forwarder a producer id
+    (CLUSTER_AUTHORIZATION_FAILED); with WRITE elsewhere only, it refuses the batches
+    (TOPIC_AUTHORIZATION_FAILED). Either way the records wait in the WAL, the state says Kafka
+    refuses and which ACL is missing, and granting it is enough: no restart, no dead letter
+    (the grant comes well within ``--dead-letter-after``)."""
     topic = new_topic(1, bootstrap=secured_broker.bootstrap)
-    secured_broker.allow("writer", topic, ["DESCRIBE"])
+    secured_broker.allow(user, topic, ["DESCRIBE"])
+    if user == "writer":  # WRITE on another topic: a producer id is not refused (KIP-679)
+        secured_broker.allow(user, f"{topic}-other", ["WRITE"])
     values = [b"waiting-%04d" % n for n in range(100)]
-    with _agent(secured_broker, tmp_path, "SASL_SSL", "PLAIN", USERS["writer"]) as agent:
+    agent = _agent(secured_broker, tmp_path, "SASL_SSL", "PLAIN", USERS[user], user=user)
+    with agent:
         assert len(produce_values(agent.bootstrap, topic, values, CLIENT).delivered) == 100
         wait_for(
             lambda: "-> kafka_refusing" in agent.log_tail(20000),
@@ -172,13 +187,20 @@ def test_a_principal_without_write_keeps_records_waiting_and_names_the_acl(
         line = next(
             line for line in agent.log_tail(20000).splitlines() if "-> kafka_refusing" in line
         )
-        assert "CLUSTER_AUTHORIZATION_FAILED" in line and "WRITE" in line, line
+        assert refusal in line and "needs WRITE" in line, line
         assert _forwarded(agent) == 0
-        secured_broker.allow("writer", topic, ["WRITE"])
+        secured_broker.allow(user, topic, ["WRITE"])
         wait_for(lambda: _forwarded(agent) >= 100, timeout=30, what="delivery once granted")
+        dead = sum(
+            value
+            for name, value in agent.metrics().items()
+            if name.startswith("durable_agent_dead_letters_total")
+        )
         assert agent.stop(timeout=60) == 0, agent.log_tail()
+    assert dead == 0
     consumed = consume_all(secured_broker.bootstrap, topic, expected=100, timeout=60)
     assert sorted(record.value for record in consumed) == values
+
 
 @pytest.mark.parametrize("acls", [PRODUCER_ACLS, [*PRODUCER_ACLS, "READ"]], ids=["write", "read"])
 def test_kill_9_under_load_through_sasl_loses_nothing_and_counts_what_it_cannot_rule_out(
