@@ -11,6 +11,8 @@ from durable_producer.local.agent_process import AgentProcess
 
 from .cluster_load import ProducerLoad
 
+POSSIBLE = "durable_agent_possible_duplicates_total"
+
 
 @dataclass
 class KillRun:
@@ -19,14 +21,6 @@ class KillRun:
     """Records each client still held when it stopped (0: every record answered)."""
     counted_possible: float
     """``durable_agent_possible_duplicates_total`` summed over every run of the agent."""
-
-
-def possible_duplicates(agent: AgentProcess) -> float:
-    return sum(
-        value
-        for name, value in agent.metrics().items()
-        if name.startswith("durable_agent_possible_duplicates_total")
-    )
 
 
 def kill_under_load(
@@ -42,9 +36,9 @@ def kill_under_load(
     try:
         for pause in pauses:
             time.sleep(pause)
-            counted += possible_duplicates(agent)
+            counted += agent.metric(POSSIBLE)
             agent.restart()
         time.sleep(2.0)
     finally:
         unflushed = [load.stop() for load in loads]
-    return KillRun(loads, unflushed, counted + possible_duplicates(agent))
+    return KillRun(loads, unflushed, counted + agent.metric(POSSIBLE))

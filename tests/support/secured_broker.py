@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import trustme
-from confluent_kafka.admin import (
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # exported, not in its stubs
     AclBinding,
     AclOperation,
     AclPermissionType,
@@ -29,6 +29,7 @@ from confluent_kafka.admin import (
     ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
+    UserScramCredentialAlteration,
     UserScramCredentialUpsertion,
 )
 from cryptography.hazmat.primitives import serialization
@@ -37,7 +38,7 @@ from durable_producer.local.broker import KafkaBroker
 from durable_producer.local.kafka_node import JVM_OPTIONS
 from durable_producer.local.ports import LOOPBACK, free_port
 
-USERS = {"writer": "writer-secret", "newcomer": "newcomer-secret"}
+USERS = {"writer": "writer-secret"}
 """User -> password (every mechanism)."""
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 LISTENERS = {"SASLPLAIN": "SASL_PLAINTEXT", "SASLTLS": "SASL_SSL", "MTLS": "SSL"}
@@ -103,16 +104,25 @@ class SecuredBroker(KafkaBroker):
 
     def start(self, timeout: float | None = None) -> SecuredBroker:
         super().start(timeout)
+        try:
+            self.add_scram_users(USERS)
+        except BaseException:  # a start that fails leaves nothing running
+            self.close()
+            raise
+        return self
+
+    def add_scram_users(self, users: dict[str, str]) -> None:
+        """SCRAM-SHA-256 and -512 credentials for ``users`` (name -> password); PLAIN and
+        client certificates are for ``USERS`` only."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 2})
         for mechanism in MECHANISMS[1:]:  # one credential of a user a request
             info = ScramCredentialInfo(getattr(ScramMechanism, mechanism.replace("-", "_")), 4096)
-            upserts = [
+            upserts: list[UserScramCredentialAlteration] = [
                 UserScramCredentialUpsertion(user, info, password.encode())
-                for user, password in USERS.items()
+                for user, password in users.items()
             ]
             for future in admin.alter_user_scram_credentials(upserts).values():
                 future.result(timeout=30)
-        return self
 
     def allow(self, user: str, topic: str, operations: list[str]) -> None:
         """Let ``user`` do ``operations`` (AclOperation names: WRITE, DESCRIBE, READ, ...) on

@@ -100,6 +100,15 @@ class AgentProcess(ManagedProcess):
         with urllib.request.urlopen(url, timeout=5) as response:
             return parse_metrics(response.read().decode())
 
+    def metric(self, name: str) -> float:
+        """The sum of every sample of ``name`` (all its labels; ``name_total`` for a
+        counter)."""
+        return sum(
+            value
+            for sample, value in self.metrics().items()
+            if sample == name or sample.startswith(name + "{")
+        )
+
     def restart(self, timeout: float | None = None) -> None:
         """SIGKILL, then start again on the same ports and data directory."""
         self.kill()

@@ -102,15 +102,24 @@ def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:
 
 _NETWORK = int(ErrorCode.network_exception)
 _TIMEOUT = int(ErrorCode.request_timed_out)
-_SASL_FAILED = int(ErrorCode.sasl_authentication_failed)
 
 
 def transport_code(error: BaseException) -> int:
     """The Kafka error code a failed connection or request stands for (a refused SASL login
     is no network fault: the credentials or the mechanism are wrong)."""
     if isinstance(error, SaslFailed):
-        return _SASL_FAILED
+        return error.code
     return _TIMEOUT if isinstance(error, TimeoutError) else _NETWORK
+
+
+def acl_hint(code: int) -> str:
+    """What to grant, for an answer refusing the agent's principal (else "")."""
+    if code not in NOT_AUTHORIZED:
+        return ""
+    return (
+        ": the agent's principal needs WRITE on the topics (before Kafka 3.0: IDEMPOTENT_WRITE"
+        " on the cluster; docs/agent.md, Kafka security and ACLs)"
+    )
 
 
 def error_name(code: int) -> str:

@@ -30,9 +30,9 @@ from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.failure_policy import (
-    NOT_AUTHORIZED,
     PERMANENT,
     UNKNOWN_TOPIC,
+    acl_hint,
     error_name,
     transport_code,
 )
@@ -404,19 +404,15 @@ class Forwarder:
             return
         try:
             await self._init_producer_id()  # the queues read meanwhile take it
-        except KafkaRequestFailed as error:  # answered: Kafka refuses it
+        except (BrokerUnreachable, KafkaRequestFailed, OSError, TimeoutError) as error:
             self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s
-            hint = (
-                ": the agent's principal needs WRITE on the topics (before Kafka 3.0:"
-                " IDEMPOTENT_WRITE on the cluster)"
-                if error.code in NOT_AUTHORIZED
-                else ""
+            code = error.code if isinstance(error, KafkaRequestFailed) else transport_code(error)
+            self.health.error(  # refused for good (an ACL): "delivery"; else not yet, or not there
+                "delivery" if code in PERMANENT else "transport",
+                code,
+                error_name(code),
+                f"InitProducerId: {error}{acl_hint(code)}",
             )
-            self.health.error("delivery", error.code, error_name(error.code), f"{error}{hint}")
-        except (BrokerUnreachable, OSError, TimeoutError) as error:
-            self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s
-            code = transport_code(error)
-            self.health.error("transport", code, error_name(code), f"InitProducerId: {error}")
 
     async def _init_producer_id(self) -> tuple[int, int]:
         """A new producer id, taken by every queue still without one and written to the volume

@@ -26,6 +26,7 @@ from durable_producer.buffer_agent.forward.failure_policy import (
     TOO_LARGE,
     UNKNOWN_TOPIC,
     AnswerVerdict,
+    acl_hint,
     error_name,
     judge,
     transport_code,
@@ -237,9 +238,7 @@ class Sender:
         name = error_name(code)
         topic, partition = queue.key
         detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
-        if code in NOT_AUTHORIZED:
-            detail += ": the agent's principal needs WRITE on the topic"
-        self._on_error("delivery", code, name, detail)
+        self._on_error("delivery", code, name, detail + acl_hint(code))
         queue.failed(batch, code, now)
         queue.retry_after(now, self._backoff(queue))
         if verdict is AnswerVerdict.RESOLVE:
@@ -379,7 +378,11 @@ class Sender:
                 ).get(key[1])
             except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
                 if isinstance(error, ValueError):  # DescribeProducers not supported
-                    await self._undescribed(queue, "the leader cannot describe producers")
+                    if queue.resolve_code == 0:  # the check after a restart: the broker's
+                        queue.resolve = False  # duplicate window recognises what it holds
+                        queue.unbatch()
+                        return
+                    await self._new_epoch(queue, None, "the leader cannot describe producers")
                     return
                 self._refresh_wanted = True
                 queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
@@ -390,19 +393,16 @@ class Sender:
                     self._refresh_wanted = True
                     queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
                     return
-                if found in NOT_AUTHORIZED:
-                    self._log.warning(
+                if found in NOT_AUTHORIZED:  # a new epoch all the same: a leader that
+                    self._log.warning(  # forgot the producer would store them twice, uncounted
                         f"describe {key[0]}",
                         "DescribeProducers on %s refused (%s): grant the agent's principal READ"
                         " on the topic (Kafka asks READ for it) so that a restart sends nothing"
-                        " twice; until then frames sent before a restart go again with their"
-                        " numbers, and under a new epoch, counted as possible duplicates, where"
-                        " the leader cannot place them",
+                        " twice; until then the frames sent before a restart go again under a"
+                        " new epoch, counted as possible duplicates",
                         key[0],
                         error_name(found),
                     )
-                    await self._undescribed(queue, f"DescribeProducers: {error_name(found)}")
-                    return
                 await self._new_epoch(queue, None, f"DescribeProducers: {error_name(found)}")
                 return
             self._apply(queue, found, first)
@@ -418,18 +418,6 @@ class Sender:
                 )
         finally:
             self._resolving.discard(key)
-
-    async def _undescribed(self, queue: PartitionQueue, reason: str) -> None:
-        """The leader cannot say what it holds (DescribeProducers not served, or not
-        authorized). After a restart the frames go again with their numbers: the leader
-        drops an exact copy of one of its last five batches of the producer, takes the next
-        in sequence, and answers anything else OUT_OF_ORDER_SEQUENCE_NUMBER, which then moves
-        the partition to a new epoch (counted). Otherwise a new epoch at once."""
-        if queue.resolve_code == 0:
-            queue.resolve = False
-            queue.unbatch()
-            return
-        await self._new_epoch(queue, None, reason)
 
     def _apply(
         self, queue: PartitionQueue, found: ProducerOnPartition | None, first: Pending

@@ -137,8 +137,9 @@ class ClusterClient:
             except OSError as error:
                 errors.append(error)
         message = "; ".join(map(str, errors)) or "no broker address known"
-        if errors and all(isinstance(error, SaslFailed) for error in errors):
-            raise SaslFailed(message)  # reached, and refused: the credentials are wrong
+        refusals = [error for error in errors if isinstance(error, SaslFailed)]
+        if refusals:  # a broker answered and refused the login: the credentials are wrong
+            raise SaslFailed(message, refusals[0].code)
         raise BrokerUnreachable(message)
 
     async def _call(

@@ -14,10 +14,17 @@ from durable_producer.buffer_agent.kafka.protocol import decode_body, encode_bod
 
 API_SASL_HANDSHAKE = 17
 API_SASL_AUTHENTICATE = 36
+SASL_AUTHENTICATION_FAILED = 58
+UNSUPPORTED_SASL_MECHANISM = 33
 
 
 class SaslFailed(ConnectionError):
-    """The broker refused the credentials or the mechanism."""
+    """The broker refused the credentials or the mechanism (``code``: Kafka's error code,
+    SASL_AUTHENTICATION_FAILED or UNSUPPORTED_SASL_MECHANISM)."""
+
+    def __init__(self, message: str, code: int = SASL_AUTHENTICATION_FAILED) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +54,8 @@ async def authenticate(connection: _Connection, credentials: SaslCredentials) ->
     if int(answer.error_code):
         raise SaslFailed(
             f"{connection.address}: SASL mechanism {mechanism} refused (the broker offers"
-            f" {', '.join(answer.mechanisms)})"
+            f" {', '.join(answer.mechanisms)})",
+            UNSUPPORTED_SASL_MECHANISM,
         )
     version = connection.version(API_SASL_AUTHENTICATE, 2)
 

@@ -50,10 +50,6 @@ def forgetful_broker() -> Iterator[ProxiedBroker]:
         yield proxied
 
 
-def _metric(agent: AgentProcess, name: str) -> float:
-    return sum(value for key, value in agent.metrics().items() if key.startswith(name))
-
-
 def _knows(address: str, topic: str, producer_id: int) -> bool:
     """The partition's leader (the broker at ``address``) holds sequences of ``producer_id``."""
 
@@ -81,7 +77,7 @@ def test_frames_sent_before_a_kill_count_as_possible_duplicates_when_kafka_forgo
         first = [b"first-%03d" % n for n in range(100)]
         assert len(produce_values(agent.bootstrap, topic, first, CLIENT).delivered) == 100
         wait_for(
-            lambda: _metric(agent, "durable_agent_forwarded_records_total") >= 100,
+            lambda: agent.metric("durable_agent_forwarded_records_total") >= 100,
             what="the first records delivered through the agent",
         )
         producer_id = stored_batches(forgetful_broker.bootstrap, topic, 0)[0].header.producer_id
@@ -93,7 +89,7 @@ def test_frames_sent_before_a_kill_count_as_possible_duplicates_when_kafka_forgo
             lambda: high_watermark(direct, topic, 0) >= 200,
             what="the second records written by Kafka, their answers lost",
         )
-        assert _metric(agent, "durable_agent_forwarded_records_total") == 100
+        assert agent.metric("durable_agent_forwarded_records_total") == 100
         agent.kill()
 
         proxy.restore()
@@ -104,12 +100,12 @@ def test_frames_sent_before_a_kill_count_as_possible_duplicates_when_kafka_forgo
         )
         agent.start()
         wait_for(
-            lambda: _metric(agent, "durable_agent_forwarded_records_total") >= 100,
+            lambda: agent.metric("durable_agent_forwarded_records_total") >= 100,
             timeout=60,
             what="the restarted agent to deliver the second records",
         )
-        possible = _metric(agent, "durable_agent_possible_duplicates_total")
-        resets = _metric(agent, "durable_agent_producer_resets_total")
+        possible = agent.metric("durable_agent_possible_duplicates_total")
+        resets = agent.metric("durable_agent_producer_resets_total")
         assert agent.stop(timeout=60) == 0, agent.log_tail()
 
     consumed = consume_all(forgetful_broker.bootstrap, topic, timeout=60)

@@ -46,7 +46,7 @@ class DescribingLeader:
 
 
 def _resolved(
-    held: ProducerOnPartition | None, first_sequence: int
+    held: ProducerOnPartition | int | None, first_sequence: int
 ) -> tuple[PartitionQueue, list[list[Pending]]]:
     """A restarted partition (producer 7, epoch 0) with two frames the previous run sent,
     numbered from ``first_sequence``, resolved against a leader holding ``held``."""
@@ -94,14 +94,13 @@ def test_a_leader_that_knows_the_producer_acknowledges_what_it_holds(last_sequen
     assert handed == []
 
 
-def test_a_leader_that_may_not_describe_producers_gets_the_frames_with_their_numbers() -> None:
+def test_a_leader_that_may_not_describe_producers_moves_the_partition_to_a_new_epoch() -> None:
     """DescribeProducers needs READ on the topic; a producer's principal often has only WRITE
-    and DESCRIBE. The broker's duplicate window then says what it holds: sent again as
-    numbered, no new epoch at once (the leader answers what it cannot place out of order,
-    and that takes the new epoch; tests/integration/buffer_agent/forward/test_secured_kafka.py
-    measures the duplicates, all counted)."""
+    and DESCRIBE. Sent again with their numbers, the frames would be stored twice, uncounted,
+    by a leader that forgot the producer: a new epoch, the frames handed over as possible
+    duplicates."""
     queue, handed = _resolved(int(ErrorCode.topic_authorization_failed), first_sequence=40)
     assert not queue.resolve
-    assert (queue.producer_id, queue.epoch) == (7, 0)
-    assert [frame[SEQUENCE] for frame in queue.frames] == [40, 41]
-    assert handed == []
+    assert (queue.producer_id, queue.epoch) == (7, 1)
+    assert [frame[SEQUENCE] for frame in queue.frames] == [0, 1]
+    assert [[frame[OFFSET] for frame in unknown] for unknown in handed] == [[10, 11]]
