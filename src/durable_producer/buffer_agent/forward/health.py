@@ -6,9 +6,14 @@ Kafka client reports, by kind, how much work waits, a heartbeat every loop) and 
 they are read (a metrics scrape), so a wedged forwarding thread shows as ``stuck`` even
 though it updates nothing. Every change of state is logged once, with the error behind it.
 
-Error kinds (``ERROR_KINDS``): ``delivery`` (Kafka refused records: a failed delivery report,
-or ``produce()`` refused one), ``fatal`` (the producer is unusable and is reset), ``transport``
-(connections, timeouts, authentication: the client's error callback and connection log lines).
+Error kinds (``ERROR_KINDS``): ``delivery`` (Kafka's answer refused a batch, or
+InitProducerId, DescribeProducers or metadata named an error), ``transport`` (connections,
+timeouts, authentication). ``fatal`` (the per-record forwarder's producer resets) is no longer
+reported; its metric series stays for dashboards.
+
+Right after a start nothing has been delivered yet: records waiting then read as
+``delivering`` for up to ``stall_after_s``, unless an error came meanwhile (Kafka down when
+the agent starts shows as ``kafka_unreachable`` at the first failed connection, not 10 s later).
 """
 
 from __future__ import annotations
@@ -26,8 +31,8 @@ __all__ = ["ERROR_KINDS", "ErrorNote", "ForwarderHealth", "ForwarderState"]
 
 log = logging.getLogger(__name__)
 ERROR_FRESH_S = 30.0
-"""An error explains a stall only if it is this recent (librdkafka repeats connection errors
-at least every ``reconnect.backoff.max.ms``, 10 s by default, while they last)."""
+"""An error explains a stall only if it is this recent (the forwarder's retries, at most
+``retry_backoff_max_s`` apart, and its metadata refreshes repeat an error while it lasts)."""
 
 
 class ForwarderState(StrEnum):
@@ -123,9 +128,9 @@ class ForwarderHealth:
             return ForwarderState.DELIVERING
         if not waiting:
             return ForwarderState.IDLE
-        if now - self.last_delivery < stall:
-            return ForwarderState.DELIVERING
         recent = self._recent_errors(now)
+        if not recent and not self.refused_waiting and now - self.last_delivery < stall:
+            return ForwarderState.DELIVERING  # just started: nothing delivered, nothing wrong
         refused = [recent[kind].at for kind in ("delivery", "fatal") if kind in recent]
         if self.refused_waiting:
             refused.append(now)  # records wait for a retry: Kafka refused them

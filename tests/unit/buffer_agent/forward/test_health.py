@@ -54,6 +54,23 @@ def test_connection_errors_after_the_last_delivery_mean_kafka_is_unreachable(
     assert note is not None and note.name == "_TRANSPORT"
 
 
+def test_kafka_down_at_the_start_shows_at_the_first_error_not_after_the_grace(
+    clock: Clock,
+) -> None:
+    health = _health(clock)
+    health.beat(in_flight=0, unread=20, refused_waiting=0)
+    clock.now += 1
+    assert health.state() is ForwarderState.DELIVERING, "nothing wrong yet, just started"
+    health.error("transport", -195, "NETWORK_EXCEPTION", "connect to 127.0.0.1:9 refused")
+    clock.now += 0.5
+    assert health.state() is ForwarderState.KAFKA_UNREACHABLE
+
+    refused = _health(clock)
+    refused.beat(in_flight=3, unread=0, refused_waiting=0)
+    refused.error("delivery", 31, "CLUSTER_AUTHORIZATION_FAILED", "InitProducerId")
+    assert refused.state() is ForwarderState.KAFKA_REFUSING
+
+
 def test_refused_records_waiting_mean_kafka_refuses(clock: Clock) -> None:
     health = _health(clock)
     health.error("delivery", 29, "TOPIC_AUTHORIZATION_FAILED", "not authorized")
