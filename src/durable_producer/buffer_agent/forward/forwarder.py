@@ -266,6 +266,7 @@ class Forwarder:
             on_new_identity=self._new_identity,
             new_producer_id=self._init_producer_id,
             topic_max_bytes=self._topic_max_bytes,
+            on_sending=self._sending,
         )
         reader: WalReader | None = None
         try:
@@ -303,7 +304,7 @@ class Forwarder:
                 next_checkpoint = mono + config.checkpoint_interval_s
                 next_hint = mono + config.hint_interval_s
             elif mono >= next_hint:
-                self._progress.write_hint(self._tracker, durable=False)
+                self._progress.write_hint(self._tracker, self._sent_below, durable=False)
                 next_hint = mono + config.hint_interval_s
             self._maybe_write_identity(mono)
             if read:
@@ -459,7 +460,7 @@ class Forwarder:
     def _checkpoint(self) -> None:
         """The identity first (a checkpoint past its watermark would make it unusable)."""
         self._write_identity()
-        self._progress.checkpoint(self._tracker, durable_hint=True)
+        self._progress.checkpoint(self._tracker, self._sent_below, durable_hint=True)
 
     # ----------------------------------------------------------------- reading
     async def _read(self, reader: WalReader) -> bool:
@@ -480,10 +481,15 @@ class Forwarder:
         self._unacked_bytes += taken_bytes
         end = frames[-1].offset + 1
         self._tracker.read(end, taken_records)
-        if end > self._sent_below:
-            self._sent_below = end
-            self._write_identity()  # before any of them is sent: a crash never hides a send
         return True
+
+    def _sending(self, sent_below: int) -> None:
+        """The sender is about to send frames below ``sent_below``: the mark on the volume
+        moves first, so a crash never hides a send (and frames read ahead but not sent never
+        count as possible duplicates after a restart)."""
+        if sent_below > self._sent_below:
+            self._sent_below = sent_below
+            self._write_identity()
 
     def _release_after_burst(self, now: float) -> None:
         """Everything read is acknowledged: after a burst (at least TRIM_AFTER_PEAK_BYTES

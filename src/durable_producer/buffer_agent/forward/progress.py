@@ -119,9 +119,10 @@ class Progress:
         """The replayed frames are all delivered but not yet checkpointed."""
         return self._wal.checkpoint_offset < self.replay_until <= tracker.watermark
 
-    def checkpoint(self, tracker: AckTracker, *, durable_hint: bool) -> bool:
-        """Checkpoint the WAL at the watermark if it moved, then write the hint; True if the
-        checkpoint moved. A write that fails is logged and retried next time."""
+    def checkpoint(self, tracker: AckTracker, sent_below: int, *, durable_hint: bool) -> bool:
+        """Checkpoint the WAL at the watermark if it moved, then write the hint (``sent_below``:
+        no frame at or above it was sent); True if the checkpoint moved. A write that fails is
+        logged and retried next time."""
         watermark = tracker.watermark
         moved = False
         if watermark > self._wal.checkpoint_offset:
@@ -133,7 +134,7 @@ class Progress:
                 self._write_failed("checkpoint", error)
             if moved and not hook_done:
                 self._run_before_checkpoint()
-        self.write_hint(tracker, durable=durable_hint)
+        self.write_hint(tracker, sent_below, durable=durable_hint)
         if self._metrics is not None:
             self._metrics.checkpoint_offset.set(self._wal.checkpoint_offset)
         return moved
@@ -150,12 +151,12 @@ class Progress:
             return False
         return True
 
-    def write_hint(self, tracker: AckTracker, *, durable: bool) -> None:
+    def write_hint(self, tracker: AckTracker, sent_below: int, *, durable: bool) -> None:
         if self._hint is None:
             return
         try:
             self._hint.write(
-                max(tracker.next_offset, self.replay_until),
+                max(sent_below, self.replay_until),
                 max(tracker.delivered_high, self._delivered_before),
                 durable=durable,
             )

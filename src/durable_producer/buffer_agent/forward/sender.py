@@ -77,7 +77,8 @@ class SenderSettings:
 class Sender:
     """Runs on the forwarder's event loop. The ``Forwarder`` owns the queues and is told
     of acknowledged frames (``on_acked``), errors (``on_error(kind, code, name, message)``),
-    frames sent again under a new identity (``on_new_identity``)."""
+    frames sent again under a new identity (``on_new_identity``), and, before any byte of a
+    round of requests leaves, one past the highest WAL offset they carry (``on_sending``)."""
 
     def __init__(
         self,
@@ -90,6 +91,7 @@ class Sender:
         on_new_identity: Callable[[PartitionQueue, list[Pending]], None],
         new_producer_id: Callable[[], Awaitable[tuple[int, int]]],
         topic_max_bytes: Callable[[str], int | None] | None = None,
+        on_sending: Callable[[int], None] | None = None,
     ) -> None:
         self.client = client
         self.queues = queues
@@ -99,6 +101,7 @@ class Sender:
         self._on_new_identity = on_new_identity
         self._new_producer_id = new_producer_id
         self._topic_max_bytes = topic_max_bytes
+        self._on_sending = on_sending
         self.wake = asyncio.Event()
         self._requests: dict[int, int] = {}
         self._throttled_until: dict[int, float] = {}
@@ -140,8 +143,11 @@ class Sender:
 
     # ----------------------------------------------------------------- sending
     def pump(self, now: float) -> None:
-        """Send every batch that may go now, grouped by leader."""
+        """Send every batch that may go now, grouped by leader. ``on_sending`` hears of the
+        round first: the requests' tasks run only once this returns."""
         by_leader: dict[int, list[PartitionQueue]] = {}
+        outgoing: list[tuple[int, list[tuple[PartitionQueue, Batch]]]] = []
+        sent_below = 0
         leaders = self.client.leaders
         for key, queue in self.queues.items():
             if queue.idle or queue.halted or queue.resolve:
@@ -164,10 +170,15 @@ class Sender:
                     if batch is not None:
                         batches.append((queue, batch))
                         size += batch.size
+                        sent_below = max(sent_below, batch.frames[-1][OFFSET] + 1)
                 if not batches:
                     break
                 self._requests[node] = self._requests.get(node, 0) + 1
-                self._spawn(self._send(node, batches))
+                outgoing.append((node, batches))
+        if outgoing and self._on_sending is not None:
+            self._on_sending(sent_below)
+        for node, batches in outgoing:
+            self._spawn(self._send(node, batches))
 
     def _max_bytes(self, topic: str) -> int:
         limit = self._merge_limit.get(topic, self.settings.max_merge_bytes)
