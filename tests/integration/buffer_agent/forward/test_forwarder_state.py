@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.ports import LOOPBACK, free_port
 from support.kafka_clients import produce_values
@@ -20,8 +21,8 @@ from support.waiting import wait_for
 pytestmark = pytest.mark.integration
 
 STATE = 'durable_agent_forwarder_state{state="%s"}'
-GRACE_S = 10.0
-"""``ForwarderHealth.stall_after_s``'s default: the grace the old code gave every start."""
+GRACE_S = ForwarderConfig().stall_after_s
+"""The grace the old code gave every start (the agent runs with the default)."""
 
 
 def test_kafka_down_at_the_start_reads_kafka_unreachable_within_the_grace(
