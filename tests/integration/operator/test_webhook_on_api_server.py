@@ -379,9 +379,10 @@ def wait_until_gone_or_explain(kube_api: KubeApi, gone: Callable[[], bool], what
     try:
         wait_for(lambda: (kube_api.finish_drains(), gone())[1], timeout=120, what=what)
     except AssertionError as error:
-        producer = kube_api.get("orders") or {}
+        found = kube_api.get("orders")
+        producer = found or {}
         deleting = [c for c in (producer.get("status") or {}).get("conditions") or []
-                    if c["type"] == "Deleting"]
+                    if c["type"] == "Deleting"] if found is not None else "producer gone"
         volumes = {name: (v["metadata"].get("deletionTimestamp"),
                           (v["metadata"].get("annotations") or {}).get(vp.BACKLOG_ANNOTATION))
                    for name, v in kube_api.items(kube_api.pvcs_path).items()}

@@ -52,6 +52,9 @@ class PoolRun:
     plan: volume_pool.PoolPlan
     volumes: list[JsonObject]
     pods: list[JsonObject]
+    let_go: frozenset[str] = frozenset()
+    """Volumes whose finalizer this run removed (or found gone): only these may count as
+    gone. A release or delete refused because the volume changed meanwhile is not."""
 
 
 def api_error_text(error: ApiException) -> str:
@@ -124,7 +127,7 @@ RELEASE_ATTEMPTS = 3
 """Tries to remove our finalizer from a volume just deleted (each after a fresh read)."""
 
 
-def _delete_volume(api: Cluster, namespace: str, pvc: Mapping[str, Any]) -> None:
+def _delete_volume(api: Cluster, namespace: str, pvc: Mapping[str, Any]) -> bool:
     """Delete, guarded by the version read (a volume claimed meanwhile stays, finalizer and
     all), then remove our finalizer from the deleted volume, which no claim can take any more.
 
@@ -133,28 +136,34 @@ def _delete_volume(api: Cluster, namespace: str, pvc: Mapping[str, Any]) -> None
     put the finalizer back (review D10). The release is guarded too (a merge patch replaces
     the finalizer list): refused because the PVC changed (Kubernetes' own pvc-protection
     finalizer going), it is tried again on the volume as it is now; still refused, the next
-    run lets a deleted volume with nothing on it go."""
+    run lets a deleted volume with nothing on it go.
+
+    True once the volume is gone or deleted without our finalizer; False while it stays
+    (claimed meanwhile, or the release still refused)."""
     name = str(pvc["metadata"]["name"])
     version = (pvc.get("metadata") or {}).get("resourceVersion")
     try:
         current = api.delete_volume(namespace, name, version)
     except ApiException as error:
-        if error.status in (404, 409):
-            return
+        if error.status == 404:
+            return True
+        if error.status == 409:
+            return False
         raise
     for _ in range(RELEASE_ATTEMPTS):
         finalizers = ((current or {}).get("metadata") or {}).get("finalizers") or []
         if current is None or volume_pool.VOLUME_FINALIZER not in finalizers:
-            return
+            return True
         try:
             api.patch_volume(namespace, name, volume_pool.release_patch(current))
-            return
+            return True
         except ApiException as error:
             if error.status == 404:
-                return
+                return True
             if error.status != 409:
                 raise
         current = api.read_volume(namespace, name)
+    return False
 
 
 def run_pool(
@@ -196,7 +205,9 @@ def run_pool(
             except ApiException as error:
                 if error.status not in (404, 409):
                     raise
-                not_patched.add(volume_patch.name)  # changed meanwhile: the next run sees it
+                if error.status == 409:  # changed meanwhile: the next run sees it
+                    not_patched.add(volume_patch.name)
+        let_go = {release.name for release in plan.releases} - not_patched
         for volume in plan.volumes_to_expand:
             if fit is not None:
                 logger.info("growing volume %s to %s", volume, fit.size_quantity)
@@ -218,9 +229,10 @@ def run_pool(
             ignore_statuses(partial(api.delete_job, namespace, job), 404)
         for volume in plan.volumes_to_delete:
             logger.info("deleting volume %s (empty, never written, or abandoned)", volume)
-            _delete_volume(api, namespace, by_name[volume])
+            if _delete_volume(api, namespace, by_name[volume]):
+                let_go.add(volume)
     metrics.observe_pool_run(plan, jobs)
-    return PoolRun(plan, volumes, pods)
+    return PoolRun(plan, volumes, pods, frozenset(let_go))
 
 
 def handle_pool_timer(
@@ -281,11 +293,16 @@ def handle_deletion(
 
     The Deleting condition (the delete handler's own, status_writes) says what is waited
     for: pods and drains, or volumes with backlog that cannot be drained (held).
+
+    Only the volumes this run let go count as gone (``PoolRun.let_go``): a release the API
+    server refused (409: Kubernetes' pvc-protection finalizer went meanwhile, as it does in a
+    namespace being deleted) is tried again at the next run. Counting it gone released the
+    DurableProducer and left the volume with our finalizer and no one to remove it: the
+    namespace stayed Terminating.
     """
     run = run_pool(producer, config, deleting=True, logger=logger)
     names = {volume["metadata"]["name"] for volume in run.volumes}
-    gone = {*run.plan.volumes_to_delete, *(release.name for release in run.plan.releases)}
-    remaining = sorted(names - gone)
+    remaining = sorted(names - run.let_go)
     if remaining:
         update = pool_status.deleting_status(producer, run.plan, remaining, datetime.now(UTC))
         if "conditions" in update.changes:
