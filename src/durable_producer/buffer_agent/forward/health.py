@@ -68,11 +68,12 @@ class ForwarderHealth:
     def __init__(
         self,
         *,
-        stall_after_s: float = 10.0,
+        stall_after_s: float,
         clock: Callable[[], float] = time.monotonic,
         on_error: Callable[[str, int, str], None] | None = None,
     ) -> None:
-        """``on_error(kind, code, name)`` is told every error (the metrics count them)."""
+        """``stall_after_s``: the forwarder's (``ForwarderConfig.stall_after_s``, its one
+        default). ``on_error(kind, code, name)`` is told every error (the metrics count them)."""
         self.stall_after_s = stall_after_s
         self._clock = clock
         self._on_error = on_error
