@@ -3,15 +3,19 @@ tests share (what they assert differs)."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from durable_producer.buffer_agent.forward.publisher import POSSIBLE_DUPLICATES_LOG
 from durable_producer.local.agent_process import AgentProcess
 
 from .cluster_load import ProducerLoad
 
-POSSIBLE = "durable_agent_possible_duplicates_total"
+COUNTED = re.compile(
+    re.escape(POSSIBLE_DUPLICATES_LOG).replace("%d", r"(\d+)").replace("%s", r"(\w+)")
+)
 
 
 @dataclass
@@ -19,8 +23,10 @@ class KillRun:
     loads: list[ProducerLoad]
     unflushed: list[int]
     """Records each client still held when it stopped (0: every record answered)."""
-    counted_possible: float
-    """``durable_agent_possible_duplicates_total`` summed over every run of the agent."""
+    counted_possible: int
+    """Records counted as possible duplicates by every run of the agent, from its log: the
+    metric restarts at 0 and would miss what a run counted between the last scrape and its
+    SIGKILL; the log line is written before the records it counts are sent again."""
 
 
 def kill_under_load(
@@ -29,16 +35,19 @@ def kill_under_load(
     """Two idempotent clients produce ``rate`` records a second each through the running
     ``agent``; after each pause it is SIGKILLed and restarted. The clients stop 2 s after the
     last restart; the agent is left running."""
-    counted = 0.0
     loads = [
         ProducerLoad(f"c{n}", agent.bootstrap, topic, partitions, rate).start() for n in range(2)
     ]
     try:
         for pause in pauses:
             time.sleep(pause)
-            counted += agent.metric(POSSIBLE)
             agent.restart()
         time.sleep(2.0)
     finally:
         unflushed = [load.stop() for load in loads]
-    return KillRun(loads, unflushed, counted + agent.metric(POSSIBLE))
+    return KillRun(loads, unflushed, counted_possible_duplicates(agent))
+
+
+def counted_possible_duplicates(agent: AgentProcess) -> int:
+    """Records the agent's runs counted as possible duplicates (its log: every run's lines)."""
+    return sum(int(match.group(1)) for match in COUNTED.finditer(agent.log_path.read_text()))

@@ -3,11 +3,14 @@
 ``Publisher.publish`` runs on the forwarding thread at every turn of its loop: it copies
 figures other threads read (``ForwarderStats``), pushes increments to the Prometheus metrics
 and tells ``ForwarderHealth`` about deliveries and the work that waits (so a change of state
-is logged).
+is logged). Records newly counted as possible duplicates are logged too, one line a pass that
+counted some: the log keeps the count across kill -9 (the metric restarts from 0), and the line
+is written in the pass that counted them, before the requests that carry them go out.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
 
@@ -16,6 +19,10 @@ from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.health import ForwarderHealth, ForwarderState
 from durable_producer.buffer_agent.wal import WriteAheadLog
 
+log = logging.getLogger(__name__)
+
+POSSIBLE_DUPLICATES_LOG = "%d record(s) counted as possible duplicates (cause %s, %d this run)"
+"""Logged when records are counted (tests sum the first figure over an agent's runs)."""
 
 @dataclass(slots=True)
 class ForwarderCounts:
@@ -101,16 +108,17 @@ class Publisher:
         )
         health.check()
         metrics = self._metrics
+        for cause, total in counts.possible.items():
+            if total != self._possible[cause]:
+                added = total - self._possible[cause]
+                log.warning(POSSIBLE_DUPLICATES_LOG, added, cause, total)
+                if metrics is not None:
+                    metrics.possible_duplicates.labels(cause=cause).inc(added)
+                self._possible[cause] = total
         if metrics is not None:
             if counts.forwarded_records != records:
                 metrics.forwarded_records.inc(counts.forwarded_records - records)
                 metrics.forwarded_bytes.inc(counts.forwarded_bytes - size)
-            for cause, total in counts.possible.items():
-                if total != self._possible[cause]:
-                    metrics.possible_duplicates.labels(cause=cause).inc(
-                        total - self._possible[cause]
-                    )
-                    self._possible[cause] = total
             if counts.new_epochs != self._new_epochs:
                 metrics.producer_resets.inc(counts.new_epochs - self._new_epochs)
                 self._new_epochs = counts.new_epochs
