@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from durable_producer.local.agent_process import AgentProcess
-from support.agent_kills import kill_under_load
+from support.agent_kills import counted_possible_duplicates, kill_under_load
 from support.broker import KafkaBroker, consume_all
 from support.cluster_load import grade
 from support.kafka_fixtures import TopicFactory
@@ -53,7 +53,8 @@ def test_kill_9_twenty_times_under_load_loses_nothing_and_duplicates_nothing(
             agent, topic, PARTITIONS, RATE, [rng.uniform(0.3, 2.0) for _ in range(KILLS)]
         )
         assert agent.stop(timeout=90) == 0, agent.log_tail()
-    loads, unflushed, counted = run.loads, run.unflushed, run.counted_possible
+    loads, unflushed = run.loads, run.unflushed
+    counted = counted_possible_duplicates(agent)
     consumed = consume_all(kafka_broker.bootstrap, topic, timeout=120, idle=3)
     result = grade(consumed, loads)
     print(

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import jsonpatch
 import kopf
-import kubernetes
 import pytest
 
 from durable_producer.operator.act import admission, pool_actions
@@ -29,6 +28,7 @@ from durable_producer.operator.settings import OperatorConfig, WebhookSettings
 from integration.operator.test_operator_on_api_server import durable_producer
 from support.kube_cluster import Cluster
 from support.kube_harness import KubeApi
+from support.operator_clients import operator_clients_on
 from support.waiting import wait_for
 from support.webhook_harness import opted_in_pod
 
@@ -44,10 +44,7 @@ SLACK_SECONDS = 1.0  # for a loaded two-core machine
 @pytest.fixture()
 def in_process_operator(control_plane: Cluster, monkeypatch: pytest.MonkeyPatch) -> None:
     """The operator's API clients in this process, on the test cluster's admin kubeconfig."""
-    # The client reads $KUBECONFIG once, at import.
-    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION",
-                        str(control_plane.kubeconfig))
-    monkeypatch.setattr(cluster_module, "_clusters", {})
+    operator_clients_on(control_plane, monkeypatch)
     # As admission.prepare at the operator's startup: the client's lazy imports take
     # seconds, not to be spent in a review's budget.
     cluster_module.prepare_clients(POOL_USER_AGENT)

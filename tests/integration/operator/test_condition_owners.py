@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import kopf
-import kubernetes
 import pytest
 
 from durable_producer.contract import (
@@ -36,6 +34,7 @@ from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE, PO
 from durable_producer.operator.settings import OperatorConfig
 from integration.operator.test_operator_on_api_server import condition, durable_producer
 from support.kube_harness import KubeApi
+from support.operator_clients import operator_clients_on
 
 pytestmark = pytest.mark.integration
 
@@ -44,13 +43,9 @@ CONFIG = OperatorConfig()  # the volume pool on: Degraded is the pool timer's
 
 
 @pytest.fixture()
-def operator_clients(kube_api: KubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def operator_clients(kube_api: KubeApi, monkeypatch: pytest.MonkeyPatch) -> None:
     """The operator's own API clients (act/cluster.py) reach this API server as the admin."""
-    kubeconfig = kube_api.cluster.plane.admin_kubeconfig(tmp_path / "admin.kubeconfig")
-    # kubernetes reads $KUBECONFIG once, at import: its default location is what counts.
-    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION",
-                        str(kubeconfig))
-    monkeypatch.setattr(cluster_module, "_clusters", {})
+    operator_clients_on(kube_api.cluster, monkeypatch)
 
 
 def reconcile(kube_api: KubeApi, body: dict[str, Any]) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import kopf
@@ -37,6 +36,7 @@ from durable_producer.operator.decide import volume_pool as vp
 from durable_producer.operator.settings import OperatorConfig
 from integration.operator.test_operator_on_api_server import condition, durable_producer
 from support.kube_harness import KubeApi
+from support.operator_clients import admin_api_client, operator_clients_on
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
@@ -82,7 +82,7 @@ class ClaimBetween(Cluster):
 
 
 def test_a_volume_claimed_while_the_pool_deletes_it_keeps_its_finalizer(
-    kube_api: KubeApi, tmp_path: Path
+    kube_api: KubeApi
 ) -> None:
     status, created = kube_api.call("POST", kube_api.pvcs_path, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -93,11 +93,7 @@ def test_a_volume_claimed_while_the_pool_deletes_it_keeps_its_finalizer(
                  "resources": {"requests": {"storage": "1Gi"}}},
     })
     assert status == 201, created
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(
-        config_file=str(kube_api.cluster.plane.admin_kubeconfig(tmp_path / "admin.kubeconfig")),
-        client_configuration=configuration)
-    api = ClaimBetween(kubernetes.client.ApiClient(configuration), read_before=created)
+    api = ClaimBetween(admin_api_client(kube_api.cluster), read_before=created)
 
     pool_actions._delete_volume(api, kube_api.namespace, created)
 
@@ -152,7 +148,7 @@ def our_finalizer_holds(kube_api: KubeApi, volume: str) -> bool:
 
 
 def test_a_release_refused_during_deletion_holds_the_producer_until_it_is_done(
-    kube_api: KubeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kube_api: KubeApi, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     kube_api.create(durable_producer("orders"))
     status, created = kube_api.call("POST", kube_api.pvcs_path, {
@@ -166,15 +162,10 @@ def test_a_release_refused_during_deletion_holds_the_producer_until_it_is_done(
     assert status == 201, created
     status, answer = kube_api.call("DELETE", f"{kube_api.pvcs_path}/orders-buffer-1")
     assert status == 200, answer  # deleted (as a namespace deletion does), held by finalizers
-    kubeconfig = kube_api.cluster.plane.admin_kubeconfig(tmp_path / "admin.kubeconfig")
     # The operator's other clients (storage classes, status) reach this API server as the admin.
-    monkeypatch.setattr(kubernetes.config.kube_config, "KUBE_CONFIG_DEFAULT_LOCATION",
-                        str(kubeconfig))
-    configuration = kubernetes.client.Configuration()
-    kubernetes.config.load_kube_config(config_file=str(kubeconfig),
-                                       client_configuration=configuration)
-    api = FinalizerLeavesBetween(kubernetes.client.ApiClient(configuration), kube_api)
-    monkeypatch.setattr(cluster_module, "_clusters", {(POOL_USER_AGENT, True): api})
+    operator_clients_on(kube_api.cluster, monkeypatch)
+    api = FinalizerLeavesBetween(admin_api_client(kube_api.cluster), kube_api)
+    monkeypatch.setitem(cluster_module._clusters, (POOL_USER_AGENT, True), api)
     logger = logging.getLogger(__name__)
 
     try:

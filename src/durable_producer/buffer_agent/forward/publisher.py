@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 POSSIBLE_DUPLICATES_LOG = "%d record(s) counted as possible duplicates (cause %s, %d this run)"
 """Logged when records are counted (tests sum the first figure over an agent's runs)."""
 
+
 @dataclass(slots=True)
 class ForwarderCounts:
     """Totals kept by the forwarding thread (read, never written, by others)."""

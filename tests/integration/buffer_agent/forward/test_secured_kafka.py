@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from durable_producer.local.agent_process import AgentProcess
-from support.agent_kills import kill_under_load
+from support.agent_kills import counted_possible_duplicates, kill_under_load
 from support.broker import consume_all
 from support.cluster_load import grade
 from support.kafka_clients import produce_values
@@ -214,7 +214,8 @@ def test_kill_9_under_load_through_sasl_loses_nothing_and_counts_what_it_cannot_
     with agent:
         run = kill_under_load(agent, topic, 3, 1000, (1.2, 0.7, 1.6, 0.9, 1.3))
         assert agent.stop(timeout=90) == 0, agent.log_tail()
-    loads, unflushed, counted = run.loads, run.unflushed, run.counted_possible
+    loads, unflushed = run.loads, run.unflushed
+    counted = counted_possible_duplicates(agent)
     log = (tmp_path / "agent.log").read_text()
     consumed = consume_all(secured_broker.bootstrap, topic, timeout=120, idle=3)
     result = grade(consumed, loads)
