@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
+from collections import deque
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, Message, Producer
 
 from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic, suspended
 from support.kafka_fixtures import TopicFactory
@@ -77,24 +78,64 @@ def test_cut_blocks_delivery_until_restore(proxied_broker: ProxiedBroker) -> Non
     assert values == [b"before", b"during"]
 
 
+class _DeliveryWatch:
+    """Delivery reports and librdkafka's idempotence and message debug lines, kept to say why
+    a record was answered when it should not have been (a CI run once saw ``flush()`` find
+    nothing pending while the broker was SIGSTOPped, and could not tell delivered from
+    failed)."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[bytes | None, str | None]] = []
+        self.lines: deque[str] = deque(maxlen=60)
+
+    def on_delivery(self, error: KafkaError | None, message: Message) -> None:
+        self.reports.append((message.value(), None if error is None else str(error)))
+
+    def log(self, level: int, text: str, *args: object) -> None:
+        self.lines.append(f"{time.monotonic():.3f} {text % args if args else text}")
+
+    def answered(self, value: bytes) -> list[str | None]:
+        return [error for answered, error in self.reports if answered == value]
+
+    def explain(self) -> str:
+        return f"reports {self.reports}; librdkafka:\n" + "\n".join(self.lines)
+
+
 def test_hang_and_suspended_broker_hold_delivery(proxied_broker: ProxiedBroker) -> None:
     create_topic(proxied_broker.bootstrap, "hang", partitions=1)
-    producer = _producer(proxied_broker.bootstrap)
+    watch = _DeliveryWatch()
+    producer = Producer(
+        {
+            "bootstrap.servers": proxied_broker.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "message.timeout.ms": 0,
+            "linger.ms": 5,
+            "debug": "eos,msg",
+            "logger": watch,
+            "on_delivery": watch.on_delivery,
+        }
+    )
     producer.produce("hang", value=b"warmup")
     assert producer.flush(10) == 0
+    assert watch.answered(b"warmup") == [None], watch.explain()
 
     proxied_broker.proxy.hang()
     producer.produce("hang", value=b"held")
-    assert producer.flush(1.0) == 1
+    producer.flush(1.0)
+    assert not watch.answered(b"held"), f"answered through a hung path: {watch.explain()}"
     proxied_broker.proxy.restore()
     assert producer.flush(30) == 0
+    assert watch.answered(b"held") == [None], watch.explain()
 
     assert proxied_broker.broker is not None
     with suspended(proxied_broker.broker):
         producer.produce("hang", value=b"stopped")
         started = time.monotonic()
-        assert producer.flush(1.0) == 1
-        assert time.monotonic() - started >= 0.9
+        producer.flush(1.0)
+        assert time.monotonic() - started >= 0.9, watch.explain()
+        assert not watch.answered(b"stopped"), f"answered by a stopped broker: {watch.explain()}"
     assert producer.flush(30) == 0
+    assert watch.answered(b"stopped") == [None], watch.explain()
     values = [r.value for r in consume_all(proxied_broker.direct_address, "hang", expected=3)]
     assert values == [b"warmup", b"held", b"stopped"]
