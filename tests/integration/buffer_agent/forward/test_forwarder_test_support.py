@@ -80,22 +80,27 @@ def test_cut_blocks_delivery_until_restore(proxied_broker: ProxiedBroker) -> Non
 
 class _DeliveryWatch:
     """Delivery reports and librdkafka's idempotence and message debug lines, kept to say why
-    a record was answered when it should not have been (a CI run once saw ``flush()`` find
-    nothing pending while the broker was SIGSTOPped, and could not tell delivered from
-    failed)."""
+    a record was answered while the path was hung or the broker stopped (a CI run once saw
+    ``flush()`` find nothing pending while the broker was SIGSTOPped; a count could not tell
+    delivered from failed)."""
 
     def __init__(self) -> None:
-        self.reports: list[tuple[bytes | None, str | None]] = []
+        self.reports: list[tuple[bytes | None, KafkaError | None]] = []
         self.lines: deque[str] = deque(maxlen=60)
 
     def on_delivery(self, error: KafkaError | None, message: Message) -> None:
-        self.reports.append((message.value(), None if error is None else str(error)))
+        self.reports.append((message.value(), error))
 
     def log(self, level: int, text: str, *args: object) -> None:
         self.lines.append(f"{time.monotonic():.3f} {text % args if args else text}")
 
-    def answered(self, value: bytes) -> list[str | None]:
+    def answered(self, value: bytes) -> list[KafkaError | None]:
         return [error for answered, error in self.reports if answered == value]
+
+    def held(self, value: bytes) -> bool:
+        """Nothing reached the broker or came from it for ``value``: no report, or the client's
+        own failure (a local error, below 0), which the test then produces again."""
+        return all(error is not None and error.code() < 0 for error in self.answered(value))
 
     def explain(self) -> str:
         return f"reports {self.reports}; librdkafka:\n" + "\n".join(self.lines)
@@ -123,10 +128,9 @@ def test_hang_and_suspended_broker_hold_delivery(proxied_broker: ProxiedBroker) 
     proxied_broker.proxy.hang()
     producer.produce("hang", value=b"held")
     producer.flush(1.0)
-    assert not watch.answered(b"held"), f"answered through a hung path: {watch.explain()}"
+    assert watch.held(b"held"), f"answered through a hung path: {watch.explain()}"
     proxied_broker.proxy.restore()
-    assert producer.flush(30) == 0
-    assert watch.answered(b"held") == [None], watch.explain()
+    _delivered(producer, watch, b"held")
 
     assert proxied_broker.broker is not None
     with suspended(proxied_broker.broker):
@@ -134,8 +138,17 @@ def test_hang_and_suspended_broker_hold_delivery(proxied_broker: ProxiedBroker) 
         started = time.monotonic()
         producer.flush(1.0)
         assert time.monotonic() - started >= 0.9, watch.explain()
-        assert not watch.answered(b"stopped"), f"answered by a stopped broker: {watch.explain()}"
-    assert producer.flush(30) == 0
-    assert watch.answered(b"stopped") == [None], watch.explain()
+        assert watch.held(b"stopped"), f"answered by a stopped broker: {watch.explain()}"
+    _delivered(producer, watch, b"stopped")
     values = [r.value for r in consume_all(proxied_broker.direct_address, "hang", expected=3)]
     assert values == [b"warmup", b"held", b"stopped"]
+
+
+def _delivered(producer: Producer, watch: _DeliveryWatch, value: bytes) -> None:
+    """Once the path is back, ``value`` is delivered: produced again if the client failed it
+    on its own while the path was down (printed: librdkafka's doing, not the fixture's)."""
+    if watch.answered(value):
+        print(f"\n{value!r} failed by the client while held, produced again: {watch.explain()}")
+        producer.produce("hang", value=value)
+    assert producer.flush(30) == 0
+    assert watch.answered(value)[-1] is None, watch.explain()
