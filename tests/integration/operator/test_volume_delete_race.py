@@ -81,9 +81,7 @@ class ClaimBetween(Cluster):
         return answer
 
 
-def test_a_volume_claimed_while_the_pool_deletes_it_keeps_its_finalizer(
-    kube_api: KubeApi
-) -> None:
+def test_a_volume_claimed_while_the_pool_deletes_it_keeps_its_finalizer(kube_api: KubeApi) -> None:
     status, created = kube_api.call("POST", kube_api.pvcs_path, {
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
         "metadata": {"name": "orders-buffer-1", "labels": {POOL_LABEL: "orders"},
