@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import mmap
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -192,7 +193,9 @@ class Segment:
         if window is None:
             return
         already = self._released
-        release_to = synced_bytes - window
+        # Whole pages only: the kernel keeps a page the range covers in part, and the next
+        # release starts past it, so an unaligned end would leave one page per fsync behind.
+        release_to = (synced_bytes - window) // mmap.PAGESIZE * mmap.PAGESIZE
         if release_to <= already:
             return
         try:
