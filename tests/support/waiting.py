@@ -1,7 +1,9 @@
-"""Polling until a condition holds: the one wait helper every test uses."""
+"""Polling until a condition holds: the one wait helper every test uses (and its twin for
+code on an event loop)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -24,3 +26,42 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
         time.sleep(interval)
+
+
+async def wait_for_async(
+    predicate: Callable[[], T], timeout: float = 20.0, interval: float = 0.01, what: str = ""
+) -> T:
+    """``wait_for`` on an event loop: the loop runs its other tasks between polls."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        await asyncio.sleep(interval)
+
+
+def wait_until_still(
+    read: Callable[[], T],
+    quiet_s: float,
+    timeout: float = 30.0,
+    interval: float = 0.1,
+    what: str = "",
+) -> T:
+    """Poll ``read`` until its value has not changed for ``quiet_s`` seconds; return it.
+
+    For a count that late answers may still move (acknowledgements of requests sent before a
+    fault): the value a test then holds steady. Fails after ``timeout`` seconds of change.
+    """
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while True:
+        time.sleep(interval)
+        current, now = read(), time.monotonic()
+        if current != value:
+            value, since = current, now
+        elif now - since >= quiet_s:
+            return value
+        if now > deadline:
+            raise AssertionError(f"{what or read} still changing after {timeout}s (last {value!r})")

@@ -12,6 +12,7 @@ from confluent_kafka import Producer
 
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.broker import ProxiedBroker, consume_all, create_topic
+from support.waiting import wait_until_still
 
 pytestmark = pytest.mark.integration
 
@@ -78,15 +79,21 @@ def test_full_buffer_backpressure_then_drain(tmp_path: Path) -> None:
                     and agent.metrics()["durable_agent_buffer_free_bytes"] < 70_000
                 ):
                     break
-            time.sleep(2)
-            producer.poll(0.5)
-            plateau = len(acked)
+            else:
+                raise AssertionError(f"the buffer never filled: {agent.metrics()}")
+
+            def acked_count() -> int:
+                producer.poll(0.05)
+                return len(acked)
+
+            # Answers to batches taken just before the buffer filled may still come: the
+            # plateau is the count once it has stood still for 2 s.
+            plateau = wait_until_still(acked_count, 2.0, what="the acknowledged count")
             metrics = agent.metrics()
             assert metrics["durable_agent_backlog_bytes"] <= MAX_BUFFER
             assert 0 < plateau < total, "the agent must accept until full, then push back"
             time.sleep(2)
-            producer.poll(0.5)
-            assert len(acked) == plateau, "nothing is accepted while the buffer is full"
+            assert acked_count() == plateau, "nothing is accepted while the buffer is full"
             assert "full" in agent.log_tail(20_000).lower()
 
             broker.proxy.restore()

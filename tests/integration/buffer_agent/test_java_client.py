@@ -33,7 +33,7 @@ from support.client_records import (
 from support.java_client import JavaClientNotInstalled, JavaProducer, JavaRun, compiled_classes
 from support.kafka_fixtures import TopicFactory
 from support.raw_fetch import stored_batches
-from support.waiting import wait_for
+from support.waiting import wait_for, wait_until_still
 
 pytestmark = pytest.mark.integration
 
@@ -239,8 +239,10 @@ def test_java_producer_rides_out_a_full_buffer(
         sending = producer.start_send(paced_records(topic), rate=PACED_RATE)
         try:
             wait_for(lambda: agent.metrics().get(REFUSING) == 1, 60, 0.2, "the buffer full")
-            time.sleep(SETTLE_SECONDS)  # the last batches that fit, and a progress line
-            held = sending.progress()["acked"]
+            held = wait_until_still(  # the last batches that fit answered; > 1 progress line
+                lambda: sending.progress()["acked"], SETTLE_SECONDS, timeout=60,
+                what="the acknowledged count",
+            )
             time.sleep(12 if delivery else 8)
             assert 0 < sending.progress()["acked"] == held, "nothing is accepted while full"
             assert "NOT_ENOUGH_REPLICAS" in sending.log()

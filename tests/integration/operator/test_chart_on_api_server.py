@@ -13,8 +13,9 @@ from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-# A replica that starts must be handling DurableProducers within this many seconds.
-START_LIMIT_SECONDS = 20
+# A replica that starts must be handling DurableProducers within this many seconds (the
+# defect below took about 54 s; a loaded machine may take well over 10 s to start one).
+START_LIMIT_SECONDS = 35
 
 
 def time_to_ready(kube_api: KubeApi, start: Callable[[], ChartOperator]) -> float:

@@ -170,6 +170,8 @@ def test_killing_the_leader_refuses_no_pod_and_the_other_replica_takes_over(
     kube_api.create(durable_producer("payments"))  # a handler only the leader runs
     wait_for(lambda: (kube_api.get("payments") or {}).get("status", {}).get("bufferSize"),
              timeout=60, what="the new leader reconciling a new DurableProducer")
+    wait_for(lambda: len(loop.outcomes(standby.name, after=killed_at)) >= 10, timeout=60,
+             what="ten reviews answered by the survivor after the kill")
     time.sleep(1.0)
     loop.stop.set()
 
@@ -197,8 +199,8 @@ def test_a_cleanly_stopped_leader_hands_over_at_once(
     first, second = start_replica("replica-a"), start_replica("replica-b")
     assert leader_of([first, second]) is first
 
+    first.operator.process.stop()  # kopf's shutdown removes the record before it exits
     stopped_at = time.monotonic()
-    first.operator.process.stop()
     wait_for(lambda: second.handler_runs("volume-pool") > 0, timeout=LIFETIME_SECONDS,
              interval=0.1, what="the standby taking over after a clean stop")
     handover = time.monotonic() - stopped_at

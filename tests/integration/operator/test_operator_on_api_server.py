@@ -19,7 +19,7 @@ from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE
 from durable_producer.operator.model.model import API_VERSION, KIND, DurableProducerSpec
 from support.crd_validation import ApiServerValidation
 from support.kube_harness import ChartOperator, KubeApi
-from support.waiting import wait_for
+from support.waiting import wait_for, wait_until_still
 
 pytestmark = pytest.mark.integration
 
@@ -59,17 +59,6 @@ def operator_writes(kube_api: KubeApi, name: str) -> int:
     return sum(1 for r in kube_api.requests()
                if r.user.startswith(operator_user(kube_api)) and r.resource == "durableproducers"
                and r.name == name and r.verb in ("patch", "update"))
-
-
-def wait_for_writes_to_settle(kube_api: KubeApi, name: str) -> int:
-    previous = -1
-    for _ in range(20):
-        current = operator_writes(kube_api, name)
-        if current == previous:
-            return current
-        previous = current
-        time.sleep(1)
-    raise AssertionError(f"the operator keeps writing to {name}: {current} writes so far")
 
 
 # The API server's own schema and CEL rules, and what tests/support/crd_validation.py predicts.
@@ -220,7 +209,8 @@ def test_a_spec_the_crd_lets_through_gets_an_explanatory_condition_without_retry
 
     wait_for(lambda: ((kube_api.get("payments") or {}).get("status") or {}).get("volumes"),
              timeout=60, what="the volume-pool timer's first status")
-    settled = wait_for_writes_to_settle(kube_api, "payments")
+    settled = wait_until_still(lambda: operator_writes(kube_api, "payments"), 3.0, timeout=40,
+                               interval=0.5, what="the operator's writes to payments")
     time.sleep(3)
     assert operator_writes(kube_api, "payments") == settled
 

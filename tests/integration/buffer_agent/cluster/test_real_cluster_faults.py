@@ -25,7 +25,7 @@ from durable_producer.local.agent_process import AgentProcess
 from support.broker import KafkaCluster, consume_all
 from support.cluster_load import Grade, ProducerLoad, grade
 from support.kafka_fixtures import TopicFactory
-from support.waiting import wait_for
+from support.waiting import wait_for, wait_until_still
 
 pytestmark = pytest.mark.integration
 
@@ -174,15 +174,23 @@ def test_one_broker_down_below_min_insync_replicas_is_ridden_out(
             interval=0.2,
             what="the ISR to shrink to the leader",
         )
-        time.sleep(1.0)  # answers to requests committed before the shrink arrive
-        acked = sum(len(load.acked) for load in loads)
-        forwarded = forwarded_records(agent)
         wait_for(
             lambda: refusals(agent) > 0,
             timeout=20,
             interval=0.5,
             what=f"NOT_ENOUGH_REPLICAS from the leader; log:\n{agent.log_tail()}",
         )
+        # Answers to requests committed before the shrink may still arrive: the count from
+        # which nothing more may be forwarded is taken once it has stood still for a second
+        # (under the defect it never does, and this wait fails).
+        forwarded = wait_until_still(
+            lambda: forwarded_records(agent),
+            1.0,
+            timeout=20,
+            interval=0.2,
+            what="the forwarded count while the ISR is below the minimum",
+        )
+        acked = sum(len(load.acked) for load in loads)
         time.sleep(2.0)
         assert sum(len(load.acked) for load in loads) > acked, "ingest went on"
         held.append(forwarded_records(agent) - forwarded)

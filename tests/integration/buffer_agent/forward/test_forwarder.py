@@ -433,14 +433,14 @@ def test_a_new_topic_is_looked_up_at_once_after_a_complete_refresh(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:
     """The metadata backoff is for refreshes that failed or found no leader; a topic's first
-    frame after a good one is not held back by it (a 2 s backoff here: seen, the first frame
-    of every new topic waited it out)."""
+    frame after a good one is not held back by it (seen: the first frame of every new topic
+    waited the backoff out; 6 s here, well above a busy broker's answer)."""
     first, second = new_topic(1), new_topic(1)
-    config = replace(FAST, retry_backoff_s=2.0, retry_backoff_max_s=4.0)
+    config = replace(FAST, retry_backoff_s=6.0, retry_backoff_max_s=12.0)
     forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config).start()
     try:
         wal.append(first, 0, build_batch([SampleRecord(b"k", b"first", 5, ())]), 1)
-        wait_for(lambda: wal.checkpoint_offset == 1, 30, what="the first topic's frame")
+        wait_for(lambda: wal.checkpoint_offset == 1, 60, what="the first topic's frame")
         written = time.monotonic()
         wal.append(second, 0, build_batch([SampleRecord(b"k", b"second", 6, ())]), 1)
         wait_for(lambda: forwarder.stats().watermark == 2, 30, what="the second topic's frame")
@@ -448,7 +448,7 @@ def test_a_new_topic_is_looked_up_at_once_after_a_complete_refresh(
     finally:
         forwarder.stop()
 
-    assert delay < 1.0, f"{delay:.2f} s for a new topic's first frame"
+    assert delay < 4.0, f"{delay:.2f} s for a new topic's first frame"
     assert [r.value for r in consume_all(kafka_broker.bootstrap, second)] == [b"second"]
 
 

@@ -79,7 +79,8 @@ def test_replayed_frames_are_checkpointed_once_delivered(
     try:
         waited = _wait_for_checkpoint(wal, 5, timeout=30)
         wal.append(topic, 0, build_batch([SampleRecord(b"k", b"new", 9)]), 1)
-        time.sleep(1.0)
+        # Delivered, yet not checkpointed while the interval (120 s) has not passed.
+        wait_for(lambda: forwarder.stats().watermark == 6, 30, 0.02, what="the new frame delivered")
         checkpoint_while_running = wal.checkpoint_offset
         stats = forwarder.stats()
     finally:

@@ -80,7 +80,7 @@ def test_agent_lets_a_new_topic_through_when_the_cluster_creates_it(
         error, seconds = produce_one(agent.bootstrap, "auto-created")
         forwarded = consume_all(broker.bootstrap, "auto-created", expected=1)
     assert error is None
-    assert seconds < 10  # no metadata retries: before, a new topic took 31 s to fail
+    assert seconds < 20  # no metadata retries: before, a new topic took 31 s to fail
     assert [record.value for record in forwarded] == [b"value"]
 
 
@@ -98,5 +98,5 @@ def test_agent_fails_fast_when_the_cluster_would_not_create_the_topic(
     assert error is not None
     assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
     assert not error.retriable()
-    assert seconds < 10
+    assert seconds < 20  # before: 31 s
     assert "neither has it nor creates it on request: create it first" in log

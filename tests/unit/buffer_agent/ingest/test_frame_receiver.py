@@ -21,6 +21,7 @@ from durable_producer.buffer_agent.ingest.frame_receiver import (
 )
 from durable_producer.buffer_agent.ingest.request_memory import RequestMemory
 from durable_producer.buffer_agent.kafka.protocol import MalformedFrame
+from support.waiting import wait_for_async
 
 Scenario = Callable[[FrameReceiver, socket.socket], Awaitable[object]]
 
@@ -189,25 +190,25 @@ def test_read_timeout_for_a_stalled_frame_even_while_waiting_on_the_idle_timeout
 def test_a_steady_stream_never_trips_the_read_timeout() -> None:
     """Frames that keep arriving split across reads must not age a 'started' timestamp."""
     body = os.urandom(40_000)
-    stream = frame(body) * 40
+    stream = frame(body) * 120
     chunk = 30_001  # reads end inside frames, and a frame completes in most of them
 
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> int:
         async def writer() -> None:
-            for position in range(0, len(stream), chunk):  # ~1.3 s in all
+            for position in range(0, len(stream), chunk):  # ~4 s in all, 4x the read timeout
                 await send(client, stream[position : position + chunk])
                 await asyncio.sleep(0.025)
             client.shutdown(socket.SHUT_WR)
 
         write_task = asyncio.create_task(writer())
         count = 0
-        while (received := await receiver.next_frame(idle_timeout=5, read_timeout=0.3)) is not None:
+        while (received := await receiver.next_frame(idle_timeout=5, read_timeout=1.0)) is not None:
             assert received == body
             count += 1
         await write_task
         return count
 
-    assert run(scenario) == 40
+    assert run(scenario) == 120
 
 
 def test_reading_pauses_after_a_few_queued_tiny_frames_and_nothing_is_lost() -> None:
@@ -303,7 +304,7 @@ def test_while_the_budget_is_plentiful_a_large_frame_takes_its_size_at_once() ->
 
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
         await send(client, frame(body)[:200_000])
-        await asyncio.sleep(0.3)
+        await wait_for_async(lambda: receiver.held_bytes == len(body), 10, what="its size taken")
         assert receiver.partial_frame
         assert receiver.held_bytes == memory.used == len(body)
         await send(client, frame(body)[200_000:])
@@ -324,7 +325,7 @@ def test_memory_taken_follows_the_bytes_that_arrive_not_the_size_announced() -> 
 
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
         await send(client, frame(body)[:200_000])
-        await asyncio.sleep(0.3)
+        await wait_for_async(lambda: receiver.held_bytes >= 200_000 - 4, 10, what="all sent read")
         assert receiver.partial_frame
         assert 200_000 - 4 <= receiver.held_bytes <= 200_000 + CHUNK_BYTES
         assert memory.used == receiver.held_bytes
@@ -360,8 +361,8 @@ def test_connections_wait_for_the_shared_budget_and_lose_nothing() -> None:
             assert await first.next_frame(idle_timeout=5) == first_body  # held: not answered
             second = await asyncio.wait_for(receivers.get(), 5)
             sending = asyncio.create_task(send(clients[1], frame(second_body)))
-            await asyncio.sleep(0.5)
-            assert memory.waiting == 1 and second.partial_frame
+            await wait_for_async(lambda: memory.waiting == 1 and second.partial_frame, 10,
+                                 what="the second connection waiting for the budget")  # fmt: skip
             assert memory.used <= memory.limit
             with pytest.raises(TimeoutError):  # the first frame is answered: its bytes return
                 await first.next_frame(idle_timeout=0.1)
@@ -385,8 +386,7 @@ def test_closing_a_connection_gives_back_everything_it_held() -> None:
     async def scenario(receiver: FrameReceiver, client: socket.socket) -> None:
         await send(client, frame(b"small frame") + frame(os.urandom(300_000)))
         await send(client, frame(os.urandom(2 << 20))[:500_000])
-        await asyncio.sleep(0.3)
-        assert memory.used > 800_000
+        await wait_for_async(lambda: memory.used > 800_000, 10, what="the bytes read and held")
         receiver.close()
         assert memory.used == 0 and receiver.held_bytes == 0
 

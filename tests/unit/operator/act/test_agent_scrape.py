@@ -74,7 +74,7 @@ def test_the_whole_round_ends_within_its_budget_however_many_agents_are_silent(
     started = time.monotonic()
     agent_scrape.scrape_agents(urls, workers=2, budget=1.5)
 
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 5.0  # 20 rounds of the timeout without the budget
 
 
 def test_the_agents_that_answer_are_counted_among_silent_ones(

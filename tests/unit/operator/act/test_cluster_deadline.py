@@ -61,7 +61,7 @@ def test_inside_a_deadline_a_hanging_call_gives_up_when_the_time_is_up(
         api.get_producer("default", "orders")
     elapsed = time.monotonic() - started
 
-    assert 0.4 < elapsed < 2.0
+    assert 0.4 < elapsed < 5.0
 
 
 def test_no_call_is_made_once_the_deadline_has_passed(silent_server: str) -> None:

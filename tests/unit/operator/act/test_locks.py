@@ -24,7 +24,7 @@ def test_a_lock_held_elsewhere_is_given_up_on_after_the_timeout() -> None:
             holding_producer_lock("shop", "busy", 0.2),
         ):
             pass
-        assert 0.15 < time.monotonic() - started < 1.0
+        assert 0.15 < time.monotonic() - started < 3.0
     finally:
         lock.release()
 
