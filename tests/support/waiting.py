@@ -19,13 +19,9 @@ def wait_for(
     Fails the test with ``what`` (or the predicate's repr) after ``timeout`` seconds.
     """
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+    while not (value := _poll(predicate, deadline, timeout, what)):
         time.sleep(interval)
+    return value
 
 
 async def wait_for_async(
@@ -33,13 +29,17 @@ async def wait_for_async(
 ) -> T:
     """``wait_for`` on an event loop: the loop runs its other tasks between polls."""
     deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+    while not (value := _poll(predicate, deadline, timeout, what)):
         await asyncio.sleep(interval)
+    return value
+
+
+def _poll(predicate: Callable[[], T], deadline: float, timeout: float, what: str) -> T:
+    """``predicate()``; fails the test if that is falsy and ``deadline`` has passed."""
+    value = predicate()
+    if not value and time.monotonic() > deadline:
+        raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+    return value
 
 
 def wait_until_still(

@@ -39,6 +39,7 @@ pytestmark = pytest.mark.integration
 LIFETIME_SECONDS = 6  # kube_harness installs the chart with operator.peeringLifetimeSeconds 6
 # The peering lifetime bounds the take-over; the rest is for a loaded test machine.
 TAKEOVER_LIMIT_SECONDS = LIFETIME_SECONDS + 10
+PEERINGS_PATH = "/apis/kopf.dev/v1/clusterkopfpeerings"
 
 
 @dataclass
@@ -184,7 +185,6 @@ def test_killing_the_leader_refuses_no_pod_and_the_other_replica_takes_over(
           f" {len(dead)}, all unreachable")
     assert [o for o in survivor if not o.startswith("allowed")] == []
     assert all(o == "allowed" for o in survivor)  # each one got its agent and volume
-    assert len(after_kill) >= 10
     assert dead and all(o.startswith("unreachable") for o in dead)
     assert takeover < TAKEOVER_LIMIT_SECONDS
     assert standby.ready()
@@ -199,10 +199,16 @@ def test_a_cleanly_stopped_leader_hands_over_at_once(
     first, second = start_replica("replica-a"), start_replica("replica-b")
     assert leader_of([first, second]) is first
 
-    first.operator.process.stop()  # kopf's shutdown removes the record before it exits
     stopped_at = time.monotonic()
+    first.operator.process.stop()
+    stopped = time.monotonic() - stopped_at
+    # kopf's shutdown removed the record before the process exited (the peering object's
+    # status holds one entry per live replica, by its POD_ID); without that goodbye it
+    # would stay until it expired, a keep-alive (1 s) plus the lifetime (6 s) later.
+    statuses = [item.get("status") or {} for item in kube_api.items(PEERINGS_PATH).values()]
+    ours = [status for status in statuses if "replica-b" in status]
+    assert ours and all("replica-a" not in status for status in ours), statuses
     wait_for(lambda: second.handler_runs("volume-pool") > 0, timeout=LIFETIME_SECONDS,
              interval=0.1, what="the standby taking over after a clean stop")
     handover = time.monotonic() - stopped_at
-    print(f"\nhand-over after SIGTERM: {handover:.1f} s")
-    assert handover < LIFETIME_SECONDS
+    print(f"\nhand-over after SIGTERM: {handover:.1f} s (the leader's shutdown {stopped:.1f} s)")

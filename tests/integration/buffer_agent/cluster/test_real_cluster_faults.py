@@ -174,21 +174,21 @@ def test_one_broker_down_below_min_insync_replicas_is_ridden_out(
             interval=0.2,
             what="the ISR to shrink to the leader",
         )
+        # Answers to requests committed before the shrink may still arrive: the count from
+        # which nothing more may be forwarded is taken once it has stood still for 2 s
+        # (longer than the forwarder's longest retry backoff, 1 s).
+        forwarded = wait_until_still(
+            lambda: forwarded_records(agent),
+            2.0,
+            timeout=30,
+            interval=0.2,
+            what="the forwarded count while the ISR is below the minimum",
+        )
         wait_for(
             lambda: refusals(agent) > 0,
             timeout=20,
             interval=0.5,
             what=f"NOT_ENOUGH_REPLICAS from the leader; log:\n{agent.log_tail()}",
-        )
-        # Answers to requests committed before the shrink may still arrive: the count from
-        # which nothing more may be forwarded is taken once it has stood still for a second
-        # (under the defect it never does, and this wait fails).
-        forwarded = wait_until_still(
-            lambda: forwarded_records(agent),
-            1.0,
-            timeout=20,
-            interval=0.2,
-            what="the forwarded count while the ISR is below the minimum",
         )
         acked = sum(len(load.acked) for load in loads)
         time.sleep(2.0)

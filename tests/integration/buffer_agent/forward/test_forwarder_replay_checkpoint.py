@@ -30,7 +30,7 @@ from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import KafkaBroker, consume_all, create_topic
 from support.kafka_fixtures import TopicFactory
-from support.waiting import wait_for
+from support.waiting import wait_for, wait_until_still
 from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
@@ -79,9 +79,11 @@ def test_replayed_frames_are_checkpointed_once_delivered(
     try:
         waited = _wait_for_checkpoint(wal, 5, timeout=30)
         wal.append(topic, 0, build_batch([SampleRecord(b"k", b"new", 9)]), 1)
-        # Delivered, yet not checkpointed while the interval (120 s) has not passed.
+        # Delivered, yet not checkpointed while the interval (120 s) has not passed: the
+        # checkpoint is read once it has stood still for a second after the delivery (a
+        # checkpoint of the new frame would follow its delivery within the same pass).
         wait_for(lambda: forwarder.stats().watermark == 6, 30, 0.02, what="the new frame delivered")
-        checkpoint_while_running = wal.checkpoint_offset
+        checkpoint_while_running = wait_until_still(lambda: wal.checkpoint_offset, 1.0)
         stats = forwarder.stats()
     finally:
         forwarder.stop()

@@ -13,16 +13,10 @@ import socket
 import struct
 
 from durable_producer.buffer_agent.kafka.connection import BrokerConnection
+from support.waiting import wait_for_async
 
 MIB = 1 << 20
 SMALL_SOCKET_BUFFER = 64 * 1024
-
-
-async def _until(condition: object, timeout: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not condition() and loop.time() < deadline:  # type: ignore[operator]
-        await asyncio.sleep(0.01)
 
 
 async def _scenario() -> tuple[int, bytes, bytes]:
@@ -51,7 +45,7 @@ async def _scenario() -> tuple[int, bytes, bytes]:
         connection.request(0, 3, list(first))
         connection.request(0, 3, list(second))
         transport = writer.transport
-        await _until(lambda: transport.get_write_buffer_size() > 0)
+        await wait_for_async(lambda: transport.get_write_buffer_size() > 0, 5, what="a part")
         await asyncio.sleep(0.2)  # the writer has done what it can while the peer reads nothing
         buffered = transport.get_write_buffer_size()
         expected = b"".join(_request(1, first)) + b"".join(_request(2, second))
