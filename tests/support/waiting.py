@@ -1,5 +1,6 @@
-"""Polling until a condition holds: the one wait helper every test uses (and its twin for
-code on an event loop)."""
+"""Polling until a condition holds, the waits every test uses: ``wait_for`` (until a
+predicate is truthy), ``wait_for_async`` (the same on an event loop) and ``wait_until_still``
+(until a reading stops changing)."""
 
 from __future__ import annotations
 

@@ -294,6 +294,17 @@ def free_wal_later(agent: RunningAgent, seconds: float) -> threading.Thread:
     return thread
 
 
+def wait_for_retried_refusal(agent: RunningAgent) -> None:
+    """The agent refused the produce for the full WAL, and the client asked again."""
+    server = agent.server
+    assert server is not None
+    wait_for(
+        lambda: server.stats.refusals["not_enough_replicas"] >= 2,
+        20,
+        what="the refused produce retried",
+    )
+
+
 def test_full_wal_is_retried_by_librdkafka(tmp_path: Path) -> None:
     with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), wal=small_wal()) as agent:
         fill_wal(agent)
@@ -310,10 +321,7 @@ def test_full_wal_is_retried_by_librdkafka(tmp_path: Path) -> None:
             TOPIC, value=b"survivor", partition=0, on_delivery=lambda e, _m: outcomes.append(e)
         )
         assert producer.flush(1.5) == 1  # refused and retried, not failed
-        server = agent.server
-        assert server is not None
-        wait_for(lambda: server.stats.refusals["not_enough_replicas"] >= 2, 20,
-                 what="the refused produce retried")  # fmt: skip
+        wait_for_retried_refusal(agent)
         producer.poll(0)
         assert outcomes == [] and len(producer) == 1, "still held by the client, not failed"
         free_wal_later(agent, 0).join()
@@ -334,10 +342,7 @@ def test_full_wal_is_retried_by_kafka_python(tmp_path: Path) -> None:
         )
         try:
             future = producer.send(TOPIC, value=b"survivor", partition=0)
-            server = agent.server
-            assert server is not None
-            wait_for(lambda: server.stats.refusals["not_enough_replicas"] >= 2, 20,
-                     what="the refused produce retried")  # fmt: skip
+            wait_for_retried_refusal(agent)
             assert not future.is_done
             free_wal_later(agent, 0).join()
             future.get(timeout=20)
@@ -376,7 +381,9 @@ def test_block_waits_of_many_connections_all_answer_within_their_timeout(
     monkeypatch.setattr(produce, "BLOCK_ANSWER_MARGIN_S", 2.0)
 
     async def executor_of_two_cores() -> None:
+        # (shut down with the agent's loop: loop.close() shuts its default executor down)
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=6))
+
     wal = replace(small_wal(), full_disk_policy=FullDiskPolicy.BLOCK, block_timeout_s=30.0)
     connections = 48
     with RunningAgent(tmp_path, FakeCluster({TOPIC: 1}), wal=wal) as agent:
