@@ -82,7 +82,11 @@ class WriteAheadLog:
         recovered = [Segment(s.base_offset, s.path, s.size, policy) for s in result.segments]
         self._next_offset = result.next_offset
         newest_frame = max(
-            (offset for segment in result.segments for offset, _ in segment.record_counts),
+            (
+                first + frames - 1
+                for segment in result.segments
+                for first, frames, _ in segment.record_runs
+            ),
             default=-1,
         )
         self._frames_end = max(newest_frame + 1, opened.checkpoint)
@@ -90,7 +94,7 @@ class WriteAheadLog:
         self._quarantined = opened.quarantined_segments
         self._checkpoint_offset = opened.checkpoint
         self._backlog = RecordBacklog(
-            (count for segment in result.segments for count in segment.record_counts),
+            (run for segment in result.segments for run in segment.record_runs),
             opened.checkpoint,
         )
         self._checkpoint_file = CheckpointFile(directory)

@@ -27,6 +27,7 @@ from durable_producer.buffer_agent.volume.format import QUARANTINE_DIR, encode_s
 
 from ..checkpoint import read_checkpoint
 from ..config import FsyncPolicy
+from ..stats import RecordRun, record_runs
 from .damage import Action, Assessment, SegmentPlan, assess
 from .quarantine import move_aside, quarantine_figures, quarantine_segment
 
@@ -38,8 +39,8 @@ class RecoveredSegment:
     base_offset: int
     path: Path
     size: int
-    record_counts: list[tuple[int, int]] = field(default_factory=list)
-    """(offset, record count) of every frame, for backlog accounting."""
+    record_runs: list[RecordRun] = field(default_factory=list)
+    """Its frames' record counts, for backlog accounting (``stats.record_runs``)."""
 
 
 @dataclass(slots=True)
@@ -205,8 +206,8 @@ def _apply(directory: Path, plan: SegmentPlan, result: RecoveryResult) -> None:
         )
         if not plan.rebuilt:
             return
-    counts = [(span.offset, span.record_count) for span in plan.scan.spans]
-    result.segments.append(RecoveredSegment(base, path, plan.size_after, counts))
+    runs = record_runs((span.offset, span.record_count) for span in plan.scan.spans)
+    result.segments.append(RecoveredSegment(base, path, plan.size_after, runs))
 
 
 def _truncate(path: Path, size: int) -> None:
