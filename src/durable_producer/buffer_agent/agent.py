@@ -1,7 +1,8 @@
 """The agent process: WAL + Kafka-protocol ingest + forwarder + metrics, and its lifecycle.
 
 ``run``: measure the volume and fit the WAL limit to it (``volume/space.py``; a volume too small
-for the WAL exits 2), serve until SIGTERM/SIGINT, then stop accepting, forward what is
+for the WAL exits 2), answer ``/healthz`` while the WAL opens (recovery reads every frame:
+minutes for a large backlog), serve until SIGTERM/SIGINT, then stop accepting, forward what is
 buffered until the drain deadline, checkpoint and exit 0; whatever is left stays on the volume
 for the next owner. ``drain``: no listener; forward everything on the volume and exit (for
 orphaned volumes; it needs no free space).
@@ -219,29 +220,53 @@ class BufferAgent:
         if not self._fit_wal_to_volume():
             return 2
         agent = self.settings.agent
-        metadata = MetadataCache(
-            agent.state_dir,
-            cluster_metadata_source(self.client_config),
-            default_partitions=agent.default_partitions,
-        )
-        wal, forwarder = self._open_wal_and_forwarder(metadata)
-        self.ingest = IngestServer(wal, metadata, agent.state_dir, self.settings.ingest)
-        publisher = StatsPublisher(
-            wal, self.metrics, self.ingest, agent.data_dir, forwarder
-        )
+        publishers: list[StatsPublisher] = []  # the figures' publisher, once the WAL is open
         try:
+            # Before the WAL opens: recovery reads every frame on the volume (minutes for a
+            # large backlog on a slow disk), and the pod's startup probe asks /healthz for at
+            # most 2 minutes; an agent killed for it would recover again, for ever. /readyz
+            # says not ready until the WAL is open and the listener accepts.
             metrics_server = MetricsServer(
                 self.metrics,
                 host=agent.metrics_host,
                 port=agent.metrics_port,
                 ready=self.ready,
-                before_scrape=publisher.publish,
+                before_scrape=lambda: publishers[0].publish() if publishers else None,
             ).start()
         except OSError as error:
-            wal.close()
             raise port_unusable(
                 "--metrics-listen", agent.metrics_host, agent.metrics_port, error
             ) from None
+        try:
+            return await self._serve(metrics_server, publishers)
+        finally:
+            metrics_server.stop()
+
+    async def _serve(
+        self, metrics_server: MetricsServer, publishers: list[StatsPublisher]
+    ) -> int:
+        agent = self.settings.agent
+        metadata = MetadataCache(
+            agent.state_dir,
+            cluster_metadata_source(self.client_config),
+            default_partitions=agent.default_partitions,
+        )
+        log.info("opening the WAL in %s: recovery reads every frame first", agent.wal_dir)
+        opening = time.monotonic()
+        wal, forwarder = self._open_wal_and_forwarder(metadata)
+        stats = wal.stats()
+        log.info(
+            "WAL open in %.1f s: %d frames (%d records) above the checkpoint, %.1f MiB",
+            time.monotonic() - opening,
+            stats.backlog_frames,
+            stats.backlog_records,
+            stats.size_bytes / 2**20,
+        )
+        self.ingest = IngestServer(wal, metadata, agent.state_dir, self.settings.ingest)
+        publisher = StatsPublisher(
+            wal, self.metrics, self.ingest, agent.data_dir, forwarder
+        )
+        publishers.append(publisher)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
@@ -291,7 +316,6 @@ class BufferAgent:
             if forwarder.running:
                 await asyncio.to_thread(forwarder.stop)
             wal.close()
-            metrics_server.stop()
 
     def drain(self, timeout_s: float) -> int:
         """Forward everything on the volume; exit code 0 when all of it reached Kafka and

@@ -238,7 +238,8 @@ def agent_sidecar(
     container.update(
         restartPolicy="Always",
         ports=[{"name": METRICS_PORT_NAME, "containerPort": metrics_port, "protocol": "TCP"}],
-        # WAL recovery after a crash may scan a few segments: allow up to 2 minutes.
+        # Up to 2 minutes for the process to answer /healthz (before its WAL opens: recovery
+        # of a large backlog may take longer, and /readyz waits for it).
         startupProbe=probe("/healthz", 1, 120),
         readinessProbe=probe("/readyz", 5, 3),
         livenessProbe=probe("/healthz", 10, 6),
