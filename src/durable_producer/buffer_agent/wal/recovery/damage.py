@@ -15,7 +15,10 @@ and nothing is reported lost because of it.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import time
 from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +38,11 @@ from durable_producer.buffer_agent.volume.format import (
 
 from ..config import FsyncPolicy
 from .scan import Damage, SegmentScan, scan_segment
+
+log = logging.getLogger(__name__)
+
+PROGRESS_INTERVAL_S = 5.0
+"""How often a long scan of the segments says how far it got."""
 
 
 class Action(StrEnum):
@@ -178,6 +186,32 @@ def _list_directory(directory: Path) -> _Listing:
     return listing
 
 
+def _scan_all(directory: Path, candidates: list[tuple[int, Path]]) -> list[SegmentScan]:
+    """Scan every segment, saying how far it got every PROGRESS_INTERVAL_S (a large backlog
+    on a slow disk takes minutes)."""
+    scans: list[SegmentScan] = []
+    total = read = 0
+    for _, path in candidates:
+        with contextlib.suppress(OSError):  # (the scan says what is wrong with it)
+            total += path.stat().st_size
+    next_report = time.monotonic() + PROGRESS_INTERVAL_S
+    for base, path in candidates:
+        scan = scan_segment(path, base)
+        scans.append(scan)
+        read += scan.file_size
+        if time.monotonic() >= next_report:
+            next_report = time.monotonic() + PROGRESS_INTERVAL_S
+            log.info(
+                "reading WAL %s: %d of %d segments, %.1f of %.1f GiB",
+                directory,
+                len(scans),
+                len(candidates),
+                read / 2**30,
+                total / 2**30,
+            )
+    return scans
+
+
 def assess(
     directory: Path,
     checkpoint: int | None,
@@ -190,7 +224,7 @@ def assess(
     recovery's): missing from the log, but not a gap to report again, and never reused.
     """
     listing = _list_directory(directory)
-    scans = [scan_segment(path, base) for base, path in listing.candidates]
+    scans = _scan_all(directory, listing.candidates)
     members, junk = _members(scans, checkpoint)
     strays = listing.strays + junk
     plans = [SegmentPlan(scan) for scan in members]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.volume.format import encode_segment_header
-from durable_producer.buffer_agent.wal import FsyncPolicy, WriteAheadLog
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
+from durable_producer.buffer_agent.wal.recovery import damage
 from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support import wal_helpers
@@ -194,3 +196,24 @@ def test_torn_checkpoint_write_keeps_the_previous_checkpoint(wal_dir: Path) -> N
         wal.checkpoint(25)
     with WriteAheadLog.open(wal_dir, SMALL) as wal:
         assert wal.checkpoint_offset == 25
+
+
+def test_a_long_scan_says_how_far_it_got(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Opening reads every segment (minutes for a large backlog on a slow disk): the log says
+    how far it got every PROGRESS_INTERVAL_S, here every segment."""
+    config = WalConfig(
+        segment_bytes=4096, max_frame_bytes=2048, max_bytes=1 << 20, fsync=FsyncPolicy.NEVER
+    )
+    with WriteAheadLog.open(tmp_path, config) as wal:
+        for _ in range(12):
+            wal.append("t", 0, b"x" * 1000, record_count=1)
+    segments = len(list(tmp_path.glob("*.seg")))
+    assert segments >= 3
+    monkeypatch.setattr(damage, "PROGRESS_INTERVAL_S", 0.0)
+    with caplog.at_level(logging.INFO, logger=damage.__name__):
+        WriteAheadLog.open(tmp_path, config).close()
+    progress = [r.getMessage() for r in caplog.records if "segments," in r.getMessage()]
+    assert len(progress) == segments, progress
+    assert progress[-1].endswith(f"{segments} of {segments} segments, 0.0 of 0.0 GiB")
