@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatch
@@ -108,7 +108,7 @@ class SegmentPlan:
             return self.scan.valid_end
         if self.action is Action.QUARANTINE and not self.rebuilt:
             return 0
-        return SEGMENT_HEADER_SIZE + sum(span.end - span.start for span in self.scan.spans)
+        return SEGMENT_HEADER_SIZE + self.scan.spans.frame_bytes()
 
     @property
     def rebuilt(self) -> bool:
@@ -352,8 +352,7 @@ def _describe(damage: Damage, newest: bool, corrupt_tail: bool, tail_frames: int
 def _gaps(plan: SegmentPlan, next_base: int | None, floor: int) -> list[tuple[int, int]]:
     """Offsets of this segment's range that neither a valid frame nor damage accounts for."""
     covered = sorted(
-        [(span.offset, span.offset) for span in plan.scan.spans]
-        + [(lost.first, lost.last) for lost in plan.lost]
+        _consecutive(plan.scan.spans.offsets()) + [(lost.first, lost.last) for lost in plan.lost]
     )
     if next_base is not None:
         covered.append((next_base, next_base))
@@ -364,6 +363,21 @@ def _gaps(plan: SegmentPlan, next_base: int | None, floor: int) -> list[tuple[in
             gaps.append((cursor, first - 1))
         cursor = max(cursor, last + 1)
     return gaps
+
+
+def _consecutive(offsets: Iterable[int]) -> list[tuple[int, int]]:
+    """Increasing ``offsets`` as ranges of consecutive ones: (first, last) each."""
+    ranges: list[tuple[int, int]] = []
+    first = last = -2
+    for offset in offsets:
+        if offset != last + 1:
+            if first >= 0:
+                ranges.append((first, last))
+            first = offset
+        last = offset
+    if first >= 0:
+        ranges.append((first, last))
+    return ranges
 
 
 def _without(

@@ -206,7 +206,7 @@ def _apply(directory: Path, plan: SegmentPlan, result: RecoveryResult) -> None:
         )
         if not plan.rebuilt:
             return
-    runs = record_runs((span.offset, span.record_count) for span in plan.scan.spans)
+    runs = record_runs(plan.scan.spans.record_counts())
     result.segments.append(RecoveredSegment(base, path, plan.size_after, runs))
 
 
