@@ -33,6 +33,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from durable_producer.buffer_agent.wal import WalConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = (
@@ -51,7 +55,7 @@ def _status_kib(field: str) -> int:
     return int(line.split()[1])
 
 
-def _config() -> object:
+def _config() -> WalConfig:
     from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig
 
     return WalConfig(max_bytes=64 * 1024**3, fsync=FsyncPolicy.NEVER)
@@ -67,7 +71,7 @@ def appending(frames: int, directory: Path) -> dict[str, float]:
     from support.batch_builder import build_batch
 
     payload = build_batch(make_batches(1, 1)[0][1])
-    wal = WriteAheadLog.open(directory, _config())  # type: ignore[arg-type]
+    wal = WriteAheadLog.open(directory, _config())
     wal.append("t", 0, payload, 1)  # the first segment, before the memory is read
     anonymous = _status_kib("RssAnon")
     started = time.thread_time()
@@ -85,7 +89,7 @@ def opening(frames: int, directory: Path) -> dict[str, float]:
 
     peak, anonymous = _status_kib("VmHWM"), _status_kib("RssAnon")
     started = time.perf_counter()
-    wal = WriteAheadLog.open(directory, _config())  # type: ignore[arg-type]
+    wal = WriteAheadLog.open(directory, _config())
     figures = {
         "open_s": time.perf_counter() - started,
         "open_peak_mib": max(0, _status_kib("VmHWM") - peak) / 1024,

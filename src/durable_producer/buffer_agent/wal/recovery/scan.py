@@ -38,8 +38,9 @@ class FrameSpan:
 class Spans(Sequence[FrameSpan]):
     """The valid frames of a segment, in file order: a list of ``FrameSpan`` to its readers,
     held as four arrays (32 bytes a frame). Recovery keeps every segment's spans until it has
-    decided about all of them; a ``FrameSpan`` object a frame held 155 bytes (2 million
-    one-record frames: 250 MiB while the agent opened its WAL, docs/benchmarks.md)."""
+    decided about all of them; a ``FrameSpan`` object a frame held about 130 bytes with its
+    numbers (2 million one-record frames: 250 MiB while the agent opened its WAL,
+    docs/benchmarks.md)."""
 
     __slots__ = ("_counts", "_ends", "_offsets", "_starts")
 
@@ -54,9 +55,6 @@ class Spans(Sequence[FrameSpan]):
         self._starts.append(start)
         self._ends.append(end)
         self._counts.append(record_count)
-
-    def append(self, span: FrameSpan) -> None:
-        self.add(span.offset, span.start, span.end, span.record_count)
 
     def __len__(self) -> int:
         return len(self._offsets)

@@ -28,7 +28,7 @@ def test_spans_read_as_the_list_they_stand_for(
 ) -> None:
     spans = Spans()
     for span in listed:
-        spans.append(span)
+        spans.add(span.offset, span.start, span.end, span.record_count)
     assert len(spans) == len(listed) and bool(spans) == bool(listed)
     assert list(spans) == listed
     assert spans[index:stop:step] == listed[index:stop:step]
