@@ -4,7 +4,7 @@ behind its backlog figure."""
 from __future__ import annotations
 
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from .frame import PreparedFrame
@@ -45,21 +45,48 @@ RecordRun = tuple[int, int, int]
 """Consecutive frames with the same record count: (first offset, frames, records a frame)."""
 
 
-def record_runs(frames: Iterable[tuple[int, int]]) -> list[RecordRun]:
-    """(offset, record count) of frames, oldest first, as runs (``RecordRun``): what recovery
-    keeps of a segment's frames for the backlog, not a pair a frame."""
-    runs: list[RecordRun] = []
-    first = end = -1
-    count = 0
+class RecordRuns:
+    """Frames as runs (``RecordRun``), oldest first, three numbers a run in one array (24
+    bytes a run): what recovery keeps of a segment's frames for the backlog, not an entry a
+    frame (a ``linger.ms=0`` client's segment is one run)."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values = array("q")
+
+    def add(self, offset: int, records: int) -> None:
+        """The next frame: ``offset`` above every frame's so far, holding ``records``."""
+        values = self._values
+        if values and offset == values[-3] + values[-2] and records == values[-1]:
+            values[-2] += 1
+        else:
+            values.extend((offset, 1, records))
+
+    def __len__(self) -> int:
+        return len(self._values) // 3
+
+    def __iter__(self) -> Iterator[RecordRun]:
+        values = self._values
+        for index in range(0, len(values), 3):
+            yield values[index], values[index + 1], values[index + 2]
+
+    def ranges(self) -> list[tuple[int, int]]:
+        """The frames' offsets as ranges of consecutive ones: (first, last) each."""
+        ranges: list[tuple[int, int]] = []
+        for first, frames, _ in self:
+            if ranges and ranges[-1][1] + 1 == first:
+                ranges[-1] = (ranges[-1][0], first + frames - 1)
+            else:
+                ranges.append((first, first + frames - 1))
+        return ranges
+
+
+def record_runs(frames: Iterable[tuple[int, int]]) -> RecordRuns:
+    """(offset, record count) of frames, oldest first, as runs."""
+    runs = RecordRuns()
     for offset, records in frames:
-        if offset == end and records == count:
-            end += 1
-            continue
-        if first >= 0:
-            runs.append((first, end - first, count))
-        first, end, count = offset, offset + 1, records
-    if first >= 0:
-        runs.append((first, end - first, count))
+        runs.add(offset, records)
     return runs
 
 

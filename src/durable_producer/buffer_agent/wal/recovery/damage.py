@@ -20,7 +20,7 @@ import logging
 import os
 import time
 from bisect import bisect_left
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatch
@@ -108,13 +108,13 @@ class SegmentPlan:
             return self.scan.valid_end
         if self.action is Action.QUARANTINE and not self.rebuilt:
             return 0
-        return SEGMENT_HEADER_SIZE + self.scan.spans.frame_bytes()
+        return SEGMENT_HEADER_SIZE + self.scan.frame_bytes
 
     @property
     def rebuilt(self) -> bool:
         """A quarantined segment is rebuilt in ``wal/`` unless it is an older one with no frame
         left to keep (the newest always is: appends continue in it)."""
-        return self.action is Action.QUARANTINE and (self.newest or bool(self.scan.spans))
+        return self.action is Action.QUARANTINE and (self.newest or self.scan.frames > 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +197,7 @@ def _scan_all(directory: Path, candidates: list[tuple[int, Path]]) -> list[Segme
     next_report = time.monotonic() + PROGRESS_INTERVAL_S
     for base, path in candidates:
         scan = scan_segment(path, base)
+        scan.keep_summary_only()  # one segment's spans at a time, not the whole log's
         scans.append(scan)
         read += scan.file_size
         if time.monotonic() >= next_report:
@@ -252,7 +253,7 @@ def _members(
     junk: list[Stray] = []
     for scan in scans:
         base = scan.base_offset
-        evidence = scan.header_problem is None or bool(scan.spans)
+        evidence = scan.header_problem is None or scan.frames > 0
         if members:
             previous = members[-1]
             last = previous.last_offset
@@ -282,7 +283,7 @@ def _mark_delivered(plans: list[SegmentPlan], checkpoint: int | None, strays: li
     index = 0
     while index + 1 < len(plans) and plans[index + 1].base_offset <= checkpoint:
         scan = plans[index].scan
-        if scan.header_problem is not None and not scan.spans:
+        if scan.header_problem is not None and not scan.frames:
             reason = f"no valid header or frame ({scan.header_problem}), below the checkpoint"
             strays.append(Stray(scan.path, reason, scan.base_offset))
             del plans[index]
@@ -309,7 +310,7 @@ def _assess_segment(
         and fsync is FsyncPolicy.ALWAYS
         and scan.tail_frames > 0
     )
-    starts = [span.start for span in scan.spans]
+    starts = scan.spans.starts()  # (a damaged segment's spans are kept: _scan_all)
     for damage in scan.damage:
         after = bisect_left(starts, damage.end)  # spans are in file order, around the damage
         previous = scan.spans[after - 1].offset if after > 0 else scan.base_offset - 1
@@ -329,7 +330,7 @@ def _assess_segment(
         first = max(previous + 1, floor)
         if first < next_valid:
             plan.lost.append(LostRange(first, next_valid - 1, damage.problem, damage.start))
-    if not scan.spans and not scan.damage and scan.header_problem and next_base is not None:
+    if not scan.frames and not scan.damage and scan.header_problem and next_base is not None:
         first = max(scan.base_offset, floor)
         if first < next_base:  # a bad header over no frame: it held the offsets up to the next
             plan.lost.append(LostRange(first, next_base - 1, scan.header_problem, None))
@@ -352,7 +353,7 @@ def _describe(damage: Damage, newest: bool, corrupt_tail: bool, tail_frames: int
 def _gaps(plan: SegmentPlan, next_base: int | None, floor: int) -> list[tuple[int, int]]:
     """Offsets of this segment's range that neither a valid frame nor damage accounts for."""
     covered = sorted(
-        _consecutive(plan.scan.spans.offsets()) + [(lost.first, lost.last) for lost in plan.lost]
+        plan.scan.runs.ranges() + [(lost.first, lost.last) for lost in plan.lost]
     )
     if next_base is not None:
         covered.append((next_base, next_base))
@@ -363,21 +364,6 @@ def _gaps(plan: SegmentPlan, next_base: int | None, floor: int) -> list[tuple[in
             gaps.append((cursor, first - 1))
         cursor = max(cursor, last + 1)
     return gaps
-
-
-def _consecutive(offsets: Iterable[int]) -> list[tuple[int, int]]:
-    """Increasing ``offsets`` as ranges of consecutive ones: (first, last) each."""
-    ranges: list[tuple[int, int]] = []
-    first = last = -2
-    for offset in offsets:
-        if offset != last + 1:
-            if first >= 0:
-                ranges.append((first, last))
-            first = offset
-        last = offset
-    if first >= 0:
-        ranges.append((first, last))
-    return ranges
 
 
 def _without(
@@ -400,7 +386,7 @@ def _without(
 
 def _action(plan: SegmentPlan, corrupt_tail: bool) -> Action:
     scan = plan.scan
-    if scan.header_problem is None and not scan.damage:
+    if scan.whole:
         return Action.KEEP
     if plan.newest and scan.header_problem is not None and scan.file_size <= SEGMENT_HEADER_SIZE:
         return Action.REINITIALISE

@@ -27,7 +27,7 @@ from durable_producer.buffer_agent.volume.format import QUARANTINE_DIR, encode_s
 
 from ..checkpoint import read_checkpoint
 from ..config import FsyncPolicy
-from ..stats import RecordRun, record_runs
+from ..stats import RecordRuns
 from .damage import Action, Assessment, SegmentPlan, assess
 from .quarantine import move_aside, quarantine_figures, quarantine_segment
 
@@ -39,8 +39,8 @@ class RecoveredSegment:
     base_offset: int
     path: Path
     size: int
-    record_runs: list[RecordRun] = field(default_factory=list)
-    """Its frames' record counts, for backlog accounting (``stats.record_runs``)."""
+    record_runs: RecordRuns = field(default_factory=RecordRuns)
+    """Its frames' record counts, for backlog accounting."""
 
 
 @dataclass(slots=True)
@@ -202,12 +202,11 @@ def _apply(directory: Path, plan: SegmentPlan, result: RecoveryResult) -> None:
             "; ".join(plan.damage),
             lost,
             plan.lost_frames,
-            len(plan.scan.spans),
+            plan.scan.frames,
         )
         if not plan.rebuilt:
             return
-    runs = record_runs(plan.scan.spans.record_counts())
-    result.segments.append(RecoveredSegment(base, path, plan.size_after, runs))
+    result.segments.append(RecoveredSegment(base, path, plan.size_after, plan.scan.runs))
 
 
 def _truncate(path: Path, size: int) -> None:

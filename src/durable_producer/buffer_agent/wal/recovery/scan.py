@@ -23,6 +23,7 @@ from durable_producer.buffer_agent.volume.format import (
 )
 
 from ..frame import FrameProblem, complete_frame_at, decode_frame
+from ..stats import RecordRuns, record_runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +38,10 @@ class FrameSpan:
 
 class Spans(Sequence[FrameSpan]):
     """The valid frames of a segment, in file order: a list of ``FrameSpan`` to its readers,
-    held as four arrays (32 bytes a frame). Recovery keeps every segment's spans until it has
-    decided about all of them; a ``FrameSpan`` object a frame held about 130 bytes with its
-    numbers (2 million one-record frames: 250 MiB while the agent opened its WAL,
-    docs/benchmarks.md)."""
+    held as four arrays (32 bytes a frame; a ``FrameSpan`` object a frame held about 130
+    bytes with its numbers). Recovery keeps them only for a damaged segment, which it needs
+    them for (what lies around the damage, what to salvage): of a whole one it keeps the
+    ``SegmentScan`` summary (docs/wal.md, "Memory")."""
 
     __slots__ = ("_counts", "_ends", "_offsets", "_starts")
 
@@ -76,8 +77,8 @@ class Spans(Sequence[FrameSpan]):
         for values in zip(self._offsets, self._starts, self._ends, self._counts, strict=True):
             yield FrameSpan(*values)
 
-    def offsets(self) -> array[int]:
-        return self._offsets
+    def starts(self) -> array[int]:
+        return self._starts
 
     def record_counts(self) -> Iterator[tuple[int, int]]:
         """(offset, record count) of each frame."""
@@ -108,19 +109,42 @@ class SegmentScan:
     header_problem: str | None = None
     """What is wrong with the 16-byte header (the frames after it are scanned anyway)."""
     spans: Spans = field(default_factory=Spans)
+    """Every valid frame, until ``keep_summary_only`` drops them for a whole segment."""
     damage: list[Damage] = field(default_factory=list)
     tail_frames: int = 0
     """Complete frames (see ``frame.complete_frame_at``) at the start of damage that runs to the
     end of the file: 0 for a torn write, more when whole frames were there and went bad."""
 
-    @property
-    def valid_end(self) -> int:
-        """End of the last valid frame (or of the header): where appends may continue."""
-        return self.spans[-1].end if self.spans else SEGMENT_HEADER_SIZE
+    # The summary of the valid frames, kept when the spans are dropped (``summarize``).
+    frames: int = 0
+    first_offset: int | None = None
+    last_offset: int | None = None
+    valid_end: int = SEGMENT_HEADER_SIZE
+    """End of the last valid frame (or of the header): where appends may continue."""
+    frame_bytes: int = 0
+    runs: RecordRuns = field(default_factory=RecordRuns)
+    """The frames' offsets and record counts."""
+
+    def summarize(self) -> None:
+        spans = self.spans
+        self.frames = len(spans)
+        if spans:
+            self.first_offset = spans[0].offset
+            self.last_offset = spans[-1].offset
+            self.valid_end = spans[-1].end
+        self.frame_bytes = spans.frame_bytes()
+        self.runs = record_runs(spans.record_counts())
+
+    def keep_summary_only(self) -> None:
+        """Drop the spans of a segment with no damage (nothing needs them): the summary stays.
+        Opening a log of millions of frames then holds one segment's spans at a time."""
+        if self.whole:
+            self.spans = Spans()
 
     @property
-    def last_offset(self) -> int | None:
-        return self.spans[-1].offset if self.spans else None
+    def whole(self) -> bool:
+        """Nothing wrong: a valid header, every byte a valid frame."""
+        return self.header_problem is None and not self.damage
 
     @property
     def damaged_in_middle(self) -> bool:
@@ -174,6 +198,7 @@ def scan_segment(path: Path, expected_base: int) -> SegmentScan:
                 scan.tail_frames = _complete_frames(view, tail.start)
         finally:
             view.release()
+    scan.summarize()
     return scan
 
 
