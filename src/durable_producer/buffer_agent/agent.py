@@ -151,6 +151,8 @@ class BufferAgent:
         self.wal: WriteAheadLog | None = None
         self.forwarder: Forwarder | None = None
         self.ingest: IngestServer | None = None
+        self._publisher: StatsPublisher | None = None
+        """The figures' publisher, once the WAL is open (the metrics server starts before)."""
         self._accepting = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -220,7 +222,6 @@ class BufferAgent:
         if not self._fit_wal_to_volume():
             return 2
         agent = self.settings.agent
-        publishers: list[StatsPublisher] = []  # the figures' publisher, once the WAL is open
         try:
             # Before the WAL opens: recovery reads every frame on the volume (minutes for a
             # large backlog on a slow disk), and the pod's startup probe asks /healthz for at
@@ -231,20 +232,22 @@ class BufferAgent:
                 host=agent.metrics_host,
                 port=agent.metrics_port,
                 ready=self.ready,
-                before_scrape=lambda: publishers[0].publish() if publishers else None,
+                before_scrape=self._publish_figures,
             ).start()
         except OSError as error:
             raise port_unusable(
                 "--metrics-listen", agent.metrics_host, agent.metrics_port, error
             ) from None
         try:
-            return await self._serve(metrics_server, publishers)
+            return await self._serve(metrics_server)
         finally:
             metrics_server.stop()
 
-    async def _serve(
-        self, metrics_server: MetricsServer, publishers: list[StatsPublisher]
-    ) -> int:
+    def _publish_figures(self) -> None:
+        if self._publisher is not None:
+            self._publisher.publish()
+
+    async def _serve(self, metrics_server: MetricsServer) -> int:
         agent = self.settings.agent
         metadata = MetadataCache(
             agent.state_dir,
@@ -263,10 +266,9 @@ class BufferAgent:
             stats.size_bytes / 2**20,
         )
         self.ingest = IngestServer(wal, metadata, agent.state_dir, self.settings.ingest)
-        publisher = StatsPublisher(
+        publisher = self._publisher = StatsPublisher(
             wal, self.metrics, self.ingest, agent.data_dir, forwarder
         )
-        publishers.append(publisher)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -4,7 +4,11 @@ Opening reads every frame on the volume (``wal/recovery``): seconds for a few hu
 one-record frames, minutes for a large backlog on a slow disk. The pod's startup probe gives
 ``/healthz`` two minutes; an agent that served it only once the WAL was open was killed by the
 kubelet before it got there, and recovered again, for ever. A real agent process over a WAL of
-200,000 one-record frames written before it starts (about a second to open here)."""
+200,000 one-record frames written before it starts (about a second to open here).
+
+No broker: the agent forwards to an address nothing listens on. What is checked (the order of
+``/healthz``, the WAL's open and ``/readyz``) happens before the agent talks to Kafka, and with
+nothing forwarded the backlog figure the probes read stays where the open put it."""
 
 from __future__ import annotations
 

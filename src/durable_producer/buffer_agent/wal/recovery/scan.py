@@ -64,11 +64,11 @@ class Spans(Sequence[FrameSpan]):
     def __getitem__(self, index: int) -> FrameSpan: ...
 
     @overload
-    def __getitem__(self, index: slice) -> list[FrameSpan]: ...
+    def __getitem__(self, index: slice) -> Sequence[FrameSpan]: ...
 
-    def __getitem__(self, index: int | slice) -> FrameSpan | list[FrameSpan]:
+    def __getitem__(self, index: int | slice) -> FrameSpan | Sequence[FrameSpan]:
         if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
+            raise TypeError("Spans are read by index or in order, not sliced")
         return FrameSpan(
             self._offsets[index], self._starts[index], self._ends[index], self._counts[index]
         )
