@@ -1,6 +1,12 @@
 from typing import Any
 
 def scan_frames(
-    data: bytes, pos: int, max_frames: int, max_bytes: int, wanted: int, frame_type: type, /
+    data: bytes | memoryview,
+    pos: int,
+    max_frames: int,
+    max_bytes: int,
+    wanted: int,
+    frame_type: type,
+    /,
 ) -> tuple[list[Any], int, int, int]: ...
 def crc32c(data: bytes | memoryview, value: int = 0, software: bool = False, /) -> int: ...

@@ -56,7 +56,7 @@ except ImportError:
 
 
 def decode_frames(
-    data: bytes, pos: int, max_frames: int, max_bytes: int, wanted: int
+    data: bytes | memoryview, pos: int, max_frames: int, max_bytes: int, wanted: int
 ) -> tuple[list[Frame], int, int, int]:
     """The frames from ``pos`` on, many in one call (C, ``_frame_scan.c``): ``(frames, end,
     wanted, max_bytes left)``. Frames below offset ``wanted`` are skipped; it stops at
@@ -110,7 +110,12 @@ def encode_frame_header(
 
 
 def encoded_size(topic: bytes, payload_length: int) -> int:
-    return HEADER_SIZE + len(topic) + payload_length
+    return encoded_size_of(len(topic), payload_length)
+
+
+def encoded_size_of(topic_length: int, payload_length: int) -> int:
+    """A frame's bytes in the log, from its topic's UTF-8 length and its payload's."""
+    return HEADER_SIZE + topic_length + payload_length
 
 
 class FrameProblem(Enum):
