@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from durable_producer.buffer_agent.wal import Frame, FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal.stats import RecordRuns
 
 SMALL = WalConfig(
     segment_bytes=8192, max_bytes=1 << 20, max_frame_bytes=4096, fsync=FsyncPolicy.NEVER
@@ -67,3 +68,11 @@ def all_frames(wal: WriteAheadLog, from_offset: int = 0) -> list[Frame]:
         while batch := reader.poll(max_frames=100_000):
             frames.extend(batch)
     return frames
+
+
+def record_runs(frames: Iterable[tuple[int, int]]) -> RecordRuns:
+    """(offset, record count) of frames, oldest first, as runs (one ``add`` a frame)."""
+    runs = RecordRuns()
+    for offset, records in frames:
+        runs.add(offset, records)
+    return runs

@@ -4,8 +4,11 @@ Opening reads every frame on the volume (``wal/recovery``): seconds for a few hu
 one-record frames, minutes for a large backlog on a slow disk. The pod's startup probe gives
 ``/healthz`` two minutes; an agent that served it only once the WAL was open was killed by the
 kubelet before it got there, and recovered again, for ever. A real agent process over a WAL of
-600,000 one-record frames written before it starts (about 0.7 s to open here, 23-27
-probes answered meanwhile; 200,000 left only 5 once opening took the compiled scanner).
+1,500,000 one-record frames written before it starts (about 0.4 s to open here, 20-25 probes
+answered meanwhile; 600,000 left only 7-8 once opening read segments as runs of numbers, and
+200,000 only 5 before that). Written without a producer-state snapshot, so the ingest then
+replays every frame for the clients' sequences (seconds; a running agent snapshots every 5 s,
+which bounds that replay after a crash), while ``/readyz`` still says not ready.
 
 No broker: the agent forwards to an address nothing listens on. What is checked (the order of
 ``/healthz``, the WAL's open and ``/readyz``) happens before the agent talks to Kafka, and with
@@ -19,23 +22,25 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal.frame import AppendItem
 from durable_producer.local.agent_process import AgentProcess
 from support.ingest_harness import record_batch
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-FRAMES = 600_000
+FRAMES = 1_500_000
 UNREACHABLE_KAFKA = "127.0.0.1:1"
 
 
 def test_healthz_answers_while_the_wal_opens_and_readyz_once_it_is_open(tmp_path: Path) -> None:
     data = tmp_path / "data"
     payload = record_batch([b"v" * 200])
-    config = WalConfig(max_bytes=1 << 30, fsync=FsyncPolicy.NEVER)
+    config = WalConfig(max_bytes=2 << 30, fsync=FsyncPolicy.NEVER)
+    batch = [AppendItem("orders", 0, payload, 1)] * 10_000
     with WriteAheadLog.open(data / "wal", config) as wal:
-        for _ in range(FRAMES):
-            wal.append("orders", 0, payload, record_count=1)
+        for _ in range(FRAMES // len(batch)):
+            wal.append_many(batch)
     agent = AgentProcess(data, UNREACHABLE_KAFKA, extra_args=["--default-partitions", "1"])
     agent.launch()  # not started by a with-block: that waits until it is ready
     try:

@@ -1,6 +1,7 @@
 /* Decode many WAL frames in one call: the forwarder's reads, at well under a microsecond a
  * frame (the Python decoder takes about 3 us a frame, which is most of what a one-record
- * batch costs to forward).
+ * batch costs to forward); and recovery's scan of a segment when the log is opened
+ * (scan_spans: where each valid frame lies, as numbers, with no object a frame).
  *
  * The frame layout is documented in volume/format.py (FRAME_PREFIX, FRAME_BODY_HEAD):
  *
@@ -238,6 +239,117 @@ fail:
     return NULL;
 }
 
+/* ------------------------------------------------------------------ recovery's scan */
+/* A growable array of int64 (native order, read by Python's array("q").frombytes). */
+typedef struct {
+    int64_t *items;
+    Py_ssize_t length, capacity;
+} Int64s;
+
+static int int64s_push(Int64s *a, int64_t value) {
+    if (a->length == a->capacity) {
+        Py_ssize_t capacity = a->capacity ? a->capacity * 2 : 1024;
+        int64_t *grown = PyMem_Realloc(a->items, (size_t)capacity * sizeof(int64_t));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        a->items = grown;
+        a->capacity = capacity;
+    }
+    a->items[a->length++] = value;
+    return 0;
+}
+
+static PyObject *int64s_bytes(Int64s *a) {
+    return PyBytes_FromStringAndSize((const char *)a->items,
+                                     a->length * (Py_ssize_t)sizeof(int64_t));
+}
+
+/* Recovery's scan of a segment: the valid frames from pos on, each offset above the one
+ * before, as runs, and spans if keep_spans (numbers: no object a frame, no payload copied),
+ * with their bytes together. It stops at
+ * the first position that holds no whole valid frame, or a frame whose offset does not
+ * follow ``last_offset`` (or is above INT64_MAX), or after max_frames: there the caller's
+ * frame-at-a-time scan (decode_frame) says what is there. */
+static PyObject *scan_spans(PyObject *Py_UNUSED(module), PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t pos, max_frames;
+    long long last_offset;
+    int keep_spans;
+    if (!PyArg_ParseTuple(args, "y*nLnp", &view, &pos, &last_offset, &max_frames, &keep_spans))
+        return NULL;
+    const unsigned char *buf = view.buf;
+    Py_ssize_t n = view.len, frames = 0;
+    long long frame_bytes = 0;
+    Int64s spans = {NULL, 0, 0}, runs = {NULL, 0, 0};
+    const unsigned char *topic_bytes = NULL; /* the last topic checked as UTF-8 */
+    Py_ssize_t topic_length = -1;
+    PyObject *result = NULL;
+    if (pos < 0) pos = 0;
+    while (pos < n && frames < max_frames) {
+        if (n - pos < HEADER_SIZE) break;
+        const unsigned char *p = buf + pos;
+        if (memcmp(p, FRAME_MAGIC, 4) != 0) break;
+        uint64_t body_length = be32(p + 4);
+        uint32_t stored_crc = be32(p + 8);
+        const unsigned char *body = p + PREFIX_SIZE;
+        uint64_t offset = be64(body);
+        if (offset > (uint64_t)INT64_MAX || (long long)offset <= last_offset) break;
+        uint32_t record_count = be32(body + 12);
+        Py_ssize_t this_topic_length = (Py_ssize_t)body[24] << 8 | body[25];
+        if (body_length < (uint64_t)(BODY_HEAD_SIZE + this_topic_length) ||
+            body_length > MAX_BODY_BYTES || this_topic_length > MAX_TOPIC_BYTES)
+            break;
+        if (body_length > (uint64_t)(n - pos - PREFIX_SIZE)) break; /* incomplete */
+        const unsigned char *topic_start = body + BODY_HEAD_SIZE;
+        const unsigned char *payload = topic_start + this_topic_length;
+        const unsigned char *end = body + body_length;
+        uint32_t crc = crc32c(0, payload, (size_t)(end - payload));
+        crc = crc32c(crc, body, (size_t)(payload - body));
+        if (crc != stored_crc) break;
+        if (topic_bytes == NULL || this_topic_length != topic_length ||
+            memcmp(topic_start, topic_bytes, (size_t)topic_length) != 0) {
+            PyObject *decoded =
+                PyUnicode_DecodeUTF8((const char *)topic_start, this_topic_length, "strict");
+            if (decoded == NULL) {
+                PyErr_Clear(); /* decode_frame reports it */
+                break;
+            }
+            Py_DECREF(decoded);
+            topic_bytes = topic_start;
+            topic_length = this_topic_length;
+        }
+        Py_ssize_t next = pos + PREFIX_SIZE + (Py_ssize_t)body_length;
+        if (keep_spans &&
+            (int64s_push(&spans, (int64_t)offset) < 0 || int64s_push(&spans, pos) < 0 ||
+             int64s_push(&spans, next) < 0 || int64s_push(&spans, record_count) < 0))
+            goto done;
+        int64_t *run = runs.length ? runs.items + runs.length - 3 : NULL;
+        if (run != NULL && (int64_t)offset == run[0] + run[1] && record_count == run[2]) {
+            run[1]++;
+        } else if (int64s_push(&runs, (int64_t)offset) < 0 || int64s_push(&runs, 1) < 0 ||
+                   int64s_push(&runs, record_count) < 0) {
+            goto done;
+        }
+        frame_bytes += next - pos;
+        last_offset = (long long)offset;
+        frames++;
+        pos = next;
+    }
+    PyObject *spans_bytes = int64s_bytes(&spans);
+    PyObject *runs_bytes = spans_bytes ? int64s_bytes(&runs) : NULL;
+    if (runs_bytes != NULL)
+        result = Py_BuildValue("(NNLnL)", spans_bytes, runs_bytes, frame_bytes, pos, last_offset);
+    else
+        Py_XDECREF(spans_bytes);
+done:
+    PyMem_Free(spans.items);
+    PyMem_Free(runs.items);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyObject *crc32c_py(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer view;
     unsigned int value = 0;
@@ -255,6 +367,12 @@ static PyMethodDef methods[] = {
      "wanted, max_bytes left): the frames decoded from pos on (those below wanted skipped), as frame_type "
      "tuples, until max_frames, max_bytes of payload or the first position that is no whole "
      "valid frame (end)."},
+    {"scan_spans", scan_spans, METH_VARARGS,
+     "scan_spans(data, pos, last_offset, max_frames, keep_spans) -> (spans, runs, frame_bytes, "
+     "end, last_offset): recovery's scan: the valid frames from pos on whose offsets follow "
+     "last_offset, as native int64s (offset, start, end, record count a frame, if keep_spans; first offset, "
+     "frames, record count a run of consecutive offsets with one count), until max_frames or "
+     "end, the first position that holds no whole valid frame following the one before."},
     {"crc32c", crc32c_py, METH_VARARGS,
      "crc32c(data, value=0, software=False): the CRC32C this module checks frames with (the "
      "CPU's instruction where it has one; software: the table-driven fallback), for tests."},

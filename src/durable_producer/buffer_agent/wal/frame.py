@@ -49,10 +49,12 @@ class Frame(NamedTuple):
 
 
 _scan: Callable[..., tuple[list[Frame], int, int, int]] | None
+_scan_spans: Callable[[memoryview, int, int, int, bool], tuple[bytes, bytes, int, int, int]] | None
 try:  # built from _frame_scan.c by the package's build (optional: needs a C compiler)
     from ._frame_scan import scan_frames as _scan
+    from ._frame_scan import scan_spans as _scan_spans
 except ImportError:
-    _scan = None
+    _scan = _scan_spans = None
 
 
 def decode_frames(
@@ -67,6 +69,23 @@ def decode_frames(
     if _scan is None:
         return [], pos, wanted, max_bytes
     return _scan(data, pos, max_frames, max_bytes, wanted, Frame)
+
+
+def scan_spans(
+    view: memoryview, pos: int, last_offset: int, max_frames: int, keep_spans: bool
+) -> tuple[bytes, bytes, int, int, int]:
+    """Recovery's scan (C, ``_frame_scan.c``): the valid frames from ``pos`` on, each offset
+    above the one before (the first above ``last_offset``), as numbers: ``(spans, runs,
+    frame_bytes, end, last_offset)``; ``spans`` holds four native int64s a frame (offset,
+    start, end, record count; empty unless ``keep_spans``), ``runs`` three a run of
+    consecutive offsets with one record count (first offset, frames, record count:
+    ``stats.RecordRuns``), ``frame_bytes`` the frames' bytes together. It stops after
+    ``max_frames`` or at ``end``, the first position that holds no whole valid frame that
+    follows, without saying why: ``decode_frame`` there says what is there. Without the
+    compiled module it scans nothing (``end`` is ``pos``)."""
+    if _scan_spans is None:
+        return b"", b"", 0, pos, last_offset
+    return _scan_spans(view, pos, last_offset, max_frames, keep_spans)
 
 
 PreparedFrame = tuple[AppendItem, bytes, int, int]
@@ -110,12 +129,7 @@ def encode_frame_header(
 
 
 def encoded_size(topic: bytes, payload_length: int) -> int:
-    return encoded_size_of(len(topic), payload_length)
-
-
-def encoded_size_of(topic_length: int, payload_length: int) -> int:
-    """A frame's bytes in the log, from its topic's UTF-8 length and its payload's."""
-    return HEADER_SIZE + topic_length + payload_length
+    return HEADER_SIZE + len(topic) + payload_length
 
 
 class FrameProblem(Enum):

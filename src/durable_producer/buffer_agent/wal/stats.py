@@ -63,8 +63,34 @@ class RecordRuns:
         else:
             values.extend((offset, 1, records))
 
+    def add_packed(self, packed: bytes) -> None:
+        """Runs of the next frames as ``frame.scan_spans`` gives them (three native int64s a
+        run); the first one continues the last run where it can."""
+        incoming = array("q")
+        incoming.frombytes(packed)
+        values = self._values
+        if (
+            values
+            and incoming
+            and incoming[0] == values[-3] + values[-2]
+            and incoming[2] == values[-1]
+        ):
+            values[-2] += incoming[1]
+            del incoming[:3]
+        values.extend(incoming)
+
     def __len__(self) -> int:
         return len(self._values) // 3
+
+    def frames(self) -> int:
+        return sum(self._values[1::3])
+
+    def offsets(self) -> tuple[int, int] | None:
+        """The first frame's offset and the last one's (None: no frame)."""
+        values = self._values
+        if not values:
+            return None
+        return values[0], values[-3] + values[-2] - 1
 
     def __iter__(self) -> Iterator[RecordRun]:
         values = self._values
@@ -80,14 +106,6 @@ class RecordRuns:
             else:
                 ranges.append((first, first + frames - 1))
         return ranges
-
-
-def record_runs(frames: Iterable[tuple[int, int]]) -> RecordRuns:
-    """(offset, record count) of frames, oldest first, as runs."""
-    runs = RecordRuns()
-    for offset, records in frames:
-        runs.add(offset, records)
-    return runs
 
 
 class RecordBacklog:

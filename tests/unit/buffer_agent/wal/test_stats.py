@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from durable_producer.buffer_agent.wal.frame import AppendItem
-from durable_producer.buffer_agent.wal.stats import RecordBacklog, record_runs
-from support.wal_helpers import payload_for
+from durable_producer.buffer_agent.wal.stats import RecordBacklog
+from support.wal_helpers import payload_for, record_runs
 
 # (kind, a, b): ("add", gap before the group, record counts of its frames) or ("forget", how
 # far below or beyond the newest frame, unused)

@@ -196,8 +196,7 @@ def _scan_all(directory: Path, candidates: list[tuple[int, Path]]) -> list[Segme
             total += path.stat().st_size
     next_report = time.monotonic() + PROGRESS_INTERVAL_S
     for base, path in candidates:
-        scan = scan_segment(path, base)
-        scan.keep_summary_only()  # one segment's spans at a time, not the whole log's
+        scan = scan_segment(path, base, summary_of_whole=True)  # (no spans for most)
         scans.append(scan)
         read += scan.file_size
         if time.monotonic() >= next_report:

@@ -22,12 +22,11 @@ from durable_producer.buffer_agent.volume.format import (
     SEGMENT_MAGIC,
 )
 
-from ..frame import FrameProblem, complete_frame_at, decode_frame, decode_frames, encoded_size_of
-from ..stats import RecordRuns, record_runs
+from ..frame import FrameProblem, complete_frame_at, decode_frame, scan_spans
+from ..stats import RecordRuns
 
-_SCAN_FRAMES = 256
-_SCAN_PAYLOAD_BYTES = 8 << 20
-"""Frames and payload bytes the scanner copies out at once (then only their spans are kept)."""
+_SCAN_FRAMES = 16384
+"""Frames the compiled scan reads in one call (their spans, 512 KiB, are copied once more)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,27 +41,26 @@ class FrameSpan:
 
 class Spans(Sequence[FrameSpan]):
     """The valid frames of a segment, in file order: a list of ``FrameSpan`` to its readers,
-    held as four arrays (32 bytes a frame; a ``FrameSpan`` object a frame held about 130
-    bytes with its numbers). Recovery keeps them only for a damaged segment, which it needs
-    them for (what lies around the damage, what to salvage): of a whole one it keeps the
-    ``SegmentScan`` summary (docs/wal.md, "Memory")."""
+    held as four numbers a frame in one array (32 bytes a frame; a ``FrameSpan`` object a
+    frame held about 130 bytes with its numbers). Opening the log keeps them only for a damaged
+    segment, which recovery needs them for (what lies around the damage, what to salvage):
+    of a whole one only the ``SegmentScan`` summary is made (docs/wal.md, "Memory")."""
 
-    __slots__ = ("_counts", "_ends", "_offsets", "_starts")
+    __slots__ = ("_values",)
 
     def __init__(self) -> None:
-        self._offsets = array("q")
-        self._starts = array("q")
-        self._ends = array("q")
-        self._counts = array("q")
+        self._values = array("q")
+        """offset, start, end, record count; a frame after the other."""
 
     def add(self, offset: int, start: int, end: int, record_count: int) -> None:
-        self._offsets.append(offset)
-        self._starts.append(start)
-        self._ends.append(end)
-        self._counts.append(record_count)
+        self._values.extend((offset, start, end, record_count))
+
+    def add_packed(self, packed: bytes) -> None:
+        """Frames as ``frame.scan_spans`` gives them (four native int64s a frame)."""
+        self._values.frombytes(packed)
 
     def __len__(self) -> int:
-        return len(self._offsets)
+        return len(self._values) // 4
 
     @overload
     def __getitem__(self, index: int) -> FrameSpan: ...
@@ -73,24 +71,20 @@ class Spans(Sequence[FrameSpan]):
     def __getitem__(self, index: int | slice) -> FrameSpan | Sequence[FrameSpan]:
         if isinstance(index, slice):
             raise TypeError("Spans are read by index or in order, not sliced")
-        return FrameSpan(
-            self._offsets[index], self._starts[index], self._ends[index], self._counts[index]
-        )
+        frames = len(self)
+        if not -frames <= index < frames:
+            raise IndexError("span index out of range")
+        at = 4 * (index % frames)
+        return FrameSpan(*self._values[at : at + 4])
 
     def __iter__(self) -> Iterator[FrameSpan]:
-        for values in zip(self._offsets, self._starts, self._ends, self._counts, strict=True):
-            yield FrameSpan(*values)
+        values = self._values
+        for at in range(0, len(values), 4):
+            yield FrameSpan(values[at], values[at + 1], values[at + 2], values[at + 3])
 
     def starts(self) -> array[int]:
-        return self._starts
-
-    def record_counts(self) -> Iterator[tuple[int, int]]:
-        """(offset, record count) of each frame."""
-        return zip(self._offsets, self._counts, strict=True)
-
-    def frame_bytes(self) -> int:
-        """The bytes of every frame together."""
-        return sum(self._ends) - sum(self._starts)
+        """Where each frame starts (a copy)."""
+        return self._values[1::4]
 
 
 @dataclass(slots=True)
@@ -112,8 +106,9 @@ class SegmentScan:
     file_size: int
     header_problem: str | None = None
     """What is wrong with the 16-byte header (the frames after it are scanned anyway)."""
+    keeps_spans: bool = True
     spans: Spans = field(default_factory=Spans)
-    """Every valid frame, until ``keep_summary_only`` drops them for a whole segment."""
+    """Every valid frame (none unless ``keeps_spans``)."""
     damage: list[Damage] = field(default_factory=list)
     tail_frames: int = 0
     """Complete frames (see ``frame.complete_frame_at``) at the start of damage that runs to the
@@ -126,24 +121,31 @@ class SegmentScan:
     valid_end: int = SEGMENT_HEADER_SIZE
     """End of the last valid frame (or of the header): where appends may continue."""
     frame_bytes: int = 0
+    """The valid frames' bytes together (counted as they are added)."""
     runs: RecordRuns = field(default_factory=RecordRuns)
-    """The frames' offsets and record counts."""
+    """The frames' offsets and record counts (built as they are added)."""
 
-    def summarize(self) -> None:
-        spans = self.spans
-        self.frames = len(spans)
-        if spans:
-            self.first_offset = spans[0].offset
-            self.last_offset = spans[-1].offset
-            self.valid_end = spans[-1].end
-        self.frame_bytes = spans.frame_bytes()
-        self.runs = record_runs(spans.record_counts())
+    def add(self, offset: int, start: int, end: int, record_count: int) -> None:
+        """The next valid frame, its offset above every one's so far."""
+        if self.keeps_spans:
+            self.spans.add(offset, start, end, record_count)
+        self.runs.add(offset, record_count)
+        self.frame_bytes += end - start
 
-    def keep_summary_only(self) -> None:
-        """Drop the spans of a segment with no damage (nothing needs them): the summary stays.
-        Opening a log of millions of frames then holds one segment's spans at a time."""
-        if self.whole:
-            self.spans = Spans()
+    def add_packed(self, spans: bytes, runs: bytes, frame_bytes: int) -> None:
+        """The next valid frames, as ``frame.scan_spans`` gives them."""
+        self.spans.add_packed(spans)
+        self.runs.add_packed(runs)
+        self.frame_bytes += frame_bytes
+
+    def summarize(self, valid_end: int) -> None:
+        """The rest of the summary: the frame count and first and last offsets, from the
+        runs; ``valid_end``, where the last valid frame ends."""
+        self.frames = self.runs.frames()
+        offsets = self.runs.offsets()
+        if offsets is not None:
+            self.first_offset, self.last_offset = offsets
+        self.valid_end = valid_end
 
     @property
     def whole(self) -> bool:
@@ -174,15 +176,29 @@ def _find_next_frame(view: memoryview, start: int, after_offset: int) -> int | N
     return None
 
 
-def scan_segment(path: Path, expected_base: int) -> SegmentScan:
+def scan_segment(path: Path, expected_base: int, *, summary_of_whole: bool = False) -> SegmentScan:
     """Read a whole segment and classify every byte as a valid frame or damage.
 
     ``expected_base`` is the base offset of the file name. Damage followed by a valid frame is
     marked ``resynced`` (corruption in the middle); damage that runs to the end of the file is a
     torn (or zero-filled) tail unless ``tail_frames`` says whole frames were there.
+
+    ``summary_of_whole`` (opening the log): a segment found whole keeps only its summary, no
+    spans; a damaged one, rare, is read a second time keeping them (recovery needs what lies
+    around the damage and what to salvage). Opening a log of millions of frames then holds no
+    frame's span beyond the damaged segments' (docs/wal.md, "Memory").
     """
+    scan = _scan_segment(path, expected_base, keeps_spans=not summary_of_whole)
+    if not scan.keeps_spans and not scan.whole:
+        scan = _scan_segment(path, expected_base, keeps_spans=True)
+    return scan
+
+
+def _scan_segment(path: Path, expected_base: int, *, keeps_spans: bool) -> SegmentScan:
     size = path.stat().st_size
-    scan = SegmentScan(path=path, base_offset=expected_base, file_size=size)
+    scan = SegmentScan(
+        path=path, base_offset=expected_base, file_size=size, keeps_spans=keeps_spans
+    )
     if size < SEGMENT_HEADER_SIZE:
         scan.header_problem = f"file is {size} bytes, shorter than the segment header"
         return scan
@@ -196,13 +212,13 @@ def scan_segment(path: Path, expected_base: int) -> SegmentScan:
                 scan.header_problem = (
                     f"header says base offset {base}, file name says {expected_base}"
                 )
-            _scan_frames(view, scan)
+            valid_end = _scan_frames(view, scan)
             tail = scan.tail
             if tail is not None:
                 scan.tail_frames = _complete_frames(view, tail.start)
         finally:
             view.release()
-    scan.summarize()
+    scan.summarize(valid_end)
     return scan
 
 
@@ -216,25 +232,33 @@ def _complete_frames(view: memoryview, start: int) -> int:
     return count
 
 
-def _scan_frames(view: memoryview, scan: SegmentScan) -> None:
-    pos = SEGMENT_HEADER_SIZE
+def _scan_frames(view: memoryview, scan: SegmentScan) -> int:
+    """Every byte after the header, as valid frames (runs of them read by the compiled scan,
+    ``frame.scan_spans``: opening a log of one-record frames a frame at a time in Python took
+    3.6 us a frame, through the reader's scanner 1.2) or damage (``decode_frame`` at each
+    position the compiled scan stops at says what is there). Returns where the last valid
+    frame ends (the header's end if none)."""
+    pos = valid_end = SEGMENT_HEADER_SIZE
     last_offset = scan.base_offset - 1
     end = len(view)
-    fast = True
     while pos < end:
-        if fast:
-            pos, last_offset, fast = _valid_run(view, pos, last_offset, scan.spans)
-            if pos >= end:
-                return
+        spans, runs, frame_bytes, stop, last = scan_spans(
+            view, pos, last_offset, _SCAN_FRAMES, scan.keeps_spans
+        )
+        if stop != pos:
+            scan.add_packed(spans, runs, frame_bytes)
+            pos = valid_end = stop
+            last_offset = last
+            continue
         decoded = decode_frame(view, pos)
         if isinstance(decoded, FrameProblem):
             problem = decoded.value
         else:
             frame, frame_end = decoded
             if frame.offset > last_offset:
-                scan.spans.add(frame.offset, pos, frame_end, frame.record_count)
+                scan.add(frame.offset, pos, frame_end, frame.record_count)
                 last_offset = frame.offset
-                pos = frame_end
+                pos = valid_end = frame_end
                 continue
             problem = f"offset {frame.offset} does not follow {last_offset}"
         resume = _find_next_frame(view, pos + 1, last_offset)
@@ -247,36 +271,6 @@ def _scan_frames(view: memoryview, scan: SegmentScan) -> None:
             )
         )
         if resume is None:
-            return
+            return valid_end
         pos = resume
-
-
-def _valid_run(view: memoryview, pos: int, last_offset: int, spans: Spans) -> tuple[int, int, bool]:
-    """The valid frames from ``pos`` on, each above the one before, added to ``spans`` many at
-    a time by the reader's compiled scanner (``frame.decode_frames``; opening a log of
-    one-record frames a frame at a time took 3.6 us a frame, this way 1.2): (the position
-    after them, the last one's offset, whether to use the scanner again). It stops where
-    ``decode_frame`` says what is there. The scanner passes over frames whose offset does not
-    follow instead of stopping there: where the frames it took do not fill the bytes it read,
-    nothing it read counts and the rest of the segment is scanned a frame at a time (damage
-    is rare)."""
-    while True:
-        frames, stop, _, _ = decode_frames(
-            view, pos, _SCAN_FRAMES, _SCAN_PAYLOAD_BYTES, last_offset + 1
-        )
-        if not frames:
-            return pos, last_offset, True
-        topic, topic_size = "", 0
-        at = pos
-        taken: list[tuple[int, int, int, int]] = []
-        for frame in frames:
-            if frame.topic is not topic:  # (the scanner shares a run's topic object)
-                topic, topic_size = frame.topic, len(frame.topic.encode())
-            end = at + encoded_size_of(topic_size, len(frame.payload))
-            taken.append((frame.offset, at, end, frame.record_count))
-            at = end
-        if at != stop:  # a frame in between was passed over
-            return pos, last_offset, False
-        for values in taken:
-            spans.add(*values)
-        pos, last_offset = stop, frames[-1].offset
+    return valid_end
