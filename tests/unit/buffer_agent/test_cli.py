@@ -45,3 +45,24 @@ def test_wal_inspect_of_a_missing_directory_is_a_clear_error(
 ) -> None:
     assert main(["wal", "inspect", str(tmp_path / "nope")]) == 2
     assert "is not a directory" in capsys.readouterr().err
+
+
+def test_wal_inspect_tells_a_checkpoint_never_written_from_a_damaged_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Kafka away since the agent started: the checkpoint file is there (made with the log,
+    zeros) but was never written. That is no damage: inspect said CORRUPT."""
+    directory = tmp_path / "wal"
+    with WriteAheadLog.open(directory, SMALL) as wal:
+        for i in range(5):
+            wal.append("t", 0, payload_for(i, 600))
+    assert main(["wal", "inspect", str(directory)]) == 0
+    text = capsys.readouterr().out
+    assert "checkpoint:    none yet (the agent replays from the oldest segment)" in text, text
+    assert main(["wal", "inspect", "--json", str(directory)]) == 0
+    assert json.loads(capsys.readouterr().out)["checkpoint_damaged"] is False
+
+    checkpoint = directory / "checkpoint"
+    checkpoint.write_bytes(b"\x01" * len(checkpoint.read_bytes()))
+    assert main(["wal", "inspect", str(directory)]) == 0
+    assert "checkpoint:    CORRUPT" in capsys.readouterr().out

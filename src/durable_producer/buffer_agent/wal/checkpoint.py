@@ -28,10 +28,21 @@ def read_checkpoint(directory: Path) -> int | None:
         return None  # not a checkpoint: recovery moves it aside (``damage.py``) and says so
     values = read_slots(path, CHECKPOINT_MAGIC, 1)
     if values is None:
-        if path.exists() and any(path.read_bytes()):
+        if checkpoint_damaged(directory):
             log.warning("checkpoint file %s is corrupt (no valid slot): ignoring it", path)
         return None
     return values[0]
+
+
+def checkpoint_damaged(directory: Path) -> bool:
+    """The checkpoint is there and unreadable: written (not the zeros it is made with, kept
+    until a first frame is delivered: no damage) with no valid slot, or no file at all."""
+    path = directory / CHECKPOINT_FILE
+    if not path.exists():
+        return False
+    if not path.is_file():
+        return True
+    return read_slots(path, CHECKPOINT_MAGIC, 1) is None and any(path.read_bytes())
 
 
 class CheckpointFile:

@@ -16,7 +16,7 @@ from typing import Any
 from durable_producer.buffer_agent.volume.format import CHECKPOINT_FILE
 from durable_producer.contract import DEFAULT_FSYNC_POLICY
 
-from ..checkpoint import read_checkpoint
+from ..checkpoint import checkpoint_damaged, read_checkpoint
 from ..config import FsyncPolicy
 from .damage import Action, SegmentPlan, assess
 from .lock import current_holder
@@ -53,6 +53,8 @@ class WalReport:
     """The policy the tail of the newest segment was judged under."""
     checkpoint_offset: int | None
     checkpoint_present: bool
+    checkpoint_damaged: bool
+    """There and unreadable (a checkpoint never written, zeros, is no damage)."""
     lock_holder: str | None
     total_bytes: int
     segments: list[SegmentReport]
@@ -125,6 +127,7 @@ def inspect_wal(directory: Path, fsync: FsyncPolicy = DEFAULT_POLICY) -> WalRepo
         fsync_policy=str(fsync),
         checkpoint_offset=checkpoint,
         checkpoint_present=(directory / CHECKPOINT_FILE).exists(),
+        checkpoint_damaged=checkpoint_damaged(directory),
         lock_holder=current_holder(directory),
         total_bytes=sum(s.size_bytes for s in segments),
         segments=segments,
@@ -139,7 +142,7 @@ def format_report(report: WalReport) -> str:
     lines = [f"WAL directory: {report.directory}"]
     if report.checkpoint_offset is not None:
         lines.append(f"checkpoint:    offset {report.checkpoint_offset} (all below it delivered)")
-    elif report.checkpoint_present:
+    elif report.checkpoint_damaged:
         lines.append("checkpoint:    CORRUPT (the agent will replay from the oldest segment)")
     else:
         lines.append("checkpoint:    none yet (the agent replays from the oldest segment)")
