@@ -141,6 +141,75 @@ static PyObject *as_tuple_of(PyTypeObject *type, PyObject *items) {
     return made;
 }
 
+/* One frame's fields, read by read_frame. */
+typedef struct {
+    uint64_t offset;
+    int32_t partition;
+    uint32_t record_count;
+    uint64_t appended_ms;
+    const unsigned char *topic;
+    Py_ssize_t topic_length;
+    const unsigned char *payload;
+    Py_ssize_t payload_length;
+    Py_ssize_t next; /* the position after the frame */
+} FrameView;
+
+/* The frame at ``pos`` if it is whole, its lengths possible and its CRC right (its offset at
+ * most INT64_MAX; its topic's UTF-8 is topic_of's to check): 1 and *frame filled, else 0
+ * (decode_frame says what is there). */
+static int read_frame(const unsigned char *buf, Py_ssize_t n, Py_ssize_t pos, FrameView *frame) {
+    if (n - pos < HEADER_SIZE) return 0;
+    const unsigned char *p = buf + pos;
+    if (memcmp(p, FRAME_MAGIC, 4) != 0) return 0;
+    uint64_t body_length = be32(p + 4);
+    uint32_t stored_crc = be32(p + 8);
+    const unsigned char *body = p + PREFIX_SIZE;
+    frame->offset = be64(body);
+    if (frame->offset > (uint64_t)INT64_MAX) return 0; /* no offset of this log */
+    frame->partition = (int32_t)be32(body + 8);
+    frame->record_count = be32(body + 12);
+    frame->appended_ms = be64(body + 16);
+    frame->topic_length = (Py_ssize_t)body[24] << 8 | body[25];
+    if (body_length < (uint64_t)(BODY_HEAD_SIZE + frame->topic_length) ||
+        body_length > MAX_BODY_BYTES || frame->topic_length > MAX_TOPIC_BYTES)
+        return 0;
+    if (body_length > (uint64_t)(n - pos - PREFIX_SIZE)) return 0; /* incomplete */
+    frame->topic = body + BODY_HEAD_SIZE;
+    frame->payload = frame->topic + frame->topic_length;
+    const unsigned char *end = body + body_length;
+    frame->payload_length = end - frame->payload;
+    uint32_t crc = crc32c(0, frame->payload, (size_t)frame->payload_length);
+    crc = crc32c(crc, body, (size_t)(frame->payload - body));
+    if (crc != stored_crc) return 0;
+    frame->next = pos + PREFIX_SIZE + (Py_ssize_t)body_length;
+    return 1;
+}
+
+/* The last topic decoded: consecutive frames of one topic share the str, decoded once. */
+typedef struct {
+    PyObject *text;
+    const unsigned char *bytes;
+    Py_ssize_t length;
+} Topic;
+
+/* ``frame``'s topic as a str in *topic (a new one only where it differs from the last):
+ * 1, or 0 when it is not UTF-8 (no exception left: decode_frame reports it). */
+static int topic_of(const FrameView *frame, Topic *topic) {
+    if (topic->text != NULL && frame->topic_length == topic->length &&
+        memcmp(frame->topic, topic->bytes, (size_t)topic->length) == 0)
+        return 1;
+    PyObject *decoded =
+        PyUnicode_DecodeUTF8((const char *)frame->topic, frame->topic_length, "strict");
+    if (decoded == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_XSETREF(topic->text, decoded);
+    topic->bytes = frame->topic;
+    topic->length = frame->topic_length;
+    return 1;
+}
+
 static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_buffer view;
     Py_ssize_t pos, max_frames, budget;
@@ -157,53 +226,17 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     const unsigned char *buf = view.buf;
     Py_ssize_t n = view.len;
     PyObject *frames = PyList_New(0);
-    PyObject *topic = NULL; /* the last topic decoded: consecutive frames share the object */
-    const unsigned char *topic_bytes = NULL;
-    Py_ssize_t topic_length = -1;
+    Topic topic = {NULL, NULL, -1};
+    FrameView frame;
     if (frames == NULL) goto fail;
     if (pos < 0) pos = 0;
     while (pos < n && PyList_GET_SIZE(frames) < max_frames && budget > 0) {
-        if (n - pos < HEADER_SIZE) break;
-        const unsigned char *p = buf + pos;
-        if (memcmp(p, FRAME_MAGIC, 4) != 0) break;
-        uint64_t body_length = be32(p + 4);
-        uint32_t stored_crc = be32(p + 8);
-        const unsigned char *body = p + PREFIX_SIZE;
-        uint64_t offset = be64(body);
-        if (offset > (uint64_t)INT64_MAX) break; /* no offset of this log: decode_frame's */
-        int32_t partition = (int32_t)be32(body + 8);
-        uint32_t record_count = be32(body + 12);
-        uint64_t appended_ms = be64(body + 16);
-        Py_ssize_t this_topic_length = (Py_ssize_t)body[24] << 8 | body[25];
-        if (body_length < (uint64_t)(BODY_HEAD_SIZE + this_topic_length) ||
-            body_length > MAX_BODY_BYTES || this_topic_length > MAX_TOPIC_BYTES)
-            break;
-        if (body_length > (uint64_t)(n - pos - PREFIX_SIZE)) break; /* incomplete */
-        const unsigned char *topic_start = body + BODY_HEAD_SIZE;
-        const unsigned char *payload = topic_start + this_topic_length;
-        const unsigned char *end = body + body_length;
-        uint32_t crc = crc32c(0, payload, (size_t)(end - payload));
-        crc = crc32c(crc, body, (size_t)(payload - body));
-        if (crc != stored_crc) break;
-        if (topic == NULL || this_topic_length != topic_length ||
-            memcmp(topic_start, topic_bytes, (size_t)topic_length) != 0) {
-            PyObject *decoded =
-                PyUnicode_DecodeUTF8((const char *)topic_start, this_topic_length, "strict");
-            if (decoded == NULL) {
-                PyErr_Clear(); /* decode_frame reports it */
-                break;
-            }
-            Py_XSETREF(topic, decoded);
-            topic_bytes = topic_start;
-            topic_length = this_topic_length;
-        }
-        Py_ssize_t next = pos + PREFIX_SIZE + (Py_ssize_t)body_length;
-        if (offset >= wanted) {
-            Py_ssize_t payload_length = end - payload;
+        if (!read_frame(buf, n, pos, &frame) || !topic_of(&frame, &topic)) break;
+        if (frame.offset >= wanted) {
             PyObject *items = new_tuple_of(frame_type, 6);
             if (items == NULL) goto fail;
-            Py_INCREF(topic);
-            PyTuple_SET_ITEM(items, 1, topic);
+            Py_INCREF(topic.text);
+            PyTuple_SET_ITEM(items, 1, topic.text);
             PyObject *item;
 #define SET(index, made)                  \
     if ((item = (made)) == NULL) {        \
@@ -211,29 +244,29 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
         goto fail;                        \
     }                                     \
     PyTuple_SET_ITEM(items, index, item)
-            SET(0, PyLong_FromUnsignedLongLong(offset));
-            SET(2, PyLong_FromLong(partition));
-            SET(3, PyBytes_FromStringAndSize((const char *)payload, payload_length));
-            SET(4, PyLong_FromUnsignedLong(record_count));
-            SET(5, PyLong_FromUnsignedLongLong(appended_ms));
+            SET(0, PyLong_FromUnsignedLongLong(frame.offset));
+            SET(2, PyLong_FromLong(frame.partition));
+            SET(3, PyBytes_FromStringAndSize((const char *)frame.payload, frame.payload_length));
+            SET(4, PyLong_FromUnsignedLong(frame.record_count));
+            SET(5, PyLong_FromUnsignedLongLong(frame.appended_ms));
 #undef SET
-            PyObject *frame = as_tuple_of(frame_type, items);
-            if (frame == NULL) goto fail;
-            if (PyList_Append(frames, frame) < 0) {
-                Py_DECREF(frame);
+            PyObject *made = as_tuple_of(frame_type, items);
+            if (made == NULL) goto fail;
+            if (PyList_Append(frames, made) < 0) {
+                Py_DECREF(made);
                 goto fail;
             }
-            Py_DECREF(frame);
-            budget -= payload_length;
-            wanted = offset + 1;
+            Py_DECREF(made);
+            budget -= frame.payload_length;
+            wanted = frame.offset + 1;
         }
-        pos = next;
+        pos = frame.next;
     }
-    Py_XDECREF(topic);
+    Py_XDECREF(topic.text);
     PyBuffer_Release(&view);
     return Py_BuildValue("(NnKn)", frames, pos, wanted, budget);
 fail:
-    Py_XDECREF(topic);
+    Py_XDECREF(topic.text);
     Py_XDECREF(frames);
     PyBuffer_Release(&view);
     return NULL;
@@ -283,59 +316,30 @@ static PyObject *scan_spans(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_ssize_t n = view.len, frames = 0;
     long long frame_bytes = 0;
     Int64s spans = {NULL, 0, 0}, runs = {NULL, 0, 0};
-    const unsigned char *topic_bytes = NULL; /* the last topic checked as UTF-8 */
-    Py_ssize_t topic_length = -1;
+    Topic topic = {NULL, NULL, -1};
+    FrameView frame;
     PyObject *result = NULL;
     if (pos < 0) pos = 0;
     while (pos < n && frames < max_frames) {
-        if (n - pos < HEADER_SIZE) break;
-        const unsigned char *p = buf + pos;
-        if (memcmp(p, FRAME_MAGIC, 4) != 0) break;
-        uint64_t body_length = be32(p + 4);
-        uint32_t stored_crc = be32(p + 8);
-        const unsigned char *body = p + PREFIX_SIZE;
-        uint64_t offset = be64(body);
-        if (offset > (uint64_t)INT64_MAX || (long long)offset <= last_offset) break;
-        uint32_t record_count = be32(body + 12);
-        Py_ssize_t this_topic_length = (Py_ssize_t)body[24] << 8 | body[25];
-        if (body_length < (uint64_t)(BODY_HEAD_SIZE + this_topic_length) ||
-            body_length > MAX_BODY_BYTES || this_topic_length > MAX_TOPIC_BYTES)
+        if (!read_frame(buf, n, pos, &frame) || (long long)frame.offset <= last_offset ||
+            !topic_of(&frame, &topic))
             break;
-        if (body_length > (uint64_t)(n - pos - PREFIX_SIZE)) break; /* incomplete */
-        const unsigned char *topic_start = body + BODY_HEAD_SIZE;
-        const unsigned char *payload = topic_start + this_topic_length;
-        const unsigned char *end = body + body_length;
-        uint32_t crc = crc32c(0, payload, (size_t)(end - payload));
-        crc = crc32c(crc, body, (size_t)(payload - body));
-        if (crc != stored_crc) break;
-        if (topic_bytes == NULL || this_topic_length != topic_length ||
-            memcmp(topic_start, topic_bytes, (size_t)topic_length) != 0) {
-            PyObject *decoded =
-                PyUnicode_DecodeUTF8((const char *)topic_start, this_topic_length, "strict");
-            if (decoded == NULL) {
-                PyErr_Clear(); /* decode_frame reports it */
-                break;
-            }
-            Py_DECREF(decoded);
-            topic_bytes = topic_start;
-            topic_length = this_topic_length;
-        }
-        Py_ssize_t next = pos + PREFIX_SIZE + (Py_ssize_t)body_length;
-        if (keep_spans &&
-            (int64s_push(&spans, (int64_t)offset) < 0 || int64s_push(&spans, pos) < 0 ||
-             int64s_push(&spans, next) < 0 || int64s_push(&spans, record_count) < 0))
+        int64_t offset = (int64_t)frame.offset, records = frame.record_count;
+        if (keep_spans && (int64s_push(&spans, offset) < 0 || int64s_push(&spans, pos) < 0 ||
+                           int64s_push(&spans, frame.next) < 0 ||
+                           int64s_push(&spans, records) < 0))
             goto done;
         int64_t *run = runs.length ? runs.items + runs.length - 3 : NULL;
-        if (run != NULL && (int64_t)offset == run[0] + run[1] && record_count == run[2]) {
+        if (run != NULL && offset == run[0] + run[1] && records == run[2]) {
             run[1]++;
-        } else if (int64s_push(&runs, (int64_t)offset) < 0 || int64s_push(&runs, 1) < 0 ||
-                   int64s_push(&runs, record_count) < 0) {
+        } else if (int64s_push(&runs, offset) < 0 || int64s_push(&runs, 1) < 0 ||
+                   int64s_push(&runs, records) < 0) {
             goto done;
         }
-        frame_bytes += next - pos;
-        last_offset = (long long)offset;
+        frame_bytes += frame.next - pos;
+        last_offset = offset;
         frames++;
-        pos = next;
+        pos = frame.next;
     }
     PyObject *spans_bytes = int64s_bytes(&spans);
     PyObject *runs_bytes = spans_bytes ? int64s_bytes(&runs) : NULL;
@@ -344,6 +348,7 @@ static PyObject *scan_spans(PyObject *Py_UNUSED(module), PyObject *args) {
     else
         Py_XDECREF(spans_bytes);
 done:
+    Py_XDECREF(topic.text);
     PyMem_Free(spans.items);
     PyMem_Free(runs.items);
     PyBuffer_Release(&view);
