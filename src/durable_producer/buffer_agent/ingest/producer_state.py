@@ -28,10 +28,16 @@ import logging
 from pathlib import Path
 
 from durable_producer.buffer_agent.ingest.sequences import SequenceTracker
-from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.kafka.record_batch import (
+    InvalidRecordBatch,
+    carries_sequences,
+    iter_batches,
+    parse_batch_header,
+    sole_batch,
+)
 from durable_producer.buffer_agent.volume.atomic_file import write_atomic
 from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import Frame, WriteAheadLog
 
 log = logging.getLogger(__name__)
 
@@ -120,12 +126,7 @@ class ProducerState:
         with self._wal.reader(start) as reader:
             while frames := reader.poll(max_frames=_REPLAY_FRAMES):
                 for frame in frames:
-                    try:
-                        for header, _ in iter_batches(frame.payload, check_crc=False):
-                            tracker.replay(frame.topic, frame.partition, header, frame.offset)
-                            replayed += 1
-                    except InvalidRecordBatch as exc:
-                        log.warning("WAL frame %d is not a record batch: %s", frame.offset, exc)
+                    replayed += _replay(tracker, frame)
         self.sequences = tracker
         self.restored = True
         log.info(
@@ -183,3 +184,20 @@ class ProducerState:
             if self._save_failing:
                 self._save_failing = False
                 log.info("producer state snapshot written again")
+
+
+def _replay(tracker: SequenceTracker, frame: Frame) -> int:
+    """Apply a WAL frame's batches to ``tracker`` (restore): how many batches it holds."""
+    payload = frame.payload
+    if sole_batch(payload) is not None:  # one client batch, as the agent stores them
+        if carries_sequences(payload):  # (else nothing to restore: no idempotence)
+            tracker.replay(frame.topic, frame.partition, parse_batch_header(payload), frame.offset)
+        return 1
+    replayed = 0
+    try:  # an older agent's frame of several batches, or no batch
+        for header, _ in iter_batches(payload, check_crc=False):
+            tracker.replay(frame.topic, frame.partition, header, frame.offset)
+            replayed += 1
+    except InvalidRecordBatch as exc:
+        log.warning("WAL frame %d is not a record batch: %s", frame.offset, exc)
+    return replayed

@@ -19,6 +19,8 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_NONE,
     HEADER_SIZE,
+    PRODUCER_FIELDS,
+    PRODUCER_ID_OFFSET,
 )
 
 _merge: Callable[[Sequence[bytes | memoryview]], bytes] | None
@@ -27,8 +29,6 @@ try:  # built from _batch_merge.c by the package's build (optional: needs a C co
 except ImportError:
     _merge = None
 
-_PRODUCER = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
-_PRODUCER_OFFSET = 43
 _LEADER_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _CRC = struct.Struct(">I")
 _CRC_OFFSET = 17
@@ -44,7 +44,7 @@ def stamp(
     view = memoryview(batch)
     header = bytearray(view[:HEADER_SIZE])
     _LEADER_EPOCH.pack_into(header, 0, 0, len(view) - 12, -1)
-    _PRODUCER.pack_into(header, _PRODUCER_OFFSET, producer_id, epoch, base_sequence)
+    PRODUCER_FIELDS.pack_into(header, PRODUCER_ID_OFFSET, producer_id, epoch, base_sequence)
     records = view[HEADER_SIZE:]
     crc = crc32c.crc32c(records, value=crc32c.crc32c(header[ATTRIBUTES_OFFSET:]))
     _CRC.pack_into(header, _CRC_OFFSET, crc)

@@ -24,6 +24,8 @@ LOG_OVERHEAD = 12  # baseOffset + batchLength: the bytes batchLength does not co
 MAGIC_OFFSET = 16
 CRC_OFFSET = 17
 ATTRIBUTES_OFFSET = 21
+PRODUCER_ID_OFFSET = 43
+PRODUCER_FIELDS = struct.Struct(">qhi")  # producerId, producerEpoch, baseSequence
 _MIN_BATCH_LENGTH = HEADER_SIZE - LOG_OVERHEAD
 
 COMPRESSION_NONE = 0
@@ -173,6 +175,14 @@ try:  # built from _batch_merge.c by the package's build (optional: needs a C co
     from durable_producer.buffer_agent.kafka._batch_merge import sole_batch
 except ImportError:
     sole_batch = sole_batch_python
+
+
+def carries_sequences(batch: bytes | memoryview) -> bool:
+    """``BatchHeader.is_idempotent`` of the batch at the start of ``batch``, read without
+    making the header (only two fields): for a batch ``sole_batch`` or
+    ``parse_batch_header`` accepted."""
+    producer_id, _, base_sequence = PRODUCER_FIELDS.unpack_from(batch, PRODUCER_ID_OFFSET)
+    return bool(producer_id >= 0 and base_sequence >= 0)
 
 
 def verify_crc(batch: memoryview, header: BatchHeader) -> None:

@@ -19,11 +19,13 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     CorruptRecordBatch,
     InvalidRecordBatch,
     UnsupportedMagic,
+    carries_sequences,
     iter_batches,
     parse_batch_header,
     sole_batch,
     sole_batch_python,
 )
+from support.ingest_harness import record_batch
 
 
 def build_batch(
@@ -222,3 +224,13 @@ def test_sole_batch_reads_the_count_and_attributes(
 def test_the_agent_reads_frames_with_the_compiled_sole_batch_where_built() -> None:
     compiled = pytest.importorskip("durable_producer.buffer_agent.kafka._batch_merge")
     assert sole_batch is compiled.sole_batch
+
+
+@given(st.integers(-5, 2**40), st.integers(-1, 5), st.integers(-3, 2**31 - 1))
+def test_carries_sequences_reads_what_the_header_says(
+    producer_id: int, epoch: int, base_sequence: int
+) -> None:
+    batch = record_batch(
+        [b"v"], producer_id=producer_id, producer_epoch=epoch, base_sequence=base_sequence
+    )
+    assert carries_sequences(batch) == parse_batch_header(batch).is_idempotent
