@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from types import ModuleType
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -19,6 +20,7 @@ from durable_producer.buffer_agent.volume.format import (
     FRAME_PREFIX,
     HEADER_SIZE,
     MAX_BODY_BYTES,
+    MAX_OFFSET,
     MAX_TOPIC_BYTES,
     PREFIX_SIZE,
 )
@@ -50,11 +52,14 @@ class Frame(NamedTuple):
 
 _scan: Callable[..., tuple[list[Frame], int, int, int]] | None
 _scan_spans: Callable[[memoryview, int, int, int, bool], tuple[bytes, bytes, int, int, int]] | None
+_compiled: ModuleType | None
 try:  # built from _frame_scan.c by the package's build (optional: needs a C compiler)
-    from ._frame_scan import scan_frames as _scan
-    from ._frame_scan import scan_spans as _scan_spans
+    from . import _frame_scan as _compiled
 except ImportError:
-    _scan = _scan_spans = None
+    _compiled = None
+# Each entry on its own: a module built from an older _frame_scan.c keeps the reader's scan.
+_scan = getattr(_compiled, "scan_frames", None)
+_scan_spans = getattr(_compiled, "scan_spans", None)
 
 
 def decode_frames(
@@ -139,6 +144,7 @@ class FrameProblem(Enum):
     BAD_MAGIC = "no frame marker"
     BAD_LENGTH = "impossible frame length"
     BAD_CRC = "CRC32C mismatch"
+    BAD_OFFSET = f"offset above {MAX_OFFSET}, which no writer of this log makes"
 
 
 def decode_frame(buf: memoryview, pos: int) -> tuple[Frame, int] | FrameProblem:
@@ -168,6 +174,8 @@ def decode_frame(buf: memoryview, pos: int) -> tuple[Frame, int] | FrameProblem:
     payload_start = topic_start + topic_length
     if crc32c(buf[body_start:payload_start], crc32c(buf[payload_start:end])) != crc:
         return FrameProblem.BAD_CRC
+    if offset > MAX_OFFSET:  # as the compiled scans judge it (its CRC may hold: a crafted file)
+        return FrameProblem.BAD_OFFSET
     try:
         topic = str(buf[topic_start:payload_start], "utf-8")
     except UnicodeDecodeError:

@@ -9,10 +9,12 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+from crc32c import crc32c
 
-from durable_producer.buffer_agent.volume.format import encode_segment_header
+from durable_producer.buffer_agent.volume.format import MAX_OFFSET, encode_segment_header
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
 from durable_producer.buffer_agent.wal.checkpoint import CHECKPOINT_FILE
+from durable_producer.buffer_agent.wal.frame import FrameProblem, decode_frame, encode_frame_header
 from durable_producer.buffer_agent.wal.recovery import damage
 from durable_producer.buffer_agent.wal.recovery.scan import scan_segment
 from durable_producer.buffer_agent.wal.segment import list_segments
@@ -217,3 +219,43 @@ def test_a_long_scan_says_how_far_it_got(
     progress = [r.getMessage() for r in caplog.records if "segments," in r.getMessage()]
     assert len(progress) == segments, progress
     assert progress[-1].endswith(f"{segments} of {segments} segments, 0.0 of 0.0 GiB")
+
+
+@pytest.mark.parametrize("victim_index", [4, 8], ids=["middle", "last"])
+@pytest.mark.parametrize("offset", [MAX_OFFSET + 1, (1 << 64) - 1])
+def test_a_frame_whose_offset_is_beyond_the_format_is_damage(
+    wal_dir: Path, victim_index: int, offset: int
+) -> None:
+    """A frame whose CRC holds but whose offset no writer of this log makes (above
+    ``MAX_OFFSET``): damage like any other, not an OverflowError at every start (the compiled
+    scans refused it already; ``decode_frame``, which says what is there, did not)."""
+    write_frames(wal_dir, 9)
+    base, path = list_segments(wal_dir)[-1]
+    victim = scan_segment(path, base).spans[victim_index]
+    data = bytearray(path.read_bytes())
+    decoded = decode_frame(memoryview(data), victim.start)
+    assert not isinstance(decoded, FrameProblem)
+    frame = decoded[0]
+    topic = frame.topic.encode()
+    header = encode_frame_header(
+        offset,
+        topic,
+        frame.partition,
+        len(frame.payload),
+        crc32c(frame.payload),
+        frame.record_count,
+        frame.appended_ms,
+    )
+    data[victim.start : victim.end] = header + frame.payload
+    path.write_bytes(bytes(data))
+    assert decode_frame(memoryview(data), victim.start) is FrameProblem.BAD_OFFSET
+
+    offsets, wal = read_all(wal_dir)
+    with wal:
+        assert offsets == [o for o in range(9) if o != victim_index]
+        if victim_index == 8:  # the last frame, under fsync=never: a torn tail, as a bad CRC
+            assert wal.recovery.torn_tail_bytes == victim.end - victim.start
+            assert wal.append("orders", 0, payload_for(8)) == 8
+        else:
+            assert wal.stats().quarantined_segments == 1
+            assert wal.append("orders", 0, payload_for(9)) == 9
