@@ -97,7 +97,8 @@ def recover_log(directory: Path, fsync: FsyncPolicy = FsyncPolicy.ALWAYS) -> Rec
         checkpoint = result.segments[0].base_offset if result.segments else result.next_offset
         if result.segments:
             log.info(
-                "no usable checkpoint in %s: replaying from offset %d (oldest segment)",
+                # never written (nothing delivered yet) or damaged (read_checkpoint warned)
+                "no checkpoint to start from in %s: forwarding from offset %d (oldest segment)",
                 directory,
                 checkpoint,
             )
