@@ -186,7 +186,9 @@ def _list_directory(directory: Path) -> _Listing:
     return listing
 
 
-def _scan_all(directory: Path, candidates: list[tuple[int, Path]]) -> list[SegmentScan]:
+def _scan_all(
+    directory: Path, candidates: list[tuple[int, Path]], *, copy_newest: bool
+) -> list[SegmentScan]:
     """Scan every segment, saying how far it got every PROGRESS_INTERVAL_S (a large backlog
     on a slow disk takes minutes)."""
     scans: list[SegmentScan] = []
@@ -195,8 +197,9 @@ def _scan_all(directory: Path, candidates: list[tuple[int, Path]]) -> list[Segme
         with contextlib.suppress(OSError):  # (the scan says what is wrong with it)
             total += path.stat().st_size
     next_report = time.monotonic() + PROGRESS_INTERVAL_S
+    newest = candidates[-1][1] if copy_newest and candidates else None
     for base, path in candidates:
-        scan = scan_segment(path, base, summary_of_whole=True)  # (no spans for most)
+        scan = scan_segment(path, base, summary_of_whole=True, copy=path == newest)
         scans.append(scan)
         read += scan.file_size
         if time.monotonic() >= next_report:
@@ -217,14 +220,18 @@ def assess(
     checkpoint: int | None,
     fsync: FsyncPolicy,
     recorded_lost: Sequence[tuple[int, int]] = (),
+    *,
+    locked: bool = True,
 ) -> Assessment:
     """Decide, without changing anything, what opening the log in ``directory`` does.
 
     ``recorded_lost``: offset ranges the quarantine records already name lost (an earlier
     recovery's): missing from the log, but not a gap to report again, and never reused.
+    ``locked``: the caller holds the directory's lock (recovery); else (``wal inspect``) an
+    agent may be writing meanwhile, and the newest segment is read as a copy (``scan_segment``).
     """
     listing = _list_directory(directory)
-    scans = _scan_all(directory, listing.candidates)
+    scans = _scan_all(directory, listing.candidates, copy_newest=not locked)
     members, junk = _members(scans, checkpoint)
     strays = listing.strays + junk
     plans = [SegmentPlan(scan) for scan in members]

@@ -112,7 +112,7 @@ def inspect_wal(directory: Path, fsync: FsyncPolicy = DEFAULT_POLICY) -> WalRepo
     checkpoint = read_checkpoint(directory)
     records = read_records(directory)
     recorded = [lost for record in records for lost in lost_ranges_of(record)]
-    found = assess(directory, checkpoint, fsync, recorded)
+    found = assess(directory, checkpoint, fsync, recorded, locked=False)
     segments = [_segment_report(plan) for plan in found.segments]
     strays = [
         StrayReport(

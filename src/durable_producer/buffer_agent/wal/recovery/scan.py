@@ -9,11 +9,13 @@ frame carries its own offset and CRC.
 from __future__ import annotations
 
 import mmap
+import os
 from array import array
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import overload
+from typing import BinaryIO, overload
 
 from durable_producer.buffer_agent.volume.format import (
     FRAME_MAGIC,
@@ -176,7 +178,9 @@ def _find_next_frame(view: memoryview, start: int, after_offset: int) -> int | N
     return None
 
 
-def scan_segment(path: Path, expected_base: int, *, summary_of_whole: bool = False) -> SegmentScan:
+def scan_segment(
+    path: Path, expected_base: int, *, summary_of_whole: bool = False, copy: bool = False
+) -> SegmentScan:
     """Read a whole segment and classify every byte as a valid frame or damage.
 
     ``expected_base`` is the base offset of the file name. Damage followed by a valid frame is
@@ -187,39 +191,58 @@ def scan_segment(path: Path, expected_base: int, *, summary_of_whole: bool = Fal
     spans; a damaged one, rare, is read a second time keeping them (recovery needs what lies
     around the damage and what to salvage). Opening a log of millions of frames then holds no
     frame's span beyond the damaged segments' (docs/wal.md, "Memory").
+
+    ``copy``: read the file into memory instead of mapping it. For the newest segment: a
+    running agent cuts it back when a write fails (a full disk), and ``wal inspect`` takes no
+    lock; a mapped page past the new end would kill the inspecting process with SIGBUS.
     """
-    scan = _scan_segment(path, expected_base, keeps_spans=not summary_of_whole)
+    scan = _scan_segment(path, expected_base, keeps_spans=not summary_of_whole, copy=copy)
     if not scan.keeps_spans and not scan.whole:
-        scan = _scan_segment(path, expected_base, keeps_spans=True)
+        scan = _scan_segment(path, expected_base, keeps_spans=True, copy=copy)
     return scan
 
 
-def _scan_segment(path: Path, expected_base: int, *, keeps_spans: bool) -> SegmentScan:
-    size = path.stat().st_size
-    scan = SegmentScan(
-        path=path, base_offset=expected_base, file_size=size, keeps_spans=keeps_spans
-    )
-    if size < SEGMENT_HEADER_SIZE:
-        scan.header_problem = f"file is {size} bytes, shorter than the segment header"
-        return scan
-    with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+def _scan_segment(path: Path, expected_base: int, *, keeps_spans: bool, copy: bool) -> SegmentScan:
+    with open(path, "rb") as file:
+        copied = file.read() if copy else None
+        size = os.fstat(file.fileno()).st_size if copied is None else len(copied)
+        scan = SegmentScan(
+            path=path, base_offset=expected_base, file_size=size, keeps_spans=keeps_spans
+        )
+        if size < SEGMENT_HEADER_SIZE:
+            scan.header_problem = f"file is {size} bytes, shorter than the segment header"
+            return scan
+        with _contents(file, copied) as view:
+            _scan_view(view, scan)
+    return scan
+
+
+@contextmanager
+def _contents(file: BinaryIO, copied: bytes | None) -> Iterator[memoryview]:
+    """A view of the whole file: ``copied``, or a read-only mapping of it."""
+    if copied is not None:
+        with memoryview(copied) as view:
+            yield view
+        return
+    with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         view = memoryview(mapped)
         try:
-            magic, base = SEGMENT_HEADER.unpack_from(view, 0)
-            if magic != SEGMENT_MAGIC:
-                scan.header_problem = "segment header magic is wrong (not a WAL segment)"
-            elif base != expected_base:
-                scan.header_problem = (
-                    f"header says base offset {base}, file name says {expected_base}"
-                )
-            valid_end = _scan_frames(view, scan)
-            tail = scan.tail
-            if tail is not None:
-                scan.tail_frames = _complete_frames(view, tail.start)
+            yield view
         finally:
             view.release()
+
+
+def _scan_view(view: memoryview, scan: SegmentScan) -> None:
+    magic, base = SEGMENT_HEADER.unpack_from(view, 0)
+    if magic != SEGMENT_MAGIC:
+        scan.header_problem = "segment header magic is wrong (not a WAL segment)"
+    elif base != scan.base_offset:
+        scan.header_problem = f"header says base offset {base}, file name says {scan.base_offset}"
+    valid_end = _scan_frames(view, scan)
+    tail = scan.tail
+    if tail is not None:
+        scan.tail_frames = _complete_frames(view, tail.start)
     scan.summarize(valid_end)
-    return scan
 
 
 def _complete_frames(view: memoryview, start: int) -> int:

@@ -111,3 +111,50 @@ def test_inspect_reports_what_recovery_then_does(
     after = inspect_wal(wal_dir, FsyncPolicy.ALWAYS)
     assert not any(s.problems for s in after.segments) and not after.gaps
     assert [s.name for s in after.strays] == ["notes.txt"]
+
+
+_TRUNCATED_MID_SCAN = """
+import sys
+from pathlib import Path
+
+from durable_producer.buffer_agent.wal.recovery import scan
+from durable_producer.buffer_agent.wal.recovery.inspect import inspect_wal
+
+directory, newest = Path(sys.argv[1]), Path(sys.argv[2])
+real = scan._scan_frames
+
+
+def truncated_first(view, segment_scan):
+    if segment_scan.path == newest:
+        with open(newest, "r+b") as file:
+            file.truncate(64)  # as the agent's roll back after a failed write
+    return real(view, segment_scan)
+
+
+scan._scan_frames = truncated_first
+report = inspect_wal(directory)
+print(report.segments[-1].frames)
+"""
+
+
+def test_inspect_survives_the_agent_truncating_the_newest_segment_mid_scan(
+    wal_dir: Path, tmp_path: Path
+) -> None:
+    """``wal inspect`` takes no lock: a running agent whose write fails (a full disk) cuts
+    the newest segment back meanwhile. Read through a mapping, the pages past the new end
+    killed the inspecting process with SIGBUS; the newest segment is read as a copy."""
+    import subprocess
+    import sys
+
+    write_frames(wal_dir, 60, config=replace(SMALL, segment_bytes=1 << 20, max_bytes=1 << 22))
+    (newest,) = [path for _, path in list_segments(wal_dir)]  # 18 KB: pages past the cut
+    script = tmp_path / "truncate_mid_scan.py"
+    script.write_text(_TRUNCATED_MID_SCAN)
+    done = subprocess.run(
+        [sys.executable, str(script), str(wal_dir), str(newest)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"inspect died ({done.returncode}): {done.stderr[-400:]}"
+    assert int(done.stdout.strip()) == 60, "what the segment held when inspect read it"
