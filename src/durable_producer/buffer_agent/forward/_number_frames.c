@@ -29,6 +29,7 @@
 static PyObject *str_next_sequence;
 static PyObject *str_frames;
 static PyObject *str_append;
+static PyObject *str_popleft;
 static PyObject *zero;
 
 /* Python's modulo for a positive ``limit``: never negative. */
@@ -271,7 +272,95 @@ static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     return Py_BuildValue("(nLL)", index, total_records, total_bytes);
 }
 
+/* ------------------------------------------------------------------ taking a run to send */
+
+/* The length of a Pending's batch (bytes, or a view of an older agent's frame): -1 with an
+ * exception. */
+static Py_ssize_t batch_length(PyObject *pending) {
+    PyObject *batch = PyTuple_GET_ITEM(pending, 1);
+    return PyBytes_CheckExact(batch) ? PyBytes_GET_SIZE(batch) : PyObject_Size(batch);
+}
+
+static int is_pending(PyObject *item) {
+    if (PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == PENDING_FIELDS) return 1;
+    PyErr_SetString(PyExc_TypeError, "take_run takes a deque of Pending tuples");
+    return 0;
+}
+
+/* take_run(frames, max_bytes, spare): PartitionQueue._take_frames' merge run, as
+ * partition_queue.take_run_python does it (the reference; test_number_frames.py compares
+ * the two): the first frame of the deque ``frames`` (taken whatever its size), then the
+ * frames after it while their attributes are the first's and the merged size stays within
+ * ``max_bytes`` (the first batch's length, and each next one's less ``spare``), each popped
+ * from the deque's left. Returns (taken, batches, records, stored): the Pending tuples, their
+ * batches, and the records and stored bytes they hold. The deque is walked with its iterator
+ * before anything is popped (no deque is changed while iterated). */
+static PyObject *take_run(PyObject *Py_UNUSED(module), PyObject *args) {
+    PyObject *frames;
+    Py_ssize_t max_bytes, spare;
+    if (!PyArg_ParseTuple(args, "Onn", &frames, &max_bytes, &spare)) return NULL;
+    PyObject *iterator = PyObject_GetIter(frames);
+    if (iterator == NULL) return NULL;
+    PyObject *first = PyIter_Next(iterator);
+    if (first == NULL) {
+        Py_DECREF(iterator);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "take_run from an empty deque");
+        return NULL;
+    }
+    Py_ssize_t count = 1, size = -1;
+    long attributes = -1;
+    if (is_pending(first)) {
+        size = batch_length(first);
+        attributes = PyLong_AsLong(PyTuple_GET_ITEM(first, 4));
+    }
+    Py_DECREF(first);
+    while (size >= 0 && !(attributes == -1 && PyErr_Occurred())) {
+        PyObject *candidate = PyIter_Next(iterator);
+        if (candidate == NULL) break;
+        Py_ssize_t length = is_pending(candidate) ? batch_length(candidate) : -1;
+        long its = length < 0 ? -1 : PyLong_AsLong(PyTuple_GET_ITEM(candidate, 4));
+        Py_DECREF(candidate);
+        if (length < 0 || (its == -1 && PyErr_Occurred())) break;
+        size += length - spare;
+        if (size > max_bytes || its != attributes) break;
+        count++;
+    }
+    Py_DECREF(iterator);
+    if (PyErr_Occurred()) return NULL;
+    PyObject *popleft = PyObject_GetAttr(frames, str_popleft);
+    PyObject *taken = PyList_New(0), *batches = PyList_New(0);
+    long long records = 0, stored = 0;
+    int failed = popleft == NULL || taken == NULL || batches == NULL;
+    for (Py_ssize_t i = 0; i < count && !failed; i++) {
+        PyObject *pending = PyObject_CallNoArgs(popleft);
+        if (pending == NULL || !is_pending(pending)) {
+            Py_XDECREF(pending);
+            failed = 1;
+            break;
+        }
+        long long its_records = PyLong_AsLongLong(PyTuple_GET_ITEM(pending, 2));
+        Py_ssize_t length = batch_length(pending);
+        failed = (its_records == -1 && PyErr_Occurred()) || length < 0 ||
+                 PyList_Append(taken, pending) < 0 ||
+                 PyList_Append(batches, PyTuple_GET_ITEM(pending, 1)) < 0;
+        Py_DECREF(pending);
+        records += its_records;
+        stored += length;
+    }
+    Py_XDECREF(popleft);
+    if (failed) {
+        Py_XDECREF(taken);
+        Py_XDECREF(batches);
+        return NULL;
+    }
+    return Py_BuildValue("(NNLL)", taken, batches, records, stored);
+}
+
 static PyMethodDef methods[] = {
+    {"take_run", take_run, METH_VARARGS,
+     "take_run(frames, max_bytes, spare) -> (taken, batches, records, stored): the frames "
+     "PartitionQueue._take_frames merges into one batch, popped from the deque's left, as "
+     "partition_queue.take_run_python does."},
     {"number_frames", number_frames, METH_VARARGS,
      "number_frames(frames, start, queues, plain_from, sole_batch, sequence_limit) -> (stop, "
      "records, bytes): number the main-line frames from start into their queues, as "
@@ -288,8 +377,10 @@ PyMODINIT_FUNC PyInit__number_frames(void) {
     str_next_sequence = PyUnicode_InternFromString("next_sequence");
     str_frames = PyUnicode_InternFromString("frames");
     str_append = PyUnicode_InternFromString("append");
+    str_popleft = PyUnicode_InternFromString("popleft");
     zero = PyLong_FromLong(0);
-    if (str_next_sequence == NULL || str_frames == NULL || str_append == NULL || zero == NULL)
+    if (str_next_sequence == NULL || str_frames == NULL || str_append == NULL ||
+        str_popleft == NULL || zero == NULL)
         return NULL;
     return PyModule_Create(&module_def);
 }

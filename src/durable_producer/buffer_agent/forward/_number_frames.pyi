@@ -10,3 +10,6 @@ def number_frames(
     sequence_limit: int,
     /,
 ) -> tuple[int, int, int]: ...
+def take_run(
+    frames: Any, max_bytes: int, spare: int, /
+) -> tuple[list[Any], list[bytes | memoryview], int, int]: ...

@@ -20,22 +20,18 @@ at every queue each turn anyway, to send).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from operator import itemgetter
 
 from durable_producer.buffer_agent.forward.partition_queue import (
     APPENDED,
-    BATCH,
     OFFSET,
-    RECORDS,
     PartitionQueue,
     Pending,
+    Settled,
 )
 
 PartitionKey = tuple[str, int]
 """(topic, partition) of a frame."""
 
-_records_of = itemgetter(RECORDS)
-_batch_of = itemgetter(BATCH)
 
 
 class AckTracker:
@@ -56,11 +52,10 @@ class AckTracker:
             self._next_after_last = end
         self._pending_records += records
 
-    def settled(self, queue: PartitionQueue, frames: list[Pending]) -> tuple[int, int]:
-        """``frames`` left ``queue`` from its head, in order (Kafka holds them, or they were
-        dead-lettered): (records, bytes) they held."""
-        records = sum(map(_records_of, frames))
-        size = sum(map(len, map(_batch_of, frames)))
+    def settled(self, queue: PartitionQueue, taken: Settled) -> None:
+        """Frames left ``queue`` from its head, in order (Kafka holds them, or they were
+        dead-lettered), with the records and bytes they held."""
+        frames, records, _ = taken
         if records > self._pending_records:
             raise ValueError(f"{records} records settled, {self._pending_records} pending")
         self._pending_records -= records
@@ -68,7 +63,6 @@ class AckTracker:
         head = queue.first_unacknowledged()
         if head is None or head[OFFSET] != last:  # (not a frame of several batches, in part)
             self._delivered(last)
-        return records, size
 
     def passed(self, offset: int) -> None:
         """The frame at ``offset`` has nothing to deliver (Kafka holds it already, or it holds

@@ -50,7 +50,9 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     RECORDS,
     PartitionQueue,
     Pending,
+    Settled,
     number_all,
+    settled_frames,
 )
 from durable_producer.buffer_agent.forward.progress import Progress
 from durable_producer.buffer_agent.forward.publisher import (
@@ -580,9 +582,10 @@ class Forwarder:
         return queue
 
     # ----------------------------------------------------------------- from the sender
-    def _acked(self, queue: PartitionQueue, frames: list[Pending]) -> None:
-        """Kafka holds ``frames``, which left ``queue``."""
-        records, size = self._tracker.settled(queue, frames)
+    def _acked(self, queue: PartitionQueue, taken: Settled) -> None:
+        """Kafka holds the frames ``taken`` from ``queue``."""
+        self._tracker.settled(queue, taken)
+        _, records, size = taken
         self._unacked_bytes -= size
         counts = self._counts
         counts.forwarded_records += records
@@ -660,7 +663,9 @@ class Forwarder:
         except OSError as error:
             self._letter_failed(error)
             return False
-        self._unacked_bytes -= self._tracker.settled(queue, [queue.drop_head()])[1]
+        taken = settled_frames([queue.drop_head()])
+        self._tracker.settled(queue, taken)
+        self._unacked_bytes -= taken[2]
         self._count_letter(error_name(code), records)
         log.error(
             "batch of %d records of WAL frame %d (%s/%d) moved to the dead-letter area: %s",

@@ -34,10 +34,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable
+from types import ModuleType
 from typing import Final
 
 from durable_producer.buffer_agent.kafka import batch_stamp
-from durable_producer.buffer_agent.kafka.record_batch import sole_batch
+from durable_producer.buffer_agent.kafka.record_batch import HEADER_SIZE, sole_batch
 from durable_producer.buffer_agent.wal import Frame
 
 MAX_IN_FLIGHT = 5
@@ -84,26 +85,40 @@ def _with(frame: Pending, sequence: int, unknown: bool) -> Pending:
     return (offset, batch, records, sequence, attributes, index, unknown, appended_ms)
 
 
+Settled = tuple[list[Pending], int, int]
+"""Frames that left a queue from its head, in order (Kafka holds them, or one was
+dead-lettered), with the records and stored bytes they hold (``ack_tracker`` counts them
+out)."""
+
+
+def settled_frames(frames: list[Pending]) -> Settled:
+    """``frames`` with their records and stored bytes (a batch knows its own: ``Batch``)."""
+    return frames, sum(frame[RECORDS] for frame in frames), sum(len(f[BATCH]) for f in frames)
+
+
+Run = tuple[list[Pending], list[bytes | memoryview], int, int]
+"""Frames sent in one batch: (the frames, their batches, the records and stored bytes they
+hold): what ``take_run`` returns."""
+
+MERGE_SPARE: Final = HEADER_SIZE - 8
+"""What a batch merged after the first adds beyond its own length is at most its length less
+this: its records without its header, and framing that may grow (8 bytes)."""
+
+
 class Batch:
     """Frames sent together in one record batch."""
 
-    __slots__ = ("epoch", "frames", "parts", "producer_id", "sent", "size")
+    __slots__ = ("epoch", "frames", "parts", "producer_id", "records", "sent", "size", "stored")
 
-    def __init__(self, frames: list[Pending], producer_id: int, epoch: int) -> None:
+    def __init__(self, run: Run, producer_id: int, epoch: int) -> None:
+        frames, batches, self.records, self.stored = run
         self.frames = frames
         self.producer_id = producer_id
         self.epoch = epoch
         self.sent = False
-        if len(frames) == 1:
-            body: bytes | memoryview = frames[0][BATCH]
-        else:
-            body = batch_stamp.merge([frame[BATCH] for frame in frames])
+        body = batches[0] if len(batches) == 1 else batch_stamp.merge(batches)
         self.size = len(body)
         self.parts = batch_stamp.stamp(body, producer_id, epoch, frames[0][SEQUENCE])
-
-    @property
-    def records(self) -> int:
-        return sum(frame[RECORDS] for frame in self.frames)
 
 
 class PartitionQueue:
@@ -193,7 +208,7 @@ class PartitionQueue:
         if self.in_flight < len(self.batches):  # sent again after a failure, in order
             batch = self.batches[self.in_flight]
         elif self.frames:
-            batch = Batch(self._take_frames(max_bytes), self.producer_id, self.epoch)
+            batch = Batch(self._take_run(max_bytes), self.producer_id, self.epoch)
             self.batches.append(batch)
         else:
             return None
@@ -201,33 +216,28 @@ class PartitionQueue:
         self.in_flight += 1
         return batch
 
-    def _take_frames(self, max_bytes: int) -> list[Pending]:
+    def _take_run(self, max_bytes: int) -> Run:
+        """The frames of the next batch: the first, and those merged with it (``take_run``)."""
         frames = self.frames
-        first = frames.popleft()
-        taken = [first]
-        attributes = first[ATTRIBUTES]
-        if self.isolate or not batch_stamp.mergeable(attributes):
-            return taken
-        size = len(first[BATCH])
-        while frames:
-            candidate = frames[0]
-            size += len(candidate[BATCH]) - 61 + 8  # its records, and framing that may grow
-            if size > max_bytes or candidate[ATTRIBUTES] != attributes:
-                break
-            taken.append(frames.popleft())
-        return taken
+        if self.isolate or not batch_stamp.mergeable(frames[0][ATTRIBUTES]):
+            first = frames.popleft()
+            return [first], [first[BATCH]], first[RECORDS], len(first[BATCH])
+        return take_run(frames, max_bytes, MERGE_SPARE)
 
     # ----------------------------------------------------------------- answers
-    def succeeded(self, batch: Batch) -> list[Pending]:
+    def succeeded(self, batch: Batch) -> Settled:
         """The broker holds ``batch``: it and every earlier batch are acknowledged."""
         acked: list[Pending] = []
+        records = stored = 0
         if batch not in self.batches:
-            return acked  # answered after a resolution already settled it
+            return acked, 0, 0  # answered after a resolution already settled it
         while self.batches:
             done = self.batches.popleft()
             if done.sent:
                 self.in_flight -= 1
             acked.extend(done.frames)
+            records += done.records
+            stored += done.stored
             if done is batch:
                 break
         if self.halted and not self.in_flight:
@@ -236,7 +246,7 @@ class PartitionQueue:
         self.failing_since = None
         self.failures = 0
         self.last_error = 0
-        return acked
+        return acked, records, stored
 
     def failed(self, batch: Batch, code: int, now: float, *, unknown: bool = False) -> None:
         """``batch`` was not taken (``unknown``: no answer came, it may have been)."""
@@ -276,7 +286,7 @@ class PartitionQueue:
         self.frames.extendleft(reversed(frames))
 
     # ----------------------------------------------------------------- resolution
-    def acknowledge_up_to(self, held: int) -> list[Pending]:
+    def acknowledge_up_to(self, held: int) -> Settled:
         """The leader holds every sequence up to ``held`` of our producer and epoch:
         acknowledge the frames it covers. Only with nothing in flight."""
         assert not self.in_flight
@@ -287,7 +297,7 @@ class PartitionQueue:
             acked.append(frames.popleft())
         if acked:
             self.failing_since = None
-        return acked
+        return settled_frames(acked)
 
     def renumber(self, producer_id: int, epoch: int, sequence: int = 0) -> list[Pending]:
         """Number the unacknowledged frames again from ``sequence`` under a new identity;
@@ -379,13 +389,43 @@ def number_frames_python(
     return len(frames), records, size
 
 
+def take_run(frames: deque[Pending], max_bytes: int, spare: int) -> Run:
+    """The first of ``frames`` and those after it merged with it into one batch: their
+    attributes are the first's and the merged size stays within ``max_bytes`` (the first's
+    length, and each next one's less ``spare``); popped from ``frames``. Compiled
+    (``_number_frames.c``) where the package's build could: taking a one-record frame in
+    Python was a tenth of the forwarder's own work a frame (docs/benchmarks.md)."""
+    if _compiled_take_run is None:
+        return take_run_python(frames, max_bytes, spare)
+    return _compiled_take_run(frames, max_bytes, spare)
+
+
+def take_run_python(frames: deque[Pending], max_bytes: int, spare: int) -> Run:
+    """``take_run`` in Python: the reference for the compiled one."""
+    first = frames.popleft()
+    taken = [first]
+    attributes = first[ATTRIBUTES]
+    size = len(first[BATCH])
+    while frames:
+        candidate = frames[0]
+        size += len(candidate[BATCH]) - spare
+        if size > max_bytes or candidate[ATTRIBUTES] != attributes:
+            break
+        taken.append(frames.popleft())
+    batches = [frame[BATCH] for frame in taken]
+    return taken, batches, sum(frame[RECORDS] for frame in taken), sum(map(len, batches))
+
+
 _compiled_number_frames: Callable[..., tuple[int, int, int]] | None
+_compiled_take_run: Callable[[deque[Pending], int, int], Run] | None
+_compiled: ModuleType | None
 try:  # built from _number_frames.c by the package's build (optional: needs a C compiler)
-    from durable_producer.buffer_agent.forward._number_frames import (
-        number_frames as _compiled_number_frames,
-    )
+    from durable_producer.buffer_agent.forward import _number_frames as _compiled
 except ImportError:
-    _compiled_number_frames = None
+    _compiled = None
+# Each entry on its own: a module built from an older _number_frames.c keeps number_frames.
+_compiled_number_frames = getattr(_compiled, "number_frames", None)
+_compiled_take_run = getattr(_compiled, "take_run", None)
 
 
 def _not_after(last: int, held: int, first: int) -> bool:

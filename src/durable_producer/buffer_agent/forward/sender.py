@@ -39,6 +39,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     Batch,
     PartitionQueue,
     Pending,
+    Settled,
 )
 from durable_producer.buffer_agent.kafka.cluster_client import (
     NO_LEADER,
@@ -86,7 +87,7 @@ class Sender:
         queues: dict[PartitionKey, PartitionQueue],
         settings: SenderSettings,
         *,
-        on_acked: Callable[[PartitionQueue, list[Pending]], None],
+        on_acked: Callable[[PartitionQueue, Settled], None],
         on_error: Callable[[str, int, str, str], None],
         on_new_identity: Callable[[PartitionQueue, list[Pending]], None],
         new_producer_id: Callable[[], Awaitable[tuple[int, int]]],
@@ -243,7 +244,7 @@ class Sender:
         verdict = judge(code, head_of_line=queue.head_of_line(batch))
         if verdict is AnswerVerdict.DONE:
             acked = queue.succeeded(batch)
-            if acked:
+            if acked[0]:
                 self._on_acked(queue, acked)
             return
         name = error_name(code)
@@ -452,7 +453,7 @@ class Sender:
             return  # resolve stays set: a new epoch above both
         if found.last_sequence >= 0:
             acked = queue.acknowledge_up_to(found.last_sequence)
-            if acked:
+            if acked[0]:
                 self._on_acked(queue, acked)
         head = queue.first_unacknowledged()
         if head is None:

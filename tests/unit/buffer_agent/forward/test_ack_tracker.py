@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
-from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue
+from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, settled_frames
 from support.batch_builder import SampleRecord, build_batch
 
 MAX_BYTES = 1 << 20
@@ -40,8 +40,9 @@ class Partitions:
         queue = self.queues[("t", partition)]
         batch = queue.next_batch(0.0, MAX_BYTES)
         assert batch is not None
-        frames = queue.succeeded(batch)
-        records, size = self.tracker.settled(queue, frames)
+        taken = queue.succeeded(batch)
+        self.tracker.settled(queue, taken)
+        frames, records, size = taken
         assert records == sum(frame[2] for frame in frames)
         assert size == sum(len(frame[1]) for frame in frames)
         return [frame[0] for frame in frames]
@@ -112,7 +113,9 @@ def test_a_dead_lettered_head_leaves_like_a_delivered_one() -> None:
     parts.read(0, 0, 3)
     parts.read(1, 0, 1)
     queue = parts.queues[("t", 0)]
-    assert parts.tracker.settled(queue, [queue.drop_head()])[0] == 3
+    taken = settled_frames([queue.drop_head()])
+    assert taken[1] == 3
+    parts.tracker.settled(queue, taken)
     assert parts.tracker.watermark == 1
     assert parts.tracker.pending_records == 1
 
@@ -135,9 +138,10 @@ def test_a_frame_of_several_batches_holds_until_its_last_is_delivered() -> None:
 def test_more_settled_than_pending_is_refused() -> None:
     parts = Partitions(start=0)
     parts.read(0, 0, 2)
-    parts.tracker.settled(parts.queues[("t", 0)], [parts.queues[("t", 0)].frames[0]])
+    head = settled_frames([parts.queues[("t", 0)].frames[0]])
+    parts.tracker.settled(parts.queues[("t", 0)], head)
     with pytest.raises(ValueError, match="settled"):
-        parts.tracker.settled(parts.queues[("t", 0)], [parts.queues[("t", 0)].frames[0]])
+        parts.tracker.settled(parts.queues[("t", 0)], head)
 
 
 @settings(max_examples=60, deadline=None)
