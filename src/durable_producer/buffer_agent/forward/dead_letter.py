@@ -95,23 +95,7 @@ class DeadLetterStore:
         index: int = 0,
     ) -> DeadLetter:
         """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
-        (nothing is written then)."""
-        letter_bytes = len(payload) * 4 // 3
-        if self.max_bytes is not None and letter_bytes > self.max_bytes:
-            raise DeadLetterBudgetExhausted(
-                errno.ENOSPC,
-                f"a letter of about {letter_bytes} bytes (a {len(payload)}-byte batch) is larger"
-                f" than the whole dead-letter budget, {self.max_bytes} bytes"
-                " (--dead-letter-max-bytes): raise the budget above the largest batch clients"
-                " send (4/3 of the topics' max.message.bytes)",
-            )
-        needed = self.size_bytes() + letter_bytes
-        if self.max_bytes is not None and needed > self.max_bytes:
-            raise DeadLetterBudgetExhausted(
-                errno.ENOSPC,
-                f"the dead-letter area holds {self.size_bytes()} bytes, its budget is"
-                f" {self.max_bytes} (--dead-letter-max-bytes); re-send or remove letters",
-            )
+        (nothing is written then). The budget counts every byte of the letter's line."""
         letter = DeadLetter(
             id=f"{wal_offset}-{index}",
             recorded_ms=int(time.time() * 1000),
@@ -123,11 +107,20 @@ class DeadLetterStore:
             error_code=error_code,
             payload=bytes(payload),
         )
-        self._append(DEAD_LETTERS_FILE, _to_json(letter))
+        line = _line(_to_json(letter))
+        if self.max_bytes is not None and len(line) > self.max_bytes:
+            raise DeadLetterBudgetExhausted(
+                errno.ENOSPC,
+                f"a letter of {len(line)} bytes (a {len(payload)}-byte batch) is larger"
+                f" than the whole dead-letter budget, {self.max_bytes} bytes"
+                " (--dead-letter-max-bytes): raise the budget above the largest batch clients"
+                " send (4/3 of the topics' max.message.bytes)",
+            )
+        self._append(DEAD_LETTERS_FILE, line, self.max_bytes)
         return letter
 
-    def _append(self, name: str, entry: Mapping[str, Any]) -> None:
-        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
+    def _append(self, name: str, line: bytes, budget: int | None = None) -> None:
+        """Append ``line`` to ``name`` (fsynced), if the file stays within ``budget``."""
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / name
@@ -137,6 +130,13 @@ class DeadLetterStore:
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
                     line = b"\n" + line  # close a line torn by a crash, keep this one whole
+                if budget is not None and size + len(line) > budget:
+                    raise DeadLetterBudgetExhausted(
+                        errno.ENOSPC,
+                        f"the dead-letter area holds {size} bytes, its budget is {budget}"
+                        f" (--dead-letter-max-bytes), a letter of {len(line)} bytes does not"
+                        " fit; re-send or remove letters",
+                    )
                 _append_whole(fd, line, size)
             finally:
                 os.close(fd)
@@ -146,7 +146,11 @@ class DeadLetterStore:
                 self.added += 1
 
     def mark_resent(self, letter_id: str) -> None:
-        self._append(RESENT_FILE, {"id": letter_id, "resent_ms": int(time.time() * 1000)})
+        self._append(RESENT_FILE, _line({"id": letter_id, "resent_ms": int(time.time() * 1000)}))
+
+
+def _line(entry: Mapping[str, Any]) -> bytes:
+    return (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
 
 
 def _append_whole(fd: int, line: bytes, size: int) -> None:

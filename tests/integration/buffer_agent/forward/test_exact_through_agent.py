@@ -189,6 +189,15 @@ def _stored(bootstrap: str, topic: str, partitions: int, count: int) -> dict[int
     return found
 
 
+def _codecs_sent(client: str, codec: str) -> set[int]:
+    """The codecs ``client`` writes batches with when asked for ``codec``. kafka-python sends a
+    batch uncompressed where compressing does not make it smaller (its ``_maybe_compress``):
+    a small batch, as a loaded machine's timing makes them (a batch of one empty record), goes
+    uncompressed, through the agent and straight to Kafka alike (seen once in a fresh clone's
+    CI, on the direct side)."""
+    return {CODECS[codec], 0} if client == "kafka-python" else {CODECS[codec]}
+
+
 def _codecs(bootstrap: str, topic: str, partitions: int) -> set[int]:
     return {
         parse_batch_header(batch).compression
@@ -238,8 +247,9 @@ def test_each_client_and_codec_arrives_byte_exact(
         for p in range(PARTITIONS)
     }
     assert {p: [stored[:4] for stored in found] for p, found in through.items()} == sent
-    assert _codecs(kafka_broker.bootstrap, through_topic, PARTITIONS) == {CODECS[codec]}
-    assert _codecs(kafka_broker.bootstrap, direct_topic, PARTITIONS) == {CODECS[codec]}
+    expected = _codecs_sent(client, codec)
+    assert CODECS[codec] in _codecs(kafka_broker.bootstrap, through_topic, PARTITIONS) <= expected
+    assert CODECS[codec] in _codecs(kafka_broker.bootstrap, direct_topic, PARTITIONS) <= expected
 
 
 @pytest.mark.parametrize("client", ["kafka-python", "aiokafka"])
