@@ -288,7 +288,7 @@ static int is_pending(PyObject *item) {
 }
 
 /* take_run(frames, max_bytes, spare): PartitionQueue._take_frames' merge run, as
- * partition_queue.take_run_python does it (the reference; test_number_frames.py compares
+ * partition_queue.take_run_python does it (the reference; test_take_run.py compares
  * the two): the first frame of the deque ``frames`` (taken whatever its size), then the
  * frames after it while their attributes are the first's and the merged size stays within
  * ``max_bytes`` (the first batch's length, and each next one's less ``spare``), each popped

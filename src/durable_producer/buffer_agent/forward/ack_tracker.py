@@ -33,7 +33,6 @@ PartitionKey = tuple[str, int]
 """(topic, partition) of a frame."""
 
 
-
 class AckTracker:
     """The watermark over ``queues`` (the forwarder's, which it keeps adding to) and the
     counts of what is in flight."""
