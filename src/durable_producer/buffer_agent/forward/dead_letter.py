@@ -26,7 +26,7 @@ import os
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -95,7 +95,8 @@ class DeadLetterStore:
         index: int = 0,
     ) -> DeadLetter:
         """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
-        (nothing is written then). The budget counts every byte of the letter's line."""
+        (nothing is written then). The budget counts every byte of the letter's line; a letter
+        that cannot fit is refused before its batch is encoded (the forwarder retries it)."""
         letter = DeadLetter(
             id=f"{wal_offset}-{index}",
             recorded_ms=int(time.time() * 1000),
@@ -105,18 +106,23 @@ class DeadLetterStore:
             record_index=None,
             reason=reason,
             error_code=error_code,
-            payload=bytes(payload),
+            payload=b"",
         )
-        line = _line(_to_json(letter))
-        if self.max_bytes is not None and len(line) > self.max_bytes:
+        length = len(_line(_to_json(letter))) + _b64_length(len(payload))
+        budget = self.max_bytes
+        if budget is not None and length > budget:
             raise DeadLetterBudgetExhausted(
                 errno.ENOSPC,
-                f"a letter of {len(line)} bytes (a {len(payload)}-byte batch) is larger"
-                f" than the whole dead-letter budget, {self.max_bytes} bytes"
+                f"a letter of {length} bytes (a {len(payload)}-byte batch) is larger"
+                f" than the whole dead-letter budget, {budget} bytes"
                 " (--dead-letter-max-bytes): raise the budget above the largest batch clients"
                 " send (4/3 of the topics' max.message.bytes)",
             )
-        self._append(DEAD_LETTERS_FILE, line, self.max_bytes)
+        held = self.size_bytes() if budget is not None else 0
+        if budget is not None and held + length > budget:
+            raise _no_room(held, budget, length)  # and checked again under the lock
+        letter = replace(letter, payload=bytes(payload))
+        self._append(DEAD_LETTERS_FILE, _line(_to_json(letter)), budget)
         return letter
 
     def _append(self, name: str, line: bytes, budget: int | None = None) -> None:
@@ -131,12 +137,7 @@ class DeadLetterStore:
                 if size and os.pread(fd, 1, size - 1) != b"\n":
                     line = b"\n" + line  # close a line torn by a crash, keep this one whole
                 if budget is not None and size + len(line) > budget:
-                    raise DeadLetterBudgetExhausted(
-                        errno.ENOSPC,
-                        f"the dead-letter area holds {size} bytes, its budget is {budget}"
-                        f" (--dead-letter-max-bytes), a letter of {len(line)} bytes does not"
-                        " fit; re-send or remove letters",
-                    )
+                    raise _no_room(size, budget, len(line))
                 _append_whole(fd, line, size)
             finally:
                 os.close(fd)
@@ -147,6 +148,20 @@ class DeadLetterStore:
 
     def mark_resent(self, letter_id: str) -> None:
         self._append(RESENT_FILE, _line({"id": letter_id, "resent_ms": int(time.time() * 1000)}))
+
+
+def _no_room(size: int, budget: int, length: int) -> DeadLetterBudgetExhausted:
+    return DeadLetterBudgetExhausted(
+        errno.ENOSPC,
+        f"the dead-letter area holds {size} bytes, its budget is {budget}"
+        f" (--dead-letter-max-bytes), a letter of {length} bytes does not fit; re-send or"
+        " remove letters",
+    )
+
+
+def _b64_length(size: int) -> int:
+    """The length of ``size`` bytes in base64 (padded): JSON adds no escapes to it."""
+    return 4 * ((size + 2) // 3)
 
 
 def _line(entry: Mapping[str, Any]) -> bytes:

@@ -3,6 +3,7 @@ and stays within its budget."""
 
 from __future__ import annotations
 
+import base64
 import errno
 import os
 from pathlib import Path
@@ -116,3 +117,35 @@ def test_the_area_never_holds_more_than_its_budget(tmp_path: Path, size: int) ->
     assert added > 0
     assert store.size_bytes() <= budget
     assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == list(range(added))
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 3, 1_000, 65_537])
+def test_a_letter_that_cannot_fit_is_refused_before_its_batch_is_encoded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, size: int
+) -> None:
+    """The forwarder retries a refused letter: encoding a batch of up to max.message.bytes
+    (4/3 of it in base64) each time, only to refuse it, was wasted work. The length is known
+    beforehand, to the byte: a letter that just fits is written."""
+    store = DeadLetterStore(tmp_path, max_bytes=None)
+    _add(store, 1, b"z" * size)
+    exact = (tmp_path / DEAD_LETTERS_FILE).stat().st_size
+    encoded: list[int] = []
+    real_encode = base64.b64encode
+
+    def counting(data: bytes) -> bytes:
+        encoded.append(len(data))
+        return real_encode(data)
+
+    monkeypatch.setattr(base64, "b64encode", counting)
+    whole = DeadLetterStore(tmp_path / "whole", max_bytes=exact - 1)
+    with pytest.raises(DeadLetterBudgetExhausted, match="larger than the whole"):
+        _add(whole, 1, b"z" * size)
+    full = DeadLetterStore(tmp_path, max_bytes=2 * exact - 1)  # holds the first letter
+    with pytest.raises(DeadLetterBudgetExhausted, match="does not fit"):
+        _add(full, 2, b"z" * size)
+    assert sum(encoded) == 0  # no byte of the batch (the length is known without it)
+    assert list_dead_letters(tmp_path / "whole") == []
+    just = DeadLetterStore(tmp_path, max_bytes=2 * exact)
+    _add(just, 2, b"z" * size)
+    assert (tmp_path / DEAD_LETTERS_FILE).stat().st_size == 2 * exact
+    assert [letter.payload for letter in list_dead_letters(tmp_path)] == [b"z" * size] * 2
