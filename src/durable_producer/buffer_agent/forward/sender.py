@@ -268,10 +268,17 @@ class Sender:
             queue.ready_at = now
 
     def until_due(self, now: float, longest: float) -> float:
-        """Seconds until a queue's retry backoff or a broker's throttle ends, at most
-        ``longest``: besides an answer or a new frame, only that lets more be sent."""
+        """Seconds until a queue's retry backoff, a broker's throttle or a held-back metadata
+        refresh ends, at most ``longest``: besides an answer or a new frame, only that lets
+        more be sent (``maintain`` starts the refresh)."""
         due = [q.ready_at - now for q in self.queues.values() if not q.idle and q.ready_at > now]
         due += [until - now for until in self._throttled_until.values() if until > now]
+        if self.queues and not self.refreshing:
+            refresh = self._next_refresh
+            if self._refresh_wanted:
+                refresh = min(refresh, self._refresh_not_before)
+            if refresh > now:
+                due.append(refresh - now)
         return min([longest, *due])
 
     def _backoff(self, queue: PartitionQueue) -> float:

@@ -88,3 +88,34 @@ def test_a_refresh_that_leaves_a_partition_without_a_leader_holds_the_next_back(
         return asked_once, len(client.asked)
 
     assert asyncio.run(scenario()) == (1, 1)
+
+
+def test_the_loop_wakes_when_a_held_back_refresh_is_due() -> None:
+    """The forwarder's loop sleeps ``until_due``: it left out the wanted refresh held back, so
+    the refresh that could find a moved leader waited for the next frame, answer or idle
+    tick (up to 50 ms more on every leader move). Now the wait ends when ``maintain`` would
+    start it, and not before."""
+
+    async def scenario() -> tuple[float, int, int]:
+        client = GatedMetadata()
+        client.gate.set()
+        queues = {("gone", 3): PartitionQueue(("gone", 3), -1, 0, 0)}
+        queues[("gone", 3)].add(0, BATCH, 1, 0, 0, False)
+        sender = sender_for(client, queues)
+        loop = asyncio.get_running_loop()
+        sender.maintain(loop.time())
+        await asyncio.sleep(0.01)  # answered at once, partition 3 without a leader
+        now = loop.time()
+        sender.pump(now)  # a refresh is wanted, held back
+        wait = sender.until_due(now, 60.0)
+        sender.maintain(now + wait - 0.001)
+        await asyncio.sleep(0)
+        before = len(client.asked)
+        sender.maintain(now + wait)
+        await asyncio.sleep(0.01)
+        sender.close()
+        return wait, before, len(client.asked)
+
+    wait, before, after = asyncio.run(scenario())
+    assert 0 < wait < 60.0
+    assert (before, after) == (1, 2)
