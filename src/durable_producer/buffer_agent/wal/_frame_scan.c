@@ -218,9 +218,12 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnnKO!", &view, &pos, &max_frames, &budget, &wanted,
                           &PyType_Type, &frame_type))
         return NULL;
-    if (!PyType_IsSubtype(frame_type, &PyTuple_Type)) {
+    if (!PyType_IsSubtype(frame_type, &PyTuple_Type) || pos < 0) {
         PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "frame_type must be a tuple type");
+        if (pos < 0)
+            PyErr_Format(PyExc_ValueError, "pos %zd is before the buffer's start", pos);
+        else
+            PyErr_SetString(PyExc_TypeError, "frame_type must be a tuple type");
         return NULL;
     }
     const unsigned char *buf = view.buf;
@@ -229,7 +232,6 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     Topic topic = {NULL, NULL, -1};
     FrameView frame;
     if (frames == NULL) goto fail;
-    if (pos < 0) pos = 0;
     while (pos < n && PyList_GET_SIZE(frames) < max_frames && budget > 0) {
         if (!read_frame(buf, n, pos, &frame) || !topic_of(&frame, &topic)) break;
         if (frame.offset >= wanted) {
@@ -316,6 +318,11 @@ static PyObject *scan_spans(PyObject *Py_UNUSED(module), PyObject *args) {
     int keep_spans;
     if (!PyArg_ParseTuple(args, "y*nLnp", &view, &pos, &last_offset, &max_frames, &keep_spans))
         return NULL;
+    if (pos < 0) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "pos %zd is before the buffer's start", pos);
+        return NULL;
+    }
     const unsigned char *buf = view.buf;
     Py_ssize_t n = view.len, frames = 0;
     long long frame_bytes = 0;
@@ -323,7 +330,6 @@ static PyObject *scan_spans(PyObject *Py_UNUSED(module), PyObject *args) {
     Topic topic = {NULL, NULL, -1};
     FrameView frame;
     PyObject *result = NULL;
-    if (pos < 0) pos = 0;
     while (pos < n && frames < max_frames) {
         if (!read_frame(buf, n, pos, &frame) || (long long)frame.offset <= last_offset ||
             !topic_of(&frame, &topic))

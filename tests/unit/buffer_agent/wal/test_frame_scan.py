@@ -170,3 +170,17 @@ def test_the_frames_it_makes_are_left_untracked_by_the_collector() -> None:
     assert len(frames) == 50
     assert not any(gc.is_tracked(frame) for frame in frames)
     assert frames == reference(data, 0, 100, 2**40, 0)[0]
+
+
+@pytest.mark.parametrize("entry", ["scan_frames", "scan_spans"])
+def test_a_position_before_the_buffer_is_refused_not_read_from_its_start(entry: str) -> None:
+    """The scans took a negative ``pos`` as 0 without a word: a caller's arithmetic gone
+    wrong would have read frames from the wrong place (found by a review's fuzzing)."""
+    data = encode(0, "orders", 0, b"v", 1, 5)
+    args = {
+        "scan_frames": (data, -1, 10, 2**40, 0, Frame),
+        "scan_spans": (memoryview(data), -1, -1, 10, True),
+    }[entry]
+    with pytest.raises(ValueError, match="pos -1 is before the buffer's start"):
+        getattr(scan, entry)(*args)
+    assert getattr(scan, entry)(args[0], 0, *args[2:])[0]  # from 0 it reads the frame
