@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, cast
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, Pending
-from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
+from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
 
 
@@ -33,7 +34,7 @@ def sender_for(
     return Sender(
         cast(ClusterClient, client),
         queues,
-        SenderSettings(
+        ForwarderConfig(
             request_timeout_s=5.0,
             retry_backoff_s=2.0,
             retry_backoff_max_s=4.0,

@@ -4,16 +4,15 @@ Nothing the agent acknowledged is ever dropped silently. A client batch that Kaf
 with a non-retriable error (too large for the topic, topic authorization, a topic that was
 deleted) is appended here as it was stored, and the forwarder moves on. Operators list them
 and re-send them once the cause is fixed (``durable-agent dead-letters list|resend``).
-The area has a budget (``--dead-letter-max-bytes``): a letter that does not fit is not
-written, its frame stays in the WAL and the forwarder retries (``forwarder.py``). Letters
+The area has a budget (``--dead-letter-max-bytes``): a letter that does not fit, or that
+the disk has no room for, is not written (an append cut short is cut back), its frame stays
+in the WAL and the forwarder retries (``forwarder.py``). Letters
 written by the per-record forwarder of earlier versions (one record each) are still listed
 and re-sent.
 
 Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
 bytes as base64, fsynced on every append: dead letters are rare) and ``resent.jsonl`` (ids
-re-sent successfully). A torn last line after a crash is ignored on reading. An append the
-disk has no room for is cut back and raises ``OSError``: the forwarder keeps the record's
-frame in the WAL and tries again (``failures.py``).
+re-sent successfully). A torn last line after a crash is ignored on reading.
 """
 
 from __future__ import annotations
@@ -75,7 +74,6 @@ class DeadLetterStore:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self.added = 0
 
     def size_bytes(self) -> int:
         try:
@@ -143,8 +141,6 @@ class DeadLetterStore:
                 os.close(fd)
             if created:
                 fsync_directory(self.directory)
-            if name == DEAD_LETTERS_FILE:
-                self.added += 1
 
     def mark_resent(self, letter_id: str) -> None:
         self._append(RESENT_FILE, _line({"id": letter_id, "resent_ms": int(time.time() * 1000)}))

@@ -61,7 +61,7 @@ from durable_producer.buffer_agent.forward.publisher import (
     ForwarderStats,
     Publisher,
 )
-from durable_producer.buffer_agent.forward.sender import Sender, SenderSettings
+from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient, KafkaRequestFailed
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
 from durable_producer.buffer_agent.kafka.record_batch import (
@@ -126,7 +126,6 @@ class Forwarder:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._failure: BaseException | None = None
-        self._state_dir = state_dir
         self._progress = Progress(wal, state_dir, metrics, before_checkpoint)
         self._previous_identity, damage = load_identity(state_dir)
         self.state_damage: list[StateDamage] = [] if damage is None else [damage]
@@ -256,15 +255,9 @@ class Forwarder:
         self._sender = Sender(
             client,
             self._queues,
-            SenderSettings(
-                request_timeout_s=config.request_timeout_s,
-                retry_backoff_s=config.retry_backoff_s,
-                retry_backoff_max_s=config.retry_backoff_max_s,
-                metadata_interval_s=config.metadata_interval_s,
-                max_merge_bytes=config.max_merge_bytes,
-            ),
+            config,
             on_acked=self._acked,
-            on_error=self._error,
+            on_error=self.health.error,
             on_new_identity=self._new_identity,
             new_producer_id=self._init_producer_id,
             topic_max_bytes=self._topic_max_bytes,
@@ -590,9 +583,6 @@ class Forwarder:
         counts = self._counts
         counts.forwarded_records += records
         counts.forwarded_bytes += size
-
-    def _error(self, kind: str, code: int, name: str, message: str) -> None:
-        self.health.error(kind, code, name, message)
 
     def _new_identity(self, queue: PartitionQueue, unknown: list[Pending]) -> None:
         counts = self._counts

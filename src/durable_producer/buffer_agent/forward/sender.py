@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.failure_policy import (
     NOT_AUTHORIZED,
     PERMANENT,
@@ -64,17 +64,6 @@ _NETWORK = int(ErrorCode.network_exception)
 PartitionKey = tuple[str, int]
 
 
-@dataclass(frozen=True, slots=True)
-class SenderSettings:
-    """The ``ForwarderConfig`` fields the sender uses (their defaults are there)."""
-
-    request_timeout_s: float
-    retry_backoff_s: float
-    retry_backoff_max_s: float
-    metadata_interval_s: float
-    max_merge_bytes: int
-
-
 class Sender:
     """Runs on the forwarder's event loop. The ``Forwarder`` owns the queues and is told
     of acknowledged frames (``on_acked``), errors (``on_error(kind, code, name, message)``),
@@ -85,7 +74,7 @@ class Sender:
         self,
         client: ClusterClient,
         queues: dict[PartitionKey, PartitionQueue],
-        settings: SenderSettings,
+        settings: ForwarderConfig,
         *,
         on_acked: Callable[[PartitionQueue, Settled], None],
         on_error: Callable[[str, int, str, str], None],
@@ -235,7 +224,7 @@ class Sender:
         self._on_error("transport", code, error_name(code), str(error) or type(error).__name__)
         for queue, batch in batches:
             queue.failed(batch, code, now, unknown=sent)
-            queue.retry_after(now, self._backoff(queue))
+            queue.retry_after(now, self._backoff_after(queue.failures))
         self._refresh_wanted = True
 
     def _answered(
@@ -252,7 +241,7 @@ class Sender:
         detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
         self._on_error("delivery", code, name, detail + acl_hint(code))
         queue.failed(batch, code, now)
-        queue.retry_after(now, self._backoff(queue))
+        queue.retry_after(now, self._backoff_after(queue.failures))
         if verdict is AnswerVerdict.RESOLVE:
             queue.resolve = True
             queue.resolve_code = code
@@ -281,14 +270,17 @@ class Sender:
                 due.append(refresh - now)
         return min([longest, *due])
 
-    def _backoff(self, queue: PartitionQueue) -> float:
-        return self._backoff_after(queue.failures)
-
     def _backoff_after(self, failures: int) -> float:
         """``retry_backoff_s`` doubled ``failures`` times, at most ``retry_backoff_max_s``."""
         settings = self.settings
         backoff: float = settings.retry_backoff_s * 2 ** min(failures, 16)
         return min(backoff, settings.retry_backoff_max_s)
+
+    def _retry_after_refresh(self, queue: PartitionQueue) -> None:
+        """Ask the cluster's metadata again; ``queue`` waits its backoff before it is tried
+        again (its leader is unknown, unreachable, or says it leads no more)."""
+        self._refresh_wanted = True
+        queue.retry_after(asyncio.get_running_loop().time(), self._backoff_after(queue.failures))
 
     # ----------------------------------------------------------------- upkeep
     def maintain(self, now: float) -> None:
@@ -386,8 +378,7 @@ class Sender:
                 queue.resolve = False
                 return
             if leader == NO_LEADER:
-                self._refresh_wanted = True
-                queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                self._retry_after_refresh(queue)
                 return
             try:
                 found = (
@@ -403,14 +394,12 @@ class Sender:
                         return
                     await self._new_epoch(queue, None, "the leader cannot describe producers")
                     return
-                self._refresh_wanted = True
-                queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                self._retry_after_refresh(queue)
                 return
             if isinstance(found, int):
                 verdict = judge(found, head_of_line=False)
                 if verdict in (AnswerVerdict.REFRESH, AnswerVerdict.RETRY):
-                    self._refresh_wanted = True
-                    queue.retry_after(asyncio.get_running_loop().time(), self._backoff(queue))
+                    self._retry_after_refresh(queue)
                     return
                 if found in NOT_AUTHORIZED:  # a new epoch all the same: a leader that
                     self._log.warning(  # forgot the producer would store them twice, uncounted
