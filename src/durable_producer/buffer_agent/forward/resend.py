@@ -30,6 +30,7 @@ from durable_producer.buffer_agent.kafka.produce_wire import (
     decode_produce,
     encode_produce,
 )
+from durable_producer.buffer_agent.kafka.protocol import encode_uvarint
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 
 
@@ -166,10 +167,4 @@ def _one_record_batch(letter: DeadLetter) -> bytes:
 
 
 def _varint(value: int) -> bytes:
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
+    return encode_uvarint((value << 1) ^ (value >> 63))  # zigzag, as a record's fields are

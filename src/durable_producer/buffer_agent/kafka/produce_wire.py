@@ -10,7 +10,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, decode_body
+from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, decode_body, encode_uvarint
 
 LOWEST_PRODUCE_VERSION = 3  # record batch v2
 HIGHEST_PRODUCE_VERSION = 11
@@ -33,15 +33,6 @@ class PartitionAnswer:
     log_start_offset: int = -1
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode_produce(
     version: int,
     acks: int,
@@ -53,17 +44,17 @@ def encode_produce(
     parts: list[bytes | memoryview] = []
     head = b"\x00" if flexible else _INT16.pack(-1)  # no transactional id
     head += _ACKS_TIMEOUT.pack(acks, timeout_ms)
-    head += _uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
+    head += encode_uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics))
     for topic, partitions in topics:
         name = topic.encode()
         if flexible:
-            head += _uvarint(len(name) + 1) + name + _uvarint(len(partitions) + 1)
+            head += encode_uvarint(len(name) + 1) + name + encode_uvarint(len(partitions) + 1)
         else:
             head += _INT16.pack(len(name)) + name + _INT32.pack(len(partitions))
         for partition, batch in partitions:
             size = sum(len(part) for part in batch)
             head += _INT32.pack(partition)
-            head += _uvarint(size + 1) if flexible else _INT32.pack(size)
+            head += encode_uvarint(size + 1) if flexible else _INT32.pack(size)
             parts.append(head)
             parts.extend(batch)
             head = b"\x00" if flexible else b""  # the partition's tagged fields

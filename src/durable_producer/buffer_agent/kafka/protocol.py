@@ -336,7 +336,9 @@ _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 
 
-def _uvarint(value: int) -> bytes:
+def encode_uvarint(value: int) -> bytes:
+    """``value`` (not negative) as an unsigned varint (the flexible versions' lengths; a
+    record's fields after the zigzag step)."""
     out = bytearray()
     while value > 0x7F:
         out.append((value & 0x7F) | 0x80)
@@ -356,11 +358,15 @@ def encode_produce_response(
     parts: list[bytes] = [b"", _INT32.pack(correlation_id)]
     if flexible:
         parts.append(b"\x00")  # response header v1: no tagged fields
-    parts.append(_uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics)))
+    parts.append(encode_uvarint(len(topics) + 1) if flexible else _INT32.pack(len(topics)))
     for name, partitions in topics:
         encoded_name = name.encode()
         if flexible:
-            parts += (_uvarint(len(encoded_name) + 1), encoded_name, _uvarint(len(partitions) + 1))
+            parts += (
+                encode_uvarint(len(encoded_name) + 1),
+                encoded_name,
+                encode_uvarint(len(partitions) + 1),
+            )
         else:
             parts += (_INT16.pack(len(encoded_name)), encoded_name, _INT32.pack(len(partitions)))
         for partition in partitions:
@@ -377,7 +383,7 @@ def encode_produce_response(
                 if flexible:
                     parts.append(b"\x01")  # record_errors: empty compact array
                     parts.append(
-                        b"\x00" if encoded is None else _uvarint(len(encoded) + 1) + encoded
+                        b"\x00" if encoded is None else encode_uvarint(len(encoded) + 1) + encoded
                     )
                     parts.append(b"\x00")  # partition tagged fields
                 else:
