@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue
+from durable_producer.buffer_agent.forward.sender import Sender
 from support.batch_builder import SampleRecord, build_batch
 from support.sender_stand_ins import sender_for
 
@@ -44,6 +45,19 @@ def queue_with_a_frame(topic: str) -> PartitionQueue:
     return queue
 
 
+async def refreshed_without_a_leader() -> tuple[GatedMetadata, Sender]:
+    """A sender whose first refresh is answered, and leaves its partition ("gone", 3), which
+    holds a frame, without a leader."""
+    client = GatedMetadata()
+    client.gate.set()
+    queues = {("gone", 3): PartitionQueue(("gone", 3), -1, 0, 0)}
+    queues[("gone", 3)].add(0, BATCH, 1, 0, 0, False)
+    sender = sender_for(client, queues)
+    sender.maintain(asyncio.get_running_loop().time())
+    await asyncio.sleep(0.01)  # answered at once
+    return client, sender
+
+
 def test_a_topic_met_during_a_refresh_is_asked_for_at_once_after_it() -> None:
     """Seen in review: a topic whose first frame came while a refresh for others was out had
     no leader when it ended, which counted the refresh as a miss: its frames waited out the
@@ -71,14 +85,8 @@ def test_a_topic_met_during_a_refresh_is_asked_for_at_once_after_it() -> None:
 
 def test_a_refresh_that_leaves_a_partition_without_a_leader_holds_the_next_back() -> None:
     async def scenario() -> tuple[int, int]:
-        client = GatedMetadata()
-        client.gate.set()
-        queues = {("gone", 3): PartitionQueue(("gone", 3), -1, 0, 0)}
-        queues[("gone", 3)].add(0, BATCH, 1, 0, 0, False)
-        sender = sender_for(client, queues)
+        client, sender = await refreshed_without_a_leader()
         loop = asyncio.get_running_loop()
-        sender.maintain(loop.time())
-        await asyncio.sleep(0.01)  # answered at once
         asked_once = len(client.asked)
         for _ in range(50):  # passes of the loop: partition 3 still has no leader
             sender.pump(loop.time())
@@ -97,14 +105,8 @@ def test_the_loop_wakes_when_a_held_back_refresh_is_due() -> None:
     start it, and not before."""
 
     async def scenario() -> tuple[float, int, int]:
-        client = GatedMetadata()
-        client.gate.set()
-        queues = {("gone", 3): PartitionQueue(("gone", 3), -1, 0, 0)}
-        queues[("gone", 3)].add(0, BATCH, 1, 0, 0, False)
-        sender = sender_for(client, queues)
+        client, sender = await refreshed_without_a_leader()
         loop = asyncio.get_running_loop()
-        sender.maintain(loop.time())
-        await asyncio.sleep(0.01)  # answered at once, partition 3 without a leader
         now = loop.time()
         sender.pump(now)  # a refresh is wanted, held back
         wait = sender.until_due(now, 60.0)
