@@ -108,17 +108,18 @@ class DeadLetterStore:
         )
         length = len(_line(_to_json(letter))) + _b64_length(len(payload))
         budget = self.max_bytes
-        if budget is not None and length > budget:
-            raise DeadLetterBudgetExhausted(
-                errno.ENOSPC,
-                f"a letter of {length} bytes (a {len(payload)}-byte batch) is larger"
-                f" than the whole dead-letter budget, {budget} bytes"
-                " (--dead-letter-max-bytes): raise the budget above the largest batch clients"
-                " send (4/3 of the topics' max.message.bytes)",
-            )
-        held = self.size_bytes() if budget is not None else 0
-        if budget is not None and held + length > budget:
-            raise _no_room(held, budget, length)  # and checked again under the lock
+        if budget is not None:
+            if length > budget:
+                raise DeadLetterBudgetExhausted(
+                    errno.ENOSPC,
+                    f"a letter of {length} bytes (a {len(payload)}-byte batch) is larger"
+                    f" than the whole dead-letter budget, {budget} bytes"
+                    " (--dead-letter-max-bytes): raise the budget above the largest batch"
+                    " clients send (4/3 of the topics' max.message.bytes)",
+                )
+            held = self.size_bytes()
+            if held + length > budget:
+                raise _no_room(held, budget, length)  # and checked again under the lock
         letter = replace(letter, payload=bytes(payload))
         self._append(DEAD_LETTERS_FILE, _line(_to_json(letter)), budget)
         return letter
