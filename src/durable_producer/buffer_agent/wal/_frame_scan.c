@@ -254,10 +254,11 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
 #undef SET
             PyObject *made = as_tuple_of(frame_type, items);
             if (made == NULL) goto fail;
-            /* Its items are ints, a str and bytes: it can be in no cycle. CPython's collector
-             * never untracks a tuple subclass's instance itself, and traversed each frame read
-             * ahead in every collection it lived through. */
-            if (PyObject_GC_IsTracked(made)) PyObject_GC_UnTrack(made);
+            /* Its items are ints, a str and bytes, and it has no instance dict: it can be in no
+             * cycle. CPython's collector never untracks a tuple subclass's instance itself, and
+             * traversed each frame read ahead in every collection it lived through. */
+            if (frame_type->tp_dictoffset == 0 && PyObject_GC_IsTracked(made))
+                PyObject_GC_UnTrack(made);
             if (PyList_Append(frames, made) < 0) {
                 Py_DECREF(made);
                 goto fail;

@@ -184,3 +184,15 @@ def test_a_position_before_the_buffer_is_refused_not_read_from_its_start(entry: 
     with pytest.raises(ValueError, match="pos -1 is before the buffer's start"):
         getattr(scan, entry)(*args)
     assert getattr(scan, entry)(args[0], 0, *args[2:])[0]  # from 0 it reads the frame
+
+
+def test_a_frame_type_with_an_instance_dict_stays_tracked() -> None:
+    """Such an instance could be in a cycle through its dict: the collector keeps it."""
+
+    class WithDict(tuple):
+        pass
+
+    data = encode(0, "orders", 0, b"v", 1, 5)
+    [frame] = scan.scan_frames(data, 0, 10, 2**40, 0, WithDict)[0]
+    assert gc.is_tracked(frame)
+    frame.cycle = frame  # what untracking would have leaked
