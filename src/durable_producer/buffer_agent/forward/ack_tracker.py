@@ -39,25 +39,28 @@ class AckTracker:
 
     def __init__(self, start_offset: int, queues: Mapping[PartitionKey, PartitionQueue]) -> None:
         self._queues = queues
-        self._next_after_last = start_offset
-        self._delivered_high = start_offset
-        self._pending_records = 0
+        self.next_offset = start_offset
+        """One past the last frame read."""
+        self.delivered_high = start_offset
+        """One past the highest fully delivered frame (delivery need not be contiguous)."""
+        self.pending_records = 0
+        """Records read and not yet settled (held frames count one each)."""
         self._held: dict[int, int] = {}
         """Offset -> appended_ms of frames with records outside every queue."""
 
     def read(self, end: int, records: int = 0) -> None:
         """Every frame below ``end`` is read, and ``records`` more records wait in queues."""
-        if end > self._next_after_last:
-            self._next_after_last = end
-        self._pending_records += records
+        if end > self.next_offset:
+            self.next_offset = end
+        self.pending_records += records
 
     def settled(self, queue: PartitionQueue, taken: Settled) -> None:
         """Frames left ``queue`` from its head, in order (Kafka holds them, or they were
         dead-lettered), with the records and bytes they held."""
         frames, records, _ = taken
-        if records > self._pending_records:
-            raise ValueError(f"{records} records settled, {self._pending_records} pending")
-        self._pending_records -= records
+        if records > self.pending_records:
+            raise ValueError(f"{records} records settled, {self.pending_records} pending")
+        self.pending_records -= records
         last = frames[-1][OFFSET]
         head = queue.first_unacknowledged()
         if head is None or head[OFFSET] != last:  # (not a frame of several batches, in part)
@@ -70,8 +73,8 @@ class AckTracker:
         self._delivered(offset)
 
     def _delivered(self, offset: int) -> None:
-        if offset >= self._delivered_high:
-            self._delivered_high = offset + 1
+        if offset >= self.delivered_high:
+            self.delivered_high = offset + 1
 
     def hold(self, offset: int, appended_ms: int) -> None:
         """The frame at ``offset`` (counted as one record) is outside every queue until
@@ -79,11 +82,11 @@ class AckTracker:
         self.read(offset + 1)
         if offset not in self._held:
             self._held[offset] = appended_ms
-            self._pending_records += 1
+            self.pending_records += 1
 
     def release(self, offset: int) -> None:
         if self._held.pop(offset, None) is not None:
-            self._pending_records -= 1
+            self.pending_records -= 1
             self._delivered(offset)
 
     def _oldest(self) -> tuple[int, int] | None:
@@ -104,7 +107,7 @@ class AckTracker:
     def watermark(self) -> int:
         """Every frame below this WAL offset is fully delivered."""
         oldest = self._oldest()
-        return self._next_after_last if oldest is None else min(oldest[0], self._next_after_last)
+        return self.next_offset if oldest is None else min(oldest[0], self.next_offset)
 
     @property
     def oldest_pending_appended_ms(self) -> int | None:
@@ -113,20 +116,6 @@ class AckTracker:
         return None if oldest is None else oldest[1]
 
     @property
-    def delivered_high(self) -> int:
-        """One past the highest fully delivered frame (delivery need not be contiguous)."""
-        return self._delivered_high
-
-    @property
-    def next_offset(self) -> int:
-        """One past the last frame read."""
-        return self._next_after_last
-
-    @property
-    def pending_records(self) -> int:
-        return self._pending_records
-
-    @property
     def idle(self) -> bool:
         """True when nothing read is awaiting delivery."""
-        return not self._pending_records
+        return not self.pending_records
