@@ -213,7 +213,6 @@ class Forwarder:
             checkpoint_offset=self._wal.checkpoint_offset,
             forwarded_records=counts.forwarded_records,
             dead_letters=counts.dead_letters,
-            replayed_duplicates=0,
             elapsed_s=time.monotonic() - started,
             possible_duplicates=counts.possible_duplicates,
         )
@@ -224,7 +223,6 @@ class Forwarder:
             forwarded_records=counts.forwarded_records,
             forwarded_bytes=counts.forwarded_bytes,
             dead_letters=counts.dead_letters,
-            replayed_duplicates=0,
             producer_resets=counts.new_epochs,
             in_flight_records=self._publisher.in_flight,
             watermark=self._publisher.watermark,

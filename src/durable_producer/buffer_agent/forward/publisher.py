@@ -44,9 +44,6 @@ class ForwarderStats:
     forwarded_records: int
     forwarded_bytes: int
     dead_letters: int
-    replayed_duplicates: int
-    """Records sent again that Kafka had acknowledged: never (the forwarder sends a frame
-    again only with the numbers its earlier copy had, so Kafka drops that copy)."""
     producer_resets: int
     """Partitions moved to a new producer epoch (or id)."""
     in_flight_records: int
@@ -56,6 +53,9 @@ class ForwarderStats:
     """Records sent again under a new epoch or id whose earlier copy's outcome was unknown."""
     state: str = ForwarderState.IDLE.value
     producer_id: int = -1
+    replayed_duplicates: int = 0
+    """Records sent again that Kafka had acknowledged: never (the forwarder sends a frame
+    again only with the numbers its earlier copy had, so Kafka drops that copy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +67,10 @@ class DrainSummary:
     checkpoint_offset: int
     forwarded_records: int
     dead_letters: int
-    replayed_duplicates: int
     elapsed_s: float
     possible_duplicates: int = 0
+    replayed_duplicates: int = 0
+    """Always 0: as ``ForwarderStats.replayed_duplicates``."""
 
 
 class Publisher:
