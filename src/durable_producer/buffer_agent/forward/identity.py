@@ -127,11 +127,6 @@ def _slots(data: bytes) -> list[tuple[int, bytes]]:
     return found
 
 
-def read_identity(state_dir: Path | None) -> IdentityRecord | None:
-    """The newest valid record, or None (no file, or nothing usable in it)."""
-    return load_identity(state_dir)[0]
-
-
 FALLBACK = "taking a new producer id (records sent again may be duplicates)"
 
 

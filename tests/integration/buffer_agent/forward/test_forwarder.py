@@ -19,7 +19,7 @@ from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.forward.identity import (
     IdentityFile,
     IdentityRecord,
-    read_identity,
+    load_identity,
 )
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.record_batch import (
@@ -305,7 +305,7 @@ def test_partitions_read_before_the_first_producer_id_are_recorded_with_it(
 
 
 def _marked_delivered_below(data_dir: Path) -> int:
-    record = read_identity(data_dir / "state")
+    record, _ = load_identity(data_dir / "state")
     return -1 if record is None else record.delivered_below
 
 

@@ -24,7 +24,7 @@ import pytest
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
-from durable_producer.buffer_agent.forward.identity import IDENTITY_FILE, read_identity
+from durable_producer.buffer_agent.forward.identity import IDENTITY_FILE, load_identity
 from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES, read_hint
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
@@ -113,7 +113,7 @@ def test_frames_read_but_never_sent_are_no_possible_duplicates_after_a_restart(
             lambda: forwarder.stats().forwarded_records == HELD, 30, 0.05, what="first topic"
         )
         wait_for(lambda: read_hint(state).get("delivered_high") == HELD, 10, 0.05, what="hint")
-        on_volume = read_identity(state)  # what a kill -9 now would leave
+        on_volume, _ = load_identity(state)  # what a kill -9 now would leave
         hint = read_hint(state)
     finally:
         forwarder.stop()
