@@ -218,12 +218,14 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     if (!PyArg_ParseTuple(args, "y*nnnKO!", &view, &pos, &max_frames, &budget, &wanted,
                           &PyType_Type, &frame_type))
         return NULL;
-    if (!PyType_IsSubtype(frame_type, &PyTuple_Type) || pos < 0) {
+    if (!PyType_IsSubtype(frame_type, &PyTuple_Type)) {
         PyBuffer_Release(&view);
-        if (pos < 0)
-            PyErr_Format(PyExc_ValueError, "pos %zd is before the buffer's start", pos);
-        else
-            PyErr_SetString(PyExc_TypeError, "frame_type must be a tuple type");
+        PyErr_SetString(PyExc_TypeError, "frame_type must be a tuple type");
+        return NULL;
+    }
+    if (pos < 0) {
+        PyBuffer_Release(&view);
+        PyErr_Format(PyExc_ValueError, "pos %zd is before the buffer's start", pos);
         return NULL;
     }
     const unsigned char *buf = view.buf;
