@@ -8,14 +8,10 @@ The hint marks what a restart must treat with care. The forwarder persists a *se
 high-water mark* (one past the last frame handed to a Produce request) and, for information,
 the delivered one in ``state/forwarder.hint`` every ``hint_interval_s`` (no fsync) and at
 every checkpoint and stop (fdatasync). On start, the frames between the checkpoint and the
-sent mark are *replayed*: Kafka may hold them already. With the producer identity kept on the
-volume (``state/producer-identity``, identity.py) they are re-sent under the same producer
-id, epoch and sequences, after asking each partition's leader what it holds
-(DescribeProducers), so the brokers drop the copies they have: no duplicate. Only where that
-identity is lost or the broker has forgotten the producer does the forwarder take a new one,
-and then every replayed record counts as a possible duplicate (``cause="restart"``;
-forwarder.py). Records sent within the last ``hint_interval_s`` before a crash may escape
-that count.
+sent mark are *replayed*: Kafka may hold them already (forwarder.py says how they are sent
+again without duplicates). The hint is what is left when the producer identity is not: then
+every replayed record counts as a possible duplicate (``cause="restart"``), and records sent
+within the last ``hint_interval_s`` before a crash may escape that count.
 
 **A full disk never stops the forwarder.** The hint is a preallocated two-slot file
 rewritten in place, like the WAL checkpoint (``volume/slot_file.py``; bytes in
