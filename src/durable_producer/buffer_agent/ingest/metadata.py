@@ -190,6 +190,23 @@ class MetadataCache:
         entry = self._entries.get(topic)
         return None if entry is None else entry.max_message_bytes
 
+    def heard_max_message_bytes(self, topic: str, limit: int) -> None:
+        """The cluster told the forwarder ``topic``'s ``max.message.bytes`` (asked after it
+        refused a batch as too large): the produce path refuses larger batches from now on,
+        not from the next refresh (up to ``refresh_after_s`` of batches acknowledged, then
+        refused). On the ingest's loop, as every write of the cache."""
+        entry = self._entries.get(topic)
+        if entry is None or entry.max_message_bytes == limit:
+            return
+        log.info(
+            "topic %s: max.message.bytes %d (was %s), as Kafka said after refusing a batch",
+            topic,
+            limit,
+            entry.max_message_bytes,
+        )
+        self._entries[topic] = _Entry(entry.partitions, entry.refreshed_at, limit)
+        self._save()
+
     def cached_topics(self) -> list[str]:
         return sorted(self._entries)
 

@@ -279,3 +279,20 @@ def test_a_cache_file_without_size_limits_still_loads(tmp_path: Path) -> None:
     cache = MetadataCache(tmp_path, None)
     assert cache.cached_partitions("old") == 4
     assert cache.max_message_bytes("old") is None
+
+
+def test_a_limit_the_forwarder_heard_takes_effect_at_once_and_is_kept(tmp_path: Path) -> None:
+    """Kafka refused a batch as too large and said the topic's limit: the produce path
+    refuses larger batches from now on, not from the next refresh, and after a restart."""
+    cluster = Cluster({"shrunk": 1})
+    cluster.limits["shrunk"] = 1_048_588
+    cache = MetadataCache(tmp_path, cluster)
+    lookup(cache, ["shrunk"])
+    cache.heard_max_message_bytes("shrunk", 2_000)
+    assert cache.max_message_bytes("shrunk") == 2_000
+    assert cache.cached_partitions("shrunk") == 1
+    assert MetadataCache(tmp_path, None).max_message_bytes("shrunk") == 2_000
+    cache.heard_max_message_bytes("never-asked", 2_000)  # no client wrote to it: not cached
+    assert cache.max_message_bytes("never-asked") is None
+    assert lookup(cache, ["shrunk"])["shrunk"].partitions == 1
+    assert len(cluster.calls) == 1, "still fresh: the refresh comes on its own schedule"
