@@ -1,8 +1,8 @@
 """A ``Sender`` over a stand-in cluster client, for unit tests of the sender's decisions.
 
-The stand-in implements only what the test drives (metadata, DescribeProducers); what is
-tested is the sender's decision around it, with no broker. The forwarder against Apache
-Kafka is tested in tests/integration/buffer_agent/forward/.
+The stand-in implements only what the test drives (metadata, DescribeProducers,
+DescribeConfigs); what is tested is the sender's decision around it, with no broker. The
+forwarder against Apache Kafka is tested in tests/integration/buffer_agent/forward/.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ def sender_for(
     queues: dict[tuple[str, int], PartitionQueue],
     *,
     on_new_identity: Callable[[PartitionQueue, list[Pending]], None] | None = None,
+    on_topic_max_bytes: Callable[[str, int], None] | None = None,
 ) -> Sender:
     """A sender over ``client`` with long backoffs (a decision held back shows); answers,
     errors and new identities ignored unless ``on_new_identity`` is given."""
@@ -45,4 +46,5 @@ def sender_for(
         on_error=ignore,
         on_new_identity=on_new_identity or ignore,
         new_producer_id=no_producer_id,
+        on_topic_max_bytes=on_topic_max_bytes,
     )

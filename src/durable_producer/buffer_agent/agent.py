@@ -24,6 +24,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -183,8 +184,20 @@ class BufferAgent:
             config=self.settings.forwarder,
             before_checkpoint=self._snapshot_producer_state,
             topic_max_bytes=self._metadata_of_volume(metadata).max_message_bytes,
+            on_topic_max_bytes=None if metadata is None else self._heard_max_bytes(metadata),
         )
         return self.wal, self.forwarder
+
+    def _heard_max_bytes(self, metadata: MetadataCache) -> Callable[[str, int], None]:
+        """What the forwarder's thread calls with a topic's limit Kafka told it: handed to
+        the ingest's loop, which owns the cache (nothing once the loop is gone)."""
+        loop = asyncio.get_running_loop()
+
+        def heard(topic: str, limit: int) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop closed: the agent is stopping
+                loop.call_soon_threadsafe(metadata.heard_max_message_bytes, topic, limit)
+
+        return heard
 
     def _metadata_of_volume(self, metadata: MetadataCache | None) -> MetadataCache:
         """The cached topic facts (a drain reads them from the volume; no cluster lookups)."""

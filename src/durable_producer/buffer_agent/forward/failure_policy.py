@@ -11,7 +11,10 @@
 - ``REFUSED``: refused for what the batch is (too large, invalid, authorization, policy; the
   ``PERMANENT`` codes). Retried every backoff for ``dead_letter_after_s`` (ACLs and topic
   configs take a while to reach every broker); a merged batch is first split into the client
-  batches it was made of, so only the batch at fault is judged; then dead-lettered whole.
+  batches it was made of, so only the batch at fault is judged; then dead-lettered whole. A
+  batch refused for a fault of its own (``OWN_FAULTS``: too large, invalid) within that time
+  of a batch of its partition dead-lettered for the same goes at once: a topic's limit
+  lowered under a backlog refuses thousands, and a window each took days.
 - ``RETRY``: anything else (timeouts, NOT_ENOUGH_REPLICAS, throttling, unknown codes): retried
   after a backoff, for ever; records never expire.
 """
@@ -53,6 +56,19 @@ PERMANENT = frozenset(
         ErrorCode.transactional_id_authorization_failed,
     )
 )
+OWN_FAULTS = frozenset(
+    int(code)
+    for code in (
+        ErrorCode.message_too_large,
+        ErrorCode.record_list_too_large,
+        ErrorCode.invalid_record,
+        ErrorCode.corrupt_message,
+        ErrorCode.invalid_timestamp,
+    )
+)
+"""``PERMANENT`` refusals of what one batch is (its size, its records), not of the partition
+or the principal: after one batch was dead-lettered for such a fault, waiting a window again
+for the next batch refused the same way gives nothing (``Sender.refused_for_good``)."""
 NOT_AUTHORIZED = frozenset(
     int(code)
     for code in (ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed)

@@ -108,9 +108,11 @@ class Forwarder:
         config: ForwarderConfig | None = None,
         before_checkpoint: Callable[[], None] | None = None,
         topic_max_bytes: Callable[[str], int | None] | None = None,
+        on_topic_max_bytes: Callable[[str, int], None] | None = None,
     ) -> None:
         """``before_checkpoint``: see ``progress.Progress``; ``topic_max_bytes``: a topic's
-        ``max.message.bytes`` where known (merged batches stay within it)."""
+        ``max.message.bytes`` where known (merged batches stay within it);
+        ``on_topic_max_bytes``: told it when a refusal made the forwarder ask (its thread)."""
         self._wal = wal
         self._config = config = config or ForwarderConfig()
         self._client_config = dict(client_config)
@@ -119,6 +121,7 @@ class Forwarder:
             dead_letters.max_bytes = config.dead_letter_max_bytes
         self._metrics = metrics
         self._topic_max_bytes = topic_max_bytes
+        self._on_topic_max_bytes = on_topic_max_bytes
         self.health = ForwarderHealth(
             stall_after_s=config.stall_after_s,
             on_error=metrics.count_kafka_error if metrics is not None else None,
@@ -260,6 +263,7 @@ class Forwarder:
             new_producer_id=self._init_producer_id,
             topic_max_bytes=self._topic_max_bytes,
             on_sending=self._sending,
+            on_topic_max_bytes=self._on_topic_max_bytes,
         )
         reader: WalReader | None = None
         try:
@@ -651,7 +655,7 @@ class Forwarder:
         except OSError as error:
             self._letter_failed(error)
             return False
-        taken = settled_frames([queue.drop_head()])
+        taken = settled_frames([queue.drop_head(code, asyncio.get_running_loop().time())])
         self._tracker.settled(queue, taken)
         self._unacked_bytes -= taken[2]
         self._count_letter(error_name(code), records)

@@ -144,7 +144,10 @@ class PartitionQueue:
         self.failing_since: float | None = None
         """When the current spell of refusals began (None: the last answer was a success)."""
         self.last_error = 0
+        """The first unacknowledged batch's last refusal (0: none since a success)."""
         self.failures = 0
+        self.lettered: tuple[int, float] | None = None
+        """(code, when) of the last frame dead-lettered after Kafka refused it."""
         self.isolate = False
         """Send one frame per batch (a merged batch was refused for good)."""
         self.rebatch = False
@@ -257,7 +260,8 @@ class PartitionQueue:
         if unknown:
             batch.frames = [_with(frame, frame[SEQUENCE], True) for frame in batch.frames]
         self.halted = True
-        self.last_error = code
+        if batch is self.batches[0]:  # behind it, OUT_OF_ORDER only says it was not taken
+            self.last_error = code
         if self.failing_since is None:
             self.failing_since = now
         self.failures += 1
@@ -310,13 +314,16 @@ class PartitionQueue:
         self._number_from(sequence)
         return unknown
 
-    def drop_head(self) -> Pending:
-        """Take the first frame out (dead-lettered): the frames after it take its numbers."""
+    def drop_head(self, code: int, now: float) -> Pending:
+        """Take the first frame out (dead-lettered, refused with ``code``): the frames after
+        it take its numbers."""
         assert not self.in_flight
         self.unbatch()
         dropped = self.frames.popleft()
         self._number_from(dropped[SEQUENCE], keep_unknown=True)
         self.failing_since = None
+        self.lettered = (code, now)
+        self.ready_at = now  # no backoff: the frames after it were not refused themselves
         return dropped
 
     def _number_from(self, sequence: int, *, keep_unknown: bool = False) -> None:

@@ -6,9 +6,12 @@ each within ``MAX_REQUEST_BYTES``). Each answer is judged (``failure_policy``) a
 its ``PartitionQueue``; a lost connection or a timeout leaves the batches' fate unknown (they
 are sent again with the same numbers: the broker recognises a copy). Leader moves and unknown
 partitions refresh the metadata; a throttled broker (KIP-219) gets nothing until its throttle
-time has passed. ``maintain`` starts what a partition needs once nothing of it is in flight:
-a resolution (DescribeProducers, then acknowledge, or a new epoch) and the metadata refresh.
-Dead-lettering is the ``Forwarder``'s (it writes to the volume).
+time has passed. A batch refused as too large has the topic's ``max.message.bytes`` asked
+again (DescribeConfigs): merges keep within what the broker says, and ``on_topic_max_bytes``
+hears it (the ingest then refuses such batches, as the topic does). ``maintain`` starts what a
+partition needs once nothing of it is in flight: a resolution (DescribeProducers, then
+acknowledge, or a new epoch) and the metadata refresh. Dead-lettering is the ``Forwarder``'s
+(it writes to the volume).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.failure_policy import (
     NOT_AUTHORIZED,
+    OWN_FAULTS,
     PERMANENT,
     TOO_LARGE,
     UNKNOWN_TOPIC,
@@ -42,6 +46,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     Settled,
 )
 from durable_producer.buffer_agent.kafka.cluster_client import (
+    MAX_MESSAGE_BYTES,
     NO_LEADER,
     ClusterClient,
     ProducerOnPartition,
@@ -60,6 +65,11 @@ log = logging.getLogger(__name__)
 MAX_REQUESTS_PER_BROKER = 5
 MAX_REQUEST_BYTES = 8 * 1024 * 1024
 MIN_MERGE_BYTES = 16 * 1024
+"""Halving the merges after a refusal stops here; below it each client batch goes alone."""
+MAX_BYTES_MARGIN = 100
+"""Merged batches stay this far below a topic's ``max.message.bytes``."""
+DESCRIBE_INTERVAL_S = 1.0
+"""At most one DescribeConfigs a topic this often, however many batches it refuses."""
 _NETWORK = int(ErrorCode.network_exception)
 PartitionKey = tuple[str, int]
 
@@ -82,6 +92,7 @@ class Sender:
         new_producer_id: Callable[[], Awaitable[tuple[int, int]]],
         topic_max_bytes: Callable[[str], int | None] | None = None,
         on_sending: Callable[[int], None] | None = None,
+        on_topic_max_bytes: Callable[[str, int], None] | None = None,
     ) -> None:
         self.client = client
         self.queues = queues
@@ -92,6 +103,7 @@ class Sender:
         self._new_producer_id = new_producer_id
         self._topic_max_bytes = topic_max_bytes
         self._on_sending = on_sending
+        self._on_topic_max_bytes = on_topic_max_bytes
         self.wake = asyncio.Event()
         self._requests: dict[int, int] = {}
         self._throttled_until: dict[int, float] = {}
@@ -105,6 +117,8 @@ class Sender:
         """Refreshes in a row that failed or left a partition with frames without a leader."""
         self._resolving: set[PartitionKey] = set()
         self._merge_limit: dict[str, int] = {}
+        self._described_at: dict[str, float] = {}
+        """When each topic's ``max.message.bytes`` was last asked (after a refusal)."""
         self.unknown_since: dict[PartitionKey, float] = {}
         """Partitions the cluster's metadata does not have (topic or partition), since when
         (the loop's clock)."""
@@ -175,7 +189,7 @@ class Sender:
         if self._topic_max_bytes is not None:
             known = self._topic_max_bytes(topic)
             if known is not None:
-                limit = min(limit, known - 100)
+                limit = min(limit, known - MAX_BYTES_MARGIN)
         return limit
 
     async def _send(self, node: int, batches: list[tuple[PartitionQueue, Batch]]) -> None:
@@ -247,14 +261,40 @@ class Sender:
             queue.resolve_code = code
         elif verdict is AnswerVerdict.REFRESH:
             self._refresh_wanted = True
-        elif verdict is AnswerVerdict.REFUSED and len(batch.frames) > 1:
-            if code in TOO_LARGE:  # merged too large for the topic: merge less
-                limit = min(self._max_bytes(topic), batch.size) // 2
-                self._merge_limit[topic] = max(MIN_MERGE_BYTES, limit)
+        if code in TOO_LARGE:
+            self._ask_max_bytes(topic, now)
+        if verdict is AnswerVerdict.REFUSED and len(batch.frames) > 1:
+            current = self._max_bytes(topic)  # (a limit described meanwhile is kept)
+            limit = min(current, max(MIN_MERGE_BYTES, min(current, batch.size) // 2))
+            if code in TOO_LARGE and limit < batch.size:  # merged too large: merge less
+                self._merge_limit[topic] = limit
                 queue.rebatch = True
-            else:  # one of the client batches is at fault: each is judged alone
-                queue.isolate = True
+            else:  # one of the client batches is at fault, or merging less would not help
+                queue.isolate = True  # each is sent and judged alone
             queue.ready_at = now
+
+    def _ask_max_bytes(self, topic: str, now: float) -> None:
+        """Ask the topic's ``max.message.bytes`` (a refusal says it is lower than we knew)."""
+        last = self._described_at.get(topic)
+        if last is None or now - last >= DESCRIBE_INTERVAL_S:
+            self._described_at[topic] = now
+            self._spawn(self._describe_max_bytes(topic))
+
+    async def _describe_max_bytes(self, topic: str) -> None:
+        try:
+            said = (await self.client.topic_configs([topic], MAX_MESSAGE_BYTES)).get(topic)
+            limit = None if said is None else int(said)
+        except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
+            log.info("could not ask the max.message.bytes of %s: %s", topic, error)
+            return  # merges go on halving, down to one client batch a request
+        if limit is None:
+            return  # not described (no DESCRIBE_CONFIGS permission): as above
+        merge = min(self.settings.max_merge_bytes, limit - MAX_BYTES_MARGIN)
+        if merge != self._merge_limit.get(topic):
+            log.info("topic %s: max.message.bytes %d; merged batches stay within it", topic, limit)
+            self._merge_limit[topic] = merge
+        if self._on_topic_max_bytes is not None:
+            self._on_topic_max_bytes(topic, limit)
 
     def until_due(self, now: float, longest: float) -> float:
         """Seconds until a queue's retry backoff, a broker's throttle or a held-back metadata
@@ -358,12 +398,23 @@ class Sender:
         self._refresh_not_before = now + self._backoff_after(self._refresh_misses - 1)
 
     def refused_for_good(self, queue: PartitionQueue, now: float, wait_s: float) -> bool:
-        """The partition's head batch was refused (``PERMANENT``) for ``wait_s``, alone."""
+        """The partition's head batch was refused (``PERMANENT``) for ``wait_s``, alone; or
+        alone for a fault of its own (``OWN_FAULTS``) within ``wait_s`` of a batch of the
+        partition dead-lettered for the same (that window was waited out)."""
+        code, lettered = queue.last_error, queue.lettered
         return (
-            queue.last_error in PERMANENT
+            code in PERMANENT
             and not queue.in_flight
             and queue.failing_since is not None
-            and now - queue.failing_since >= wait_s
+            and (
+                now - queue.failing_since >= wait_s
+                or (
+                    code in OWN_FAULTS
+                    and lettered is not None
+                    and lettered[0] == code
+                    and now - lettered[1] < wait_s
+                )
+            )
             and (queue.isolate or len(queue.batches[0].frames) == 1 if queue.batches else True)
         )
 

@@ -41,6 +41,9 @@ _TOPIC_RESOURCE = 2
 NO_LEADER = -1
 
 
+MAX_MESSAGE_BYTES = "max.message.bytes"
+"""The topic config that bounds a batch (``topic_configs`` asks it)."""
+
 class KafkaRequestFailed(Exception):
     """A request the forwarder needs was answered with an error (``code``)."""
 

@@ -46,10 +46,8 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
-from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
+from durable_producer.buffer_agent.kafka.cluster_client import MAX_MESSAGE_BYTES, ClusterClient
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
-
-MAX_MESSAGE_BYTES = "max.message.bytes"
 
 
 @dataclass(frozen=True, slots=True)
