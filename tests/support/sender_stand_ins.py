@@ -22,9 +22,10 @@ def sender_for(
     *,
     on_new_identity: Callable[[PartitionQueue, list[Pending]], None] | None = None,
     on_topic_max_bytes: Callable[[str, int], None] | None = None,
+    on_error: Callable[[str, int, str, str], None] | None = None,
 ) -> Sender:
     """A sender over ``client`` with long backoffs (a decision held back shows); answers,
-    errors and new identities ignored unless ``on_new_identity`` is given."""
+    errors and new identities ignored unless their hooks are given."""
 
     async def no_producer_id() -> tuple[int, int]:
         raise AssertionError("not asked for here")
@@ -43,7 +44,7 @@ def sender_for(
             max_merge_bytes=1 << 20,
         ),
         on_acked=ignore,
-        on_error=ignore,
+        on_error=on_error or ignore,
         on_new_identity=on_new_identity or ignore,
         new_producer_id=no_producer_id,
         on_topic_max_bytes=on_topic_max_bytes,

@@ -90,7 +90,7 @@ _REFRESH = frozenset(
         ErrorCode.replica_not_available,
     )
 )
-_OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
+OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
 _PRODUCER_STATE = frozenset(
     int(code)
     for code in (
@@ -107,7 +107,7 @@ def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:
     """``head_of_line``: the batch is its partition's first unacknowledged one."""
     if code in _DONE:
         return AnswerVerdict.DONE
-    if code in _PRODUCER_STATE or (code == _OUT_OF_ORDER and head_of_line):
+    if code in _PRODUCER_STATE or (code == OUT_OF_ORDER and head_of_line):
         return AnswerVerdict.RESOLVE
     if code in _REFRESH:
         return AnswerVerdict.REFRESH

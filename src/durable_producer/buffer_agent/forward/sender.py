@@ -25,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.failure_policy import (
     NOT_AUTHORIZED,
+    OUT_OF_ORDER,
     OWN_FAULTS,
     PERMANENT,
     TOO_LARGE,
@@ -244,7 +245,8 @@ class Sender:
     def _answered(
         self, queue: PartitionQueue, batch: Batch, code: int, message: str | None, now: float
     ) -> None:
-        verdict = judge(code, head_of_line=queue.head_of_line(batch))
+        head = queue.head_of_line(batch)
+        verdict = judge(code, head_of_line=head)
         if verdict is AnswerVerdict.DONE:
             acked = queue.succeeded(batch)
             if acked[0]:
@@ -253,7 +255,8 @@ class Sender:
         name = error_name(code)
         topic, partition = queue.key
         detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
-        self._on_error("delivery", code, name, detail + acl_hint(code))
+        if head or code != OUT_OF_ORDER:  # behind a refused batch it only says that one was
+            self._on_error("delivery", code, name, detail + acl_hint(code))
         queue.failed(batch, code, now)
         queue.retry_after(now, self._backoff_after(queue.failures))
         if verdict is AnswerVerdict.RESOLVE:
@@ -489,10 +492,9 @@ class Sender:
             # deleted): a new epoch, whose renumbering counts the frames sent before as
             # possible duplicates. A second resolution of the same frames finding nothing:
             # a new epoch too.
-            out_of_order = int(ErrorCode.out_of_order_sequence_number)
             never_taken = queue.resolve_code == 0 and first[SEQUENCE] == 0
             queue.resolve = (
-                not never_taken and queue.resolve_code != out_of_order
+                not never_taken and queue.resolve_code != OUT_OF_ORDER
             ) or queue.failures > 3
             queue.unbatch()
             return

@@ -217,9 +217,15 @@ def test_a_refused_head_is_judged_by_its_own_answer_not_by_those_behind_it() -> 
     """Five client batches in flight, the first too large: the broker answers the four
     behind it OUT_OF_ORDER_SEQUENCE_NUMBER (it never appended the first). The partition is
     refused for what its first batch is; the answers behind it once made the partition look
-    out of order for ever, and its too-large batch was never dead-lettered."""
+    out of order for ever (in its state and metrics too), and its too-large batch was never
+    dead-lettered."""
     out_of_order = int(ErrorCode.out_of_order_sequence_number)
-    queue, sender = one_by_one(5)
+    queue = queue_of(5)
+    queue.isolate = True
+    reported: list[str] = []
+    sender = sender_for(
+        DescribingConfigs(None), {KEY: queue}, on_error=lambda *error: reported.append(error[2])
+    )
 
     async def scenario() -> None:
         now = 100.0
@@ -235,3 +241,4 @@ def test_a_refused_head_is_judged_by_its_own_answer_not_by_those_behind_it() -> 
     asyncio.run(scenario())
     assert queue.last_error == TOO_LARGE
     assert sender.refused_for_good(queue, 100.0 + WINDOW_S, WINDOW_S)
+    assert reported == ["MESSAGE_TOO_LARGE"] * 2, "the state and metrics name the refusal"
