@@ -103,6 +103,7 @@ def test_a_limit_lowered_under_a_backlog_delivers_what_fits_and_dead_letters_the
         )
         settled_s = time.monotonic() - back
         refused_answers = _too_large_answers(agent)
+        print(f"settled {settled_s:.1f} s after Kafka came back; {refused_answers:.0f} refusals")
         late = produce_values(agent.bootstrap, topic, [LARGE[0]], ONE_RECORD_A_BATCH)
         assert agent.stop(timeout=60) == 0, agent.log_tail()
 
