@@ -38,33 +38,12 @@ class AnswerVerdict(Enum):
     RETRY = "retry"
 
 
-PERMANENT = frozenset(
-    int(code)
-    for code in (
-        ErrorCode.message_too_large,
-        ErrorCode.record_list_too_large,
-        ErrorCode.invalid_record,
-        ErrorCode.corrupt_message,
-        ErrorCode.invalid_timestamp,
-        ErrorCode.topic_authorization_failed,
-        ErrorCode.cluster_authorization_failed,
-        ErrorCode.policy_violation,
-        ErrorCode.invalid_topic_exception,
-        ErrorCode.unsupported_for_message_format,
-        ErrorCode.unsupported_compression_type,
-        ErrorCode.invalid_required_acks,
-        ErrorCode.transactional_id_authorization_failed,
-    )
+TOO_LARGE = frozenset(
+    int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
 )
-OWN_FAULTS = frozenset(
+OWN_FAULTS = TOO_LARGE | frozenset(
     int(code)
-    for code in (
-        ErrorCode.message_too_large,
-        ErrorCode.record_list_too_large,
-        ErrorCode.invalid_record,
-        ErrorCode.corrupt_message,
-        ErrorCode.invalid_timestamp,
-    )
+    for code in (ErrorCode.invalid_record, ErrorCode.corrupt_message, ErrorCode.invalid_timestamp)
 )
 """``PERMANENT`` refusals of what one batch is (its size, its records), not of the partition
 or the principal: after one batch was dead-lettered for such a fault, waiting a window again
@@ -73,8 +52,20 @@ NOT_AUTHORIZED = frozenset(
     int(code)
     for code in (ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed)
 )
-TOO_LARGE = frozenset(
-    int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
+PERMANENT = (
+    OWN_FAULTS
+    | NOT_AUTHORIZED
+    | frozenset(
+        int(code)
+        for code in (
+            ErrorCode.policy_violation,
+            ErrorCode.invalid_topic_exception,
+            ErrorCode.unsupported_for_message_format,
+            ErrorCode.unsupported_compression_type,
+            ErrorCode.invalid_required_acks,
+            ErrorCode.transactional_id_authorization_failed,
+        )
+    )
 )
 UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 _REFRESH = frozenset(
