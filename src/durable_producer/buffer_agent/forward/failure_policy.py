@@ -12,9 +12,9 @@
   ``PERMANENT`` codes). Retried every backoff for ``dead_letter_after_s`` (ACLs and topic
   configs take a while to reach every broker); a merged batch is first split into the client
   batches it was made of, so only the batch at fault is judged; then dead-lettered whole. A
-  batch refused for a fault of its own (``OWN_FAULTS``: too large, invalid) within that time
-  of a batch of its partition dead-lettered for the same goes at once: a topic's limit
-  lowered under a backlog refuses thousands, and a window each took days.
+  batch refused alone for a fault of its own (``OWN_FAULTS``: too large, invalid record)
+  within that time of a batch of its partition dead-lettered for the same goes at once: a
+  topic's limit lowered under a backlog refuses thousands, and a window each took days.
 - ``RETRY``: anything else (timeouts, NOT_ENOUGH_REPLICAS, throttling, unknown codes): retried
   after a backoff, for ever; records never expire.
 """
@@ -41,13 +41,12 @@ class AnswerVerdict(Enum):
 TOO_LARGE = frozenset(
     int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
 )
-OWN_FAULTS = TOO_LARGE | frozenset(
-    int(code)
-    for code in (ErrorCode.invalid_record, ErrorCode.corrupt_message, ErrorCode.invalid_timestamp)
-)
+OWN_FAULTS = TOO_LARGE | {int(ErrorCode.invalid_record)}
 """``PERMANENT`` refusals of what one batch is (its size, its records), not of the partition
-or the principal: after one batch was dead-lettered for such a fault, waiting a window again
-for the next batch refused the same way gives nothing (``Sender.refused_for_good``)."""
+or the principal, that no wait changes: after one batch was dead-lettered for such a fault,
+waiting a window again for the next batch refused the same way gives nothing
+(``Sender.refused_for_good``). Not CORRUPT_MESSAGE (Kafka's clients retry it: damage in
+transit) nor INVALID_TIMESTAMP (a timestamp ahead of the broker's clock becomes valid)."""
 NOT_AUTHORIZED = frozenset(
     int(code)
     for code in (ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed)
@@ -58,6 +57,8 @@ PERMANENT = (
     | frozenset(
         int(code)
         for code in (
+            ErrorCode.corrupt_message,
+            ErrorCode.invalid_timestamp,
             ErrorCode.policy_violation,
             ErrorCode.invalid_topic_exception,
             ErrorCode.unsupported_for_message_format,

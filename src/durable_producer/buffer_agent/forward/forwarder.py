@@ -623,25 +623,32 @@ class Forwarder:
                 and (gone or sender.refused_for_good(queue, loop_now, config.dead_letter_after_s))
             ):
                 code = UNKNOWN_TOPIC if gone else queue.last_error
-                if not self._letter_for_head(queue, code):
+                failing_since = queue.failing_since
+                waited = None if failing_since is None else loop_now - failing_since
+                if not self._letter_for_head(queue, code, waited):
                     self._letters_waiting = True
                     self._letters_due = now + LETTER_RETRY_S
                     return
                 if not gone:
                     break
 
-    def _letter_for_head(self, queue: PartitionQueue, code: int) -> bool:
+    def _letter_for_head(self, queue: PartitionQueue, code: int, waited: float | None) -> bool:
+        """Dead-letter the queue's first frame, refused with ``code`` for ``waited`` s."""
         queue.unbatch()
         frame = queue.frames[0]
         offset, records = frame[OFFSET], frame[RECORDS]
         topic, partition = queue.key
-        reason = (
-            f"partition {topic}/{partition} does not exist (for"
-            f" {self._config.unknown_topic_wait_s:g} s)"
-            if code == UNKNOWN_TOPIC
-            else f"refused by Kafka with {error_name(code)} for"
-            f" {self._config.dead_letter_after_s:g} s"
-        )
+        window = self._config.dead_letter_after_s
+        if code == UNKNOWN_TOPIC:
+            wait = self._config.unknown_topic_wait_s
+            reason = f"partition {topic}/{partition} does not exist (for {wait:g} s)"
+        elif waited is not None and waited < window:
+            reason = (
+                f"refused by Kafka with {error_name(code)}, as a batch of this partition"
+                f" dead-lettered for it within the last {window:g} s"
+            )
+        else:
+            reason = f"refused by Kafka with {error_name(code)} for {window:g} s"
         try:
             self._dead_letters.add_batch(
                 wal_offset=offset,

@@ -24,8 +24,9 @@ librdkafka's idempotence code for where this comes from; this is our own, simple
   producer, or cannot say, the partition moves to a new epoch (KIP-360: sequences start at 0)
   and the frames whose earlier copy's fate is unknown count as possible duplicates.
 - A merged batch refused for good (too large, invalid) is sent again frame by frame; a single
-  frame refused for good long enough is dead-lettered whole (``Forwarder``) and the
-  frames after it are numbered again from its first sequence (the broker never took it).
+  frame refused for good long enough (``Sender.refused_for_good``) is dead-lettered whole
+  (``Forwarder``) and the frames after it are numbered again from its first sequence (the
+  broker never took it).
 
 No I/O here: the ``Forwarder`` sends, persists and settles.
 """
@@ -322,6 +323,7 @@ class PartitionQueue:
         dropped = self.frames.popleft()
         self._number_from(dropped[SEQUENCE], keep_unknown=True)
         self.failing_since = None
+        self.last_error = 0  # the next frame has not been refused
         self.lettered = (code, now)
         self.ready_at = now  # no backoff: the frames after it were not refused themselves
         return dropped

@@ -267,9 +267,11 @@ class Sender:
         if code in TOO_LARGE:
             self._ask_max_bytes(topic, now)
         if verdict is AnswerVerdict.REFUSED and len(batch.frames) > 1:
-            current = self._max_bytes(topic)  # (a limit described meanwhile is kept)
-            limit = min(current, max(MIN_MERGE_BYTES, min(current, batch.size) // 2))
-            if code in TOO_LARGE and limit < batch.size:  # merged too large: merge less
+            # Merged before the limit was lowered: merged again within it. Else the topic's
+            # limit is lower than we know: merge less.
+            current = self._max_bytes(topic)
+            limit = current if batch.size > current else max(MIN_MERGE_BYTES, batch.size // 2)
+            if code in TOO_LARGE and limit < batch.size:
                 self._merge_limit[topic] = limit
                 queue.rebatch = True
             else:  # one of the client batches is at fault, or merging less would not help
@@ -409,6 +411,8 @@ class Sender:
             code in PERMANENT
             and not queue.in_flight
             and queue.failing_since is not None
+            and bool(queue.batches)
+            and len(queue.batches[0].frames) == 1  # a merged batch is split and tried first
             and (
                 now - queue.failing_since >= wait_s
                 or (
@@ -418,7 +422,6 @@ class Sender:
                     and now - lettered[1] < wait_s
                 )
             )
-            and (queue.isolate or len(queue.batches[0].frames) == 1 if queue.batches else True)
         )
 
     # ----------------------------------------------------------------- resolution

@@ -122,5 +122,7 @@ def test_a_limit_lowered_under_a_backlog_delivers_what_fits_and_dead_letters_the
         for record in batch.records
     ]
     assert sorted(lettered) == sorted(LARGE), "every batch too large is dead-lettered, whole"
+    assert letters[0].reason == "refused by Kafka with MESSAGE_TOO_LARGE for 2 s"
+    assert any("dead-lettered for it within the last 2 s" in letter.reason for letter in letters)
     assert settled_s < 30, f"the backlog took {settled_s:.0f} s to settle"
     assert refused_answers < 3 * len(LARGE), f"{refused_answers:.0f} refusals for {len(LARGE)}"

@@ -25,6 +25,7 @@ SMALL = build_batch([SampleRecord(None, b"x" * 250, 1000)])
 """A linger-0 client's batch: one record, about 320 bytes."""
 TOO_LARGE = int(ErrorCode.message_too_large)
 CORRUPT = int(ErrorCode.corrupt_message)
+INVALID_RECORD = int(ErrorCode.invalid_record)
 WINDOW_S = 20.0
 
 
@@ -123,6 +124,52 @@ def test_a_refusal_answered_after_the_limit_was_described_keeps_that_limit() -> 
     asyncio.run(scenario())
 
 
+def test_a_batch_merged_before_the_limit_was_described_is_merged_again_within_it() -> None:
+    """DescribeConfigs said 100,000; a 128 kB merged batch sent before is refused: merged
+    again within the limit (halving it would have merged at 50 kB, and again at each such
+    refusal)."""
+    client = DescribingConfigs(100_000)
+    first, second = queue_of(2), PartitionQueue(("t", 1), 7, 0, 0)
+    for offset in range(2, 402):
+        second.add(offset, SMALL, 1, 0, 0, False)
+
+    async def scenario() -> None:
+        sender = sender_for(client, {KEY: first, ("t", 1): second})
+        now = asyncio.get_running_loop().time()
+        one, other = first.next_batch(now, 10**6), second.next_batch(now, 10**6)
+        assert one is not None and other is not None and other.size > 100_000
+        sender._answered(first, one, TOO_LARGE, None, now)
+        await asyncio.sleep(0.01)
+        sender._answered(second, other, TOO_LARGE, None, now)
+        assert sender._max_bytes("t") == 100_000 - MAX_BYTES_MARGIN
+        assert second.rebatch
+        sender.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_merged_batch_refused_is_not_dead_lettered_before_it_is_split() -> None:
+    """A merged batch refused for a fault of its own right after a dead letter for the same,
+    while its partition could not send (leader unknown, throttled, requests full): the batch
+    at fault is not known yet, so nothing is dead-lettered; once split, the first client
+    batch is tried alone."""
+    queue = queue_of(10)
+    queue.lettered = (INVALID_RECORD, 100.0)
+
+    async def scenario() -> Sender:
+        sender = sender_for(DescribingConfigs(None), {KEY: queue})
+        merged = queue.next_batch(101.0, 10**6)
+        assert merged is not None and len(merged.frames) == 10
+        sender._answered(queue, merged, INVALID_RECORD, None, 101.0)
+        sender.close()
+        return sender
+
+    sender = asyncio.run(scenario())
+    assert queue.isolate and len(queue.batches[0].frames) == 10  # not split until sent again
+    assert not sender.refused_for_good(queue, 101.0, WINDOW_S)
+    assert not sender.refused_for_good(queue, 101.0 + WINDOW_S, WINDOW_S)
+
+
 def test_a_single_client_batch_too_large_asks_the_topic_limit_too() -> None:
     """The ingest let it in on a stale limit: it hears the real one."""
     queue, _, client, heard, taken = refused_once(limit=900, frames=1)
@@ -184,6 +231,7 @@ def test_the_next_batch_refused_alike_after_a_dead_letter_waits_no_window_of_its
     assert sender.refused_for_good(queue, 100.0 + WINDOW_S, WINDOW_S)
     queue.drop_head(TOO_LARGE, 100.0 + WINDOW_S)  # dead-lettered
     assert not sender.refused_for_good(queue, 100.0 + WINDOW_S, WINDOW_S), "not tried yet"
+    assert queue.last_error == 0, "the next batch is not counted as refused before it is"
     assert queue.ready_at == 100.0 + WINDOW_S, "the next frames go at once: no backoff"
     succeeded_head(queue, 121.0)  # a batch that fits
     refused_head(queue, 122.0)
