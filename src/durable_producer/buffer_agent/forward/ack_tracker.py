@@ -3,7 +3,8 @@
 Every frame read with records to deliver waits in its partition's queue
 (``partition_queue``) until Kafka holds all of it, and a partition's frames leave their queue
 in WAL order (the broker appends a producer's batches in sequence; a dead-lettered frame
-leaves from the head). So the lowest WAL offset not yet fully delivered is the lowest offset
+leaves from the head; a batch taken past a refused one, from further on, which leaves the
+head where it was). So the lowest WAL offset not yet fully delivered is the lowest offset
 at the head of any queue; with every queue empty, one past the last frame read. A frame with
 records outside every queue (one that is no record batch, while it is dead-lettered) is
 *held* here until it is released. ``wal.checkpoint(tracker.watermark)`` never skips an
@@ -55,8 +56,7 @@ class AckTracker:
         self.pending_records += records
 
     def settled(self, queue: PartitionQueue, taken: Settled) -> None:
-        """Frames left ``queue`` from its head, in order (Kafka holds them, or they were
-        dead-lettered), with the records and bytes they held."""
+        """Frames left ``queue`` (``Settled``), with the records and bytes they held."""
         frames, records, _ = taken
         if records > self.pending_records:
             raise ValueError(f"{records} records settled, {self.pending_records} pending")

@@ -93,6 +93,24 @@ _PRODUCER_STATE = frozenset(
     )
 )
 _DONE = frozenset({0, int(ErrorCode.duplicate_sequence_number)})
+NOT_APPENDED = (
+    PERMANENT
+    | _PRODUCER_STATE
+    | {OUT_OF_ORDER}
+    | frozenset(
+        int(code)
+        for code in (
+            ErrorCode.unknown_topic_or_partition,
+            ErrorCode.not_leader_or_follower,
+            ErrorCode.leader_not_available,
+            ErrorCode.not_enough_replicas,
+            ErrorCode.fenced_leader_epoch,
+            ErrorCode.unknown_leader_epoch,
+        )
+    )
+)
+"""Answers that say the broker did not append the batch (checked before the append). Not
+REQUEST_TIMED_OUT nor NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended, not replicated in time."""
 
 
 def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:

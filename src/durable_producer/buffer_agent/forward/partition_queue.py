@@ -14,9 +14,12 @@ librdkafka's idempotence code for where this comes from; this is our own, simple
   (``kafka/batch_stamp``) within the topic's ``max.message.bytes``. At most
   ``MAX_IN_FLIGHT`` batches are in flight; they are sent in order.
 - A success acknowledges the batch and every earlier one (the broker only appends in
-  sequence). Any failure *halts* the partition: nothing new is sent until every batch in
-  flight has its answer; then the unacknowledged batches are sent again, in order, with the
-  same numbers and bounds (so the broker recognises a copy it holds), after a backoff.
+  sequence), unless the broker had said it did not append an earlier one: then it does not
+  know the producer (a topic created again, a producer expired), only that batch is
+  acknowledged and the others go again under a new epoch (``gap``). Any failure *halts* the
+  partition: nothing new is sent until every batch in flight has its answer; then the
+  unacknowledged batches are sent again, in order, with the same numbers and bounds (so the
+  broker recognises a copy it holds), after a backoff.
 - OUT_OF_ORDER_SEQUENCE_NUMBER for the first unacknowledged batch, UNKNOWN_PRODUCER_ID,
   INVALID_PRODUCER_EPOCH: the broker's view differs from ours. The partition is *resolved*:
   its leader says (DescribeProducers) the last sequence it holds of our producer; frames up to
@@ -87,9 +90,9 @@ def _with(frame: Pending, sequence: int, unknown: bool) -> Pending:
 
 
 Settled = tuple[list[Pending], int, int]
-"""Frames that left a queue from its head, in order (Kafka holds them, or one was
-dead-lettered), with the records and stored bytes they hold (``ack_tracker`` counts them
-out)."""
+"""Frames that left a queue, in order, from its head (Kafka holds them, or one was
+dead-lettered) or, past a gap, one batch from further on (``PartitionQueue.gap``), with the
+records and stored bytes they hold (``ack_tracker`` counts them out)."""
 
 
 def settled_frames(frames: list[Pending]) -> Settled:
@@ -109,7 +112,17 @@ this: its records without its header, and framing that may grow (8 bytes)."""
 class Batch:
     """Frames sent together in one record batch."""
 
-    __slots__ = ("epoch", "frames", "parts", "producer_id", "records", "sent", "size", "stored")
+    __slots__ = (
+        "epoch",
+        "frames",
+        "not_appended",
+        "parts",
+        "producer_id",
+        "records",
+        "sent",
+        "size",
+        "stored",
+    )
 
     def __init__(self, run: Run, producer_id: int, epoch: int) -> None:
         frames, batches, self.records, self.stored = run
@@ -117,6 +130,8 @@ class Batch:
         self.producer_id = producer_id
         self.epoch = epoch
         self.sent = False
+        self.not_appended = False
+        """The broker's last answer to it said it did not append it."""
         body = batches[0] if len(batches) == 1 else batch_stamp.merge(batches)
         self.size = len(body)
         self.parts = batch_stamp.stamp(body, producer_id, epoch, frames[0][SEQUENCE])
@@ -157,6 +172,10 @@ class PartitionQueue:
         """The leader took a batch of this identity in this run. Until then one batch at a
         time: a broker takes *any* sequence from a producer it does not know, so a second
         batch could land although the first was refused, and overtake it."""
+        self.gap = False
+        """The leader took a batch although it had refused an earlier one: it does not know
+        this producer (the topic was created again, or the producer expired). The earlier
+        batches go again under a new epoch (``renumber``); nothing is sent before."""
 
     # ----------------------------------------------------------------- numbering
     def add(
@@ -199,6 +218,7 @@ class PartitionQueue:
         if (
             self.halted
             or self.resolve
+            or self.gap
             or now < self.ready_at
             or self.in_flight >= (MAX_IN_FLIGHT if self.confirmed else 1)
             or self.producer_id < 0  # no producer id yet (Kafka unreachable since the start)
@@ -230,11 +250,20 @@ class PartitionQueue:
 
     # ----------------------------------------------------------------- answers
     def succeeded(self, batch: Batch) -> Settled:
-        """The broker holds ``batch``: it and every earlier batch are acknowledged."""
+        """The broker holds ``batch``: it and every earlier batch are acknowledged (a broker
+        that knows the producer appends its batches in sequence), unless it had said it did
+        not append an earlier one: then only ``batch`` is (``gap``)."""
         acked: list[Pending] = []
         records = stored = 0
         if batch not in self.batches:
             return acked, 0, 0  # answered after a resolution already settled it
+        if self.batches[0] is not batch and self._past_a_refusal(batch):
+            self.batches.remove(batch)
+            self.in_flight -= 1
+            self.gap = True
+            if self.halted and not self.in_flight:
+                self._rewind()
+            return batch.frames, batch.records, batch.stored
         while self.batches:
             done = self.batches.popleft()
             if done.sent:
@@ -252,11 +281,29 @@ class PartitionQueue:
         self.last_error = 0
         return acked, records, stored
 
-    def failed(self, batch: Batch, code: int, now: float, *, unknown: bool = False) -> None:
-        """``batch`` was not taken (``unknown``: no answer came, it may have been)."""
+    def _past_a_refusal(self, batch: Batch) -> bool:
+        for earlier in self.batches:
+            if earlier is batch:
+                return False
+            if earlier.not_appended:
+                return True
+        return False
+
+    def failed(
+        self,
+        batch: Batch,
+        code: int,
+        now: float,
+        *,
+        unknown: bool = False,
+        not_appended: bool = False,
+    ) -> None:
+        """``batch`` was not taken (``unknown``: no answer came, it may have been;
+        ``not_appended``: the broker said it did not append it)."""
         if batch not in self.batches or not batch.sent:
             return
         batch.sent = False
+        batch.not_appended = not_appended
         self.in_flight -= 1
         if unknown:
             batch.frames = [_with(frame, frame[SEQUENCE], True) for frame in batch.frames]
@@ -311,6 +358,7 @@ class PartitionQueue:
         self.unbatch()
         self.producer_id, self.epoch = producer_id, epoch
         self.confirmed = False
+        self.gap = False
         unknown = [frame for frame in self.frames if frame[UNKNOWN]]
         self._number_from(sequence)
         return unknown

@@ -24,6 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.failure_policy import (
+    NOT_APPENDED,
     NOT_AUTHORIZED,
     OUT_OF_ORDER,
     OWN_FAULTS,
@@ -251,13 +252,22 @@ class Sender:
             acked = queue.succeeded(batch)
             if acked[0]:
                 self._on_acked(queue, acked)
+            if queue.gap:
+                self._log.warning(
+                    f"gap {queue.key}",
+                    "%s/%d: the leader took a batch although it had refused an earlier one:"
+                    " it does not know this producer (the topic was created again, or the"
+                    " producer expired); the earlier batches go again, after it, under a new"
+                    " epoch",
+                    *queue.key,
+                )
             return
         name = error_name(code)
         topic, partition = queue.key
         detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
         if head or code != OUT_OF_ORDER:  # behind a refused batch it only says that one was
             self._on_error("delivery", code, name, detail + acl_hint(code))
-        queue.failed(batch, code, now)
+        queue.failed(batch, code, now, not_appended=code in NOT_APPENDED)
         queue.retry_after(now, self._backoff_after(queue.failures))
         if verdict is AnswerVerdict.RESOLVE:
             queue.resolve = True
@@ -331,7 +341,10 @@ class Sender:
     def maintain(self, now: float) -> None:
         """Start resolutions and the metadata refresh that are due."""
         for key, queue in self.queues.items():
-            if queue.resolve and not queue.in_flight and key not in self._resolving:
+            if queue.gap and not queue.in_flight and key not in self._resolving:
+                self._resolving.add(key)
+                self._spawn(self._past_a_gap(queue))
+            elif queue.resolve and not queue.in_flight and key not in self._resolving:
                 if now >= queue.ready_at:
                     self._resolving.add(key)
                     self._spawn(self._resolve(queue))
@@ -526,6 +539,15 @@ class Sender:
                 (head[SEQUENCE] - 1) % 2**31,
             )
         queue.unbatch()
+
+    async def _past_a_gap(self, queue: PartitionQueue) -> None:
+        """A new epoch for a partition whose leader took a batch past a refused one
+        (``PartitionQueue.gap``; never a resolution: the leader's last sequence would
+        acknowledge the refused batches)."""
+        try:
+            await self._new_epoch(queue, None, "a batch was taken past a refused one")
+        finally:
+            self._resolving.discard(queue.key)
 
     async def _new_epoch(
         self, queue: PartitionQueue, found: ProducerOnPartition | None, reason: str
