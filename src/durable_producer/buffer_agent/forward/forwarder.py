@@ -264,6 +264,7 @@ class Forwarder:
             topic_max_bytes=self._topic_max_bytes,
             on_sending=self._sending,
             on_topic_max_bytes=self._on_topic_max_bytes,
+            on_gap=self._keep_gap,
         )
         reader: WalReader | None = None
         try:
@@ -432,7 +433,9 @@ class Forwarder:
         anchors = self._anchors
         for key, queue in self._queues.items():
             offset, sequence = queue.anchor(next_offset)
-            anchors[key] = Anchor(queue.producer_id, queue.epoch, offset, sequence)
+            anchors[key] = Anchor(
+                queue.producer_id, queue.epoch, offset, sequence, queue.topic_id, queue.gap
+            )
         return IdentityRecord(
             self._producer_id,
             self._epoch,
@@ -566,6 +569,7 @@ class Forwarder:
                 # all) under that id and epoch, from the anchor's sequence.
                 producer_id, epoch = self._producer_id, self._epoch
             queue = PartitionQueue(key, producer_id, epoch, anchor.sequence)
+            queue.topic_id, queue.gap = anchor.topic_id, anchor.gap
         else:
             if offset < self._replay_until and not self._fresh_identity:
                 # The previous run sent frames of this partition but left no numbering for
@@ -594,6 +598,11 @@ class Forwarder:
             counts.possible[cause] += frame[RECORDS]
             counts.possible_duplicates += frame[RECORDS]
         self._write_identity(sync=True)  # before anything goes out under it
+
+    def _keep_gap(self, _: PartitionQueue) -> None:
+        """A partition's leader does not know this producer: on the volume before the new
+        epoch (``PartitionQueue.gap``)."""
+        self._write_identity(sync=True)
 
     # ----------------------------------------------------------------- dead letters
     def _refused_waiting(self) -> int:

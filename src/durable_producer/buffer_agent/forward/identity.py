@@ -12,6 +12,10 @@ holds one ``IdentityRecord``:
 - ``partitions``: per topic and partition, its producer id and epoch and an *anchor*: its
   first frame at or after ``offset`` is numbered ``sequence``, and its frames below ``offset``
   are in Kafka. Every partition with a frame below ``sent_below`` is listed;
+- ``topic_ids``, ``gaps``: per partition, the id of the topic its numbering was taken for,
+  and whether its leader was found not to know the producer (kept apart from
+  ``partitions``, which an agent from before them reads): either makes the next run take a
+  new epoch for it instead of asking its leader (``Anchor``);
 - ``written_ms``: wall-clock time of the write (a broker forgets an idle producer after
   ``producer.id.expiration.ms``, one day by default).
 
@@ -65,6 +69,12 @@ class Anchor:
     epoch: int
     offset: int
     sequence: int
+    topic_id: str = ""
+    """The topic's id this numbering was taken for ("" unknown: a cluster without topic
+    ids, or a record from before they were kept). Another id now: the topic was created
+    again, and a new epoch is taken instead of asking its leader."""
+    gap: bool = False
+    """Its leader took a batch past one it refused (``PartitionQueue.gap``): a new epoch."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +102,13 @@ class IdentityRecord:
                     [topic, partition, a.producer_id, a.epoch, a.offset, a.sequence]
                     for (topic, partition), a in self.partitions.items()
                 ],
+                # apart, so that an agent from before them still reads the record
+                "topic_ids": [
+                    [topic, partition, a.topic_id]
+                    for (topic, partition), a in self.partitions.items()
+                    if a.topic_id
+                ],
+                "gaps": [list(key) for key, a in self.partitions.items() if a.gap],
             },
             separators=(",", ":"),
         ).encode()
@@ -99,6 +116,8 @@ class IdentityRecord:
     @staticmethod
     def decode(data: bytes) -> IdentityRecord:
         entry = json.loads(data)
+        topic_ids = {(str(t), int(p)): str(i) for t, p, i in entry.get("topic_ids", [])}
+        gaps = {(str(t), int(p)) for t, p in entry.get("gaps", [])}
         return IdentityRecord(
             producer_id=int(entry["producer_id"]),
             epoch=int(entry["epoch"]),
@@ -107,7 +126,14 @@ class IdentityRecord:
             written_checkpoint=int(entry["written_checkpoint"]),
             written_ms=int(entry["written_ms"]),
             partitions={
-                (str(t), int(p)): Anchor(int(pid), int(epoch), int(offset), int(sequence))
+                (str(t), int(p)): Anchor(
+                    int(pid),
+                    int(epoch),
+                    int(offset),
+                    int(sequence),
+                    topic_ids.get((str(t), int(p)), ""),
+                    (str(t), int(p)) in gaps,
+                )
                 for t, p, pid, epoch, offset, sequence in entry["partitions"]
             },
         )

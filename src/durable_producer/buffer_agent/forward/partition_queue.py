@@ -173,9 +173,13 @@ class PartitionQueue:
         time: a broker takes *any* sequence from a producer it does not know, so a second
         batch could land although the first was refused, and overtake it."""
         self.gap = False
-        """The leader took a batch although it had refused an earlier one: it does not know
-        this producer (the topic was created again, or the producer expired). The earlier
-        batches go again under a new epoch (``renumber``); nothing is sent before."""
+        """The leader does not know this producer (the topic was created again, or the
+        producer expired), seen as a batch taken although an earlier one was refused, or as a
+        new topic id. The unacknowledged batches go again under a new epoch (``renumber``);
+        nothing is sent before. Kept on the volume (a restart takes the new epoch too)."""
+        self.topic_id = ""
+        """The id of the topic this numbering was taken for ("" unknown): the cluster's
+        Metadata gives it; another id is the topic deleted and created again."""
 
     # ----------------------------------------------------------------- numbering
     def add(

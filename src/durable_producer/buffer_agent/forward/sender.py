@@ -95,6 +95,7 @@ class Sender:
         topic_max_bytes: Callable[[str], int | None] | None = None,
         on_sending: Callable[[int], None] | None = None,
         on_topic_max_bytes: Callable[[str, int], None] | None = None,
+        on_gap: Callable[[PartitionQueue], None] | None = None,
     ) -> None:
         self.client = client
         self.queues = queues
@@ -106,6 +107,7 @@ class Sender:
         self._topic_max_bytes = topic_max_bytes
         self._on_sending = on_sending
         self._on_topic_max_bytes = on_topic_max_bytes
+        self._on_gap = on_gap
         self.wake = asyncio.Event()
         self._requests: dict[int, int] = {}
         self._throttled_until: dict[int, float] = {}
@@ -232,6 +234,14 @@ class Sender:
         finally:
             self._requests[node] -= 1
 
+    def _found_gap(self, queue: PartitionQueue, why: str) -> None:
+        """``queue.gap`` was set: said once, and kept on the volume before the new epoch
+        (a restart in between must not ask the leader, whose last sequence would acknowledge
+        the batches it never took)."""
+        log.warning("%s/%d: %s", *queue.key, why)
+        if self._on_gap is not None:
+            self._on_gap(queue)
+
     def _transport_failed(
         self, batches: list[tuple[PartitionQueue, Batch]], error: BaseException, *, sent: bool
     ) -> None:
@@ -249,17 +259,16 @@ class Sender:
         head = queue.head_of_line(batch)
         verdict = judge(code, head_of_line=head)
         if verdict is AnswerVerdict.DONE:
+            gap = queue.gap
             acked = queue.succeeded(batch)
             if acked[0]:
                 self._on_acked(queue, acked)
-            if queue.gap:
-                self._log.warning(
-                    f"gap {queue.key}",
-                    "%s/%d: the leader took a batch although it had refused an earlier one:"
-                    " it does not know this producer (the topic was created again, or the"
-                    " producer expired); the earlier batches go again, after it, under a new"
-                    " epoch",
-                    *queue.key,
+            if queue.gap and not gap:
+                self._found_gap(
+                    queue,
+                    "the leader took a batch although it had refused an earlier one: it does"
+                    " not know this producer (the topic was created again, or the producer"
+                    " expired); the earlier batches go again, after it, under a new epoch",
                 )
             return
         name = error_name(code)
@@ -377,6 +386,7 @@ class Sender:
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
             raise  # the task's end logs it; the next refresh still backs off
         now = asyncio.get_running_loop().time()
+        self._check_topic_ids(topics)
         errors, counts = self.client.topic_errors, self.client.partition_counts
         for key, queue in self.queues.items():
             topic, partition = key
@@ -399,6 +409,28 @@ class Sender:
         if leaderless:
             self._next_refresh = now + self.settings.retry_backoff_s * 5
         self._refreshed(now, complete=not leaderless)
+
+    def _check_topic_ids(self, topics: set[str]) -> None:
+        """A partition numbered for another id of its topic: the topic was deleted and
+        created again, and its leader does not know this producer. It takes any sequence
+        (so a batch past one it refused, which a resolution would acknowledge) and keeps
+        nothing of what was sent to the topic before: a new epoch (``gap``), counting the
+        batches whose answer never came as possible duplicates."""
+        ids = self.client.topic_ids
+        for key, queue in self.queues.items():
+            current = ids.get(key[0])
+            if current is None or key[0] not in topics or current == queue.topic_id:
+                continue
+            if not queue.topic_id:
+                queue.topic_id = current
+            elif not queue.gap:
+                queue.gap = True
+                self._found_gap(
+                    queue,
+                    f"the topic was deleted and created again (id {queue.topic_id}, now"
+                    f" {current}); its unacknowledged batches go to the new topic under a new"
+                    " epoch, those sent before counted as possible duplicates",
+                )
 
     def _refreshed(self, now: float, *, complete: bool) -> None:
         """After a refresh that failed or left partitions with frames without a leader (a
@@ -466,6 +498,8 @@ class Sender:
                     return
                 self._retry_after_refresh(queue)
                 return
+            if queue.gap:  # meanwhile: the topic was created again (``_check_topic_ids``)
+                return  # a new epoch then, never what its leader says (``_past_a_gap``)
             if isinstance(found, int):
                 verdict = judge(found, head_of_line=False)
                 if verdict in (AnswerVerdict.REFRESH, AnswerVerdict.RETRY):
@@ -541,11 +575,11 @@ class Sender:
         queue.unbatch()
 
     async def _past_a_gap(self, queue: PartitionQueue) -> None:
-        """A new epoch for a partition whose leader took a batch past a refused one
+        """A new epoch for a partition whose leader does not know this producer
         (``PartitionQueue.gap``; never a resolution: the leader's last sequence would
-        acknowledge the refused batches)."""
+        acknowledge batches it refused, or that went to the topic deleted before)."""
         try:
-            await self._new_epoch(queue, None, "a batch was taken past a refused one")
+            await self._new_epoch(queue, None, "its leader does not know this producer")
         finally:
             self._resolving.discard(queue.key)
 
@@ -565,6 +599,7 @@ class Sender:
             epoch,
         )
         unknown = queue.renumber(producer_id, epoch)
+        queue.topic_id = self.client.topic_ids.get(queue.key[0], queue.topic_id)
         queue.resolve = False
         queue.resolve_code = 0
         self._on_new_identity(queue, unknown)

@@ -81,6 +81,9 @@ class ClusterClient:
         self.topic_errors: dict[str, int] = {}
         """Topics the last Metadata answer refused, with its error code."""
         self.partition_counts: dict[str, int] = {}
+        self.topic_ids: dict[str, str] = {}
+        """Each topic's id (Metadata v10+, hex), kept while the topic is missing: a topic
+        deleted and created again has a new one. Absent where the cluster gives none."""
         self._connections: dict[int, BrokerConnection] = {}
         self._opening: dict[int, asyncio.Task[BrokerConnection]] = {}
 
@@ -187,6 +190,9 @@ class ClusterClient:
                 continue
             self.topic_errors.pop(name, None)
             self.partition_counts[name] = len(topic.partitions)
+            topic_id = getattr(topic, "topic_id", None)  # Metadata v10+ only
+            if topic_id is not None and topic_id.int:  # zero: the cluster has no topic ids
+                self.topic_ids[name] = topic_id.hex
             for partition in topic.partitions:
                 leader = int(partition.leader_id)
                 if int(partition.error_code) == ErrorCode.leader_not_available:

@@ -17,53 +17,22 @@ agent is killed with SIGKILL and started again once the broker forgot the produc
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
-from durable_producer.buffer_agent.kafka.connection import Security
 from durable_producer.local.agent_process import AgentProcess
 from support.broker import ProxiedBroker, consume_all
 from support.kafka_clients import produce_values
-from support.kafka_fixtures import TopicFactory, started
+from support.kafka_fixtures import TopicFactory
+from support.producer_state import EXPIRATION_MS, knows_producer
 from support.raw_fetch import high_watermark, stored_batches
 from support.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
-EXPIRATION_MS = 3000
 CLIENT = {"enable.idempotence": True, "acks": "all", "linger.ms": 5}
-
-
-@pytest.fixture
-def forgetful_broker() -> Iterator[ProxiedBroker]:
-    """A broker behind the fault proxy that forgets an idle producer after 3 s."""
-    properties = {
-        "producer.id.expiration.ms": str(EXPIRATION_MS),
-        "producer.id.expiration.check.interval.ms": "500",
-    }
-    with started(lambda: ProxiedBroker(properties=properties)) as proxied:
-        yield proxied
-
-
-def _knows(address: str, topic: str, producer_id: int) -> bool:
-    """The partition's leader (the broker at ``address``) holds sequences of ``producer_id``."""
-
-    async def ask() -> bool:
-        client = ClusterClient(address, Security(), timeout_s=10.0)
-        try:
-            await client.refresh({topic})
-            leader = client.leaders[(topic, 0)]
-            found = await client.describe_producers(leader, topic, [0], producer_id)
-            return found.get(0) is not None
-        finally:
-            client.close()
-
-    return asyncio.run(ask())
 
 
 def test_frames_sent_before_a_kill_count_as_possible_duplicates_when_kafka_forgot_the_producer(
@@ -94,7 +63,7 @@ def test_frames_sent_before_a_kill_count_as_possible_duplicates_when_kafka_forgo
 
         proxy.restore()
         wait_for(
-            lambda: not _knows(forgetful_broker.bootstrap, topic, producer_id),
+            lambda: not knows_producer(forgetful_broker.bootstrap, topic, producer_id),
             timeout=EXPIRATION_MS / 1000 * 5,
             what="the broker to forget the agent's producer",
         )

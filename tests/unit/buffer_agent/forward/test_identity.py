@@ -7,6 +7,7 @@ id; a torn newest slot falls back to the older one (no damage); a file of zeros 
 
 from __future__ import annotations
 
+import json
 import logging
 import struct
 import zlib
@@ -49,6 +50,25 @@ def test_a_written_record_is_read_back(tmp_path: Path) -> None:
     assert damage is None
     assert record is not None
     assert (record.epoch, record.delivered_below, record.sent_below) == (3, 120, 150)
+
+
+def test_topic_ids_and_gaps_are_read_back_and_kept_apart_from_the_numbering() -> None:
+    """Apart, so that an agent from before them still reads the record (it unpacks each
+    entry of ``partitions`` into six fields)."""
+    anchors = {
+        ("orders", 0): Anchor(7, 2, 90, 12, "0f" * 16, gap=True),
+        ("orders", 1): Anchor(7, 2, 95, 3, "0f" * 16),
+        ("audit", 0): Anchor(7, 2, 99, 0),
+    }
+    record = IdentityRecord(7, 2, partitions=anchors)
+    data = record.encode()
+    assert IdentityRecord.decode(data).partitions == anchors
+    entry = json.loads(data)
+    assert all(len(numbering) == 6 for numbering in entry["partitions"])
+    del entry["topic_ids"], entry["gaps"]  # as an agent from before them wrote it
+    assert IdentityRecord.decode(json.dumps(entry).encode()).partitions == {
+        key: Anchor(a.producer_id, a.epoch, a.offset, a.sequence) for key, a in anchors.items()
+    }
 
 
 def test_no_file_is_no_damage(tmp_path: Path) -> None:

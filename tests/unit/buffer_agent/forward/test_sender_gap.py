@@ -25,6 +25,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     Settled,
 )
 from durable_producer.buffer_agent.forward.sender import Sender
+from durable_producer.buffer_agent.kafka.cluster_client import ProducerOnPartition
 from support.batch_builder import SampleRecord, build_batch
 from support.sender_stand_ins import sender_for
 
@@ -35,13 +36,25 @@ TIMED_OUT = int(ErrorCode.request_timed_out)
 
 
 class Leader:
-    leaders = {KEY: 1}
+    """Node 1 leads ``KEY``; a refresh finds the topic's id ``topic_id``."""
+
+    def __init__(self, topic_id: str = "") -> None:
+        self.leaders = {KEY: 1}
+        self.topic_errors: dict[str, int] = {}
+        self.partition_counts = {"t": 1}
+        self.topic_ids: dict[str, str] = {"t": topic_id} if topic_id else {}
+
+    async def refresh(self, topics: set[str]) -> None:
+        return None
 
 
-def answered(first_code: int) -> tuple[PartitionQueue, list[int], list[list[Pending]]]:
+def answered(
+    first_code: int, kept: list[bool] | None = None
+) -> tuple[PartitionQueue, list[int], list[list[Pending]]]:
     """Three one-record batches in flight (offsets 10, 11, 12, sequences 5-7, epoch 0); the
     first is answered ``first_code``, the two others taken. (the queue after the sender's
-    upkeep, the offsets acknowledged, the frames handed over under a new epoch)."""
+    upkeep, the offsets acknowledged, the frames handed over under a new epoch; ``kept``
+    gets ``queue.gap`` each time the sender asks for the gap to be kept on the volume)."""
     queue = PartitionQueue(KEY, 7, 0, 5)
     queue.confirmed = True
     queue.isolate = True
@@ -55,7 +68,10 @@ def answered(first_code: int) -> tuple[PartitionQueue, list[int], list[list[Pend
 
     async def scenario() -> None:
         sender: Sender = sender_for(
-            Leader(), {KEY: queue}, on_new_identity=lambda _, unknown: handed.append(unknown)
+            Leader(),
+            {KEY: queue},
+            on_new_identity=lambda _, unknown: handed.append(unknown),
+            on_gap=lambda gapped: (kept if kept is not None else []).append(gapped.gap),
         )
         sender._on_acked = acked
         now = asyncio.get_running_loop().time()
@@ -81,9 +97,106 @@ def test_a_batch_taken_past_a_refused_one_does_not_acknowledge_it() -> None:
     assert not queue.gap and queue.next_batch(10**9, 10**6) is not None
 
 
+def test_a_gap_is_kept_on_the_volume_once_before_the_new_epoch() -> None:
+    """A restart between the gap and the new epoch must not ask the leader (its last
+    sequence would acknowledge the refused batch): the forwarder writes its identity, with
+    the partition's gap, when the sender asks."""
+    kept: list[bool] = []
+    answered(UNKNOWN_TOPIC, kept)
+    assert kept == [True], "asked once, while the gap was set (the second success says nothing)"
+    kept.clear()
+    answered(TIMED_OUT, kept)
+    assert kept == []
+
+
 def test_a_batch_taken_after_one_that_timed_out_acknowledges_both() -> None:
     """REQUEST_TIMED_OUT comes after the append (not replicated in time): the later batch
     taken says the earlier one is in Kafka too, as before."""
     queue, acknowledged, handed = answered(TIMED_OUT)
     assert sorted(acknowledged) == [10, 11, 12]
     assert queue.idle and queue.epoch == 0 and handed == []
+
+
+def _refreshed(
+    queue: PartitionQueue, topic_id: str, kept: list[PartitionQueue]
+) -> tuple[Sender, list[list[Pending]]]:
+    """``queue`` after a refresh finds the topic's id ``topic_id`` and the sender's upkeep."""
+    handed: list[list[Pending]] = []
+
+    async def scenario() -> Sender:
+        sender = sender_for(
+            Leader(topic_id),
+            {KEY: queue},
+            on_new_identity=lambda _, unknown: handed.append(unknown),
+            on_gap=kept.append,
+        )
+        await sender._refresh()
+        sender.maintain(asyncio.get_running_loop().time())
+        await asyncio.sleep(0.01)
+        sender.close()
+        return sender
+
+    return asyncio.run(scenario()), handed
+
+
+def test_the_first_topic_id_is_taken_for_the_numbering() -> None:
+    queue = PartitionQueue(KEY, 7, 0, 5)
+    queue.add(10, BATCH, 1, 0, 0, False)
+    kept: list[PartitionQueue] = []
+    _, handed = _refreshed(queue, "aa", kept)
+    assert queue.topic_id == "aa" and (queue.epoch, queue.next_sequence) == (0, 6)
+    assert not queue.gap and kept == [] and handed == []
+
+
+def test_a_topic_created_again_gets_a_new_epoch_counting_what_was_sent_before() -> None:
+    """The new topic's leader does not know the producer: it would take any sequence, and
+    keeps nothing of what the old topic took. Frames sent to the old one whose answer never
+    came are possible duplicates; the numbering is taken for the new id."""
+    queue = PartitionQueue(KEY, 7, 0, 5)
+    queue.topic_id = "aa"
+    queue.confirmed = True
+    queue.add(10, BATCH, 1, 0, 0, True)  # sent, its answer lost
+    queue.add(11, BATCH, 1, 0, 0, False)
+    kept: list[PartitionQueue] = []
+    _, handed = _refreshed(queue, "bb", kept)
+    assert kept == [queue], "kept on the volume before the new epoch"
+    assert (queue.epoch, queue.topic_id) == (1, "bb")
+    assert [[frame[OFFSET] for frame in frames] for frames in handed] == [[10]]
+    head = queue.first_unacknowledged()
+    assert head is not None and (head[OFFSET], head[SEQUENCE]) == (10, 0)
+    assert not queue.gap and not queue.confirmed, "one batch at a time until one is taken"
+
+
+def test_a_resolution_under_way_when_the_topic_is_created_again_acknowledges_nothing() -> None:
+    """DescribeProducers answered by the new topic's leader: its last sequence is of batches
+    the old topic never had."""
+    queue = PartitionQueue(KEY, 7, 0, 5)
+    queue.topic_id = "aa"
+    for offset in (10, 11):
+        queue.add(offset, BATCH, 1, 0, 0, True)
+    queue.resolve, queue.resolve_code = True, 0
+    acknowledged: list[int] = []
+
+    class Recreated(Leader):
+        async def describe_producers(
+            self, node_id: int, topic: str, partitions: list[int], producer_id: int
+        ) -> dict[int, ProducerOnPartition | int | None]:
+            self.topic_ids["t"] = "bb"
+            sender._check_topic_ids({"t"})  # a refresh meanwhile
+            return {0: ProducerOnPartition(0, 6)}
+
+    async def scenario() -> None:
+        now = asyncio.get_running_loop().time()
+        sender.maintain(now)
+        await asyncio.sleep(0.01)
+        sender.maintain(now)
+        await asyncio.sleep(0.01)
+        sender.close()
+
+    sender = sender_for(Recreated("aa"), {KEY: queue})
+    sender._on_acked = lambda _, taken: acknowledged.extend(f[OFFSET] for f in taken[0])
+    asyncio.run(scenario())
+    assert acknowledged == []
+    head = queue.first_unacknowledged()
+    assert head is not None and (head[OFFSET], head[SEQUENCE], queue.epoch) == (10, 0, 1)
+    assert not queue.resolve and queue.topic_id == "bb"

@@ -28,6 +28,7 @@ class GatedMetadata:
         self.leaders: dict[tuple[str, int], int] = {}
         self.topic_errors: dict[str, int] = {}
         self.partition_counts: dict[str, int] = {}
+        self.topic_ids: dict[str, str] = {}
         self.asked: list[set[str]] = []
         self.gate = asyncio.Event()
 

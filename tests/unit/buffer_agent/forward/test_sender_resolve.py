@@ -37,6 +37,7 @@ class DescribingLeader:
 
     def __init__(self, held: ProducerOnPartition | int | None) -> None:
         self.leaders = {KEY: 1}
+        self.topic_ids: dict[str, str] = {}
         self.held = held
 
     async def describe_producers(
