@@ -48,7 +48,6 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     Settled,
 )
 from durable_producer.buffer_agent.kafka.cluster_client import (
-    MAX_MESSAGE_BYTES,
     NO_LEADER,
     ClusterClient,
     ProducerOnPartition,
@@ -306,9 +305,8 @@ class Sender:
 
     async def _describe_max_bytes(self, topic: str) -> None:
         try:
-            said = (await self.client.topic_configs([topic], MAX_MESSAGE_BYTES)).get(topic)
-            limit = None if said is None else int(said)
-        except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
+            limit = (await self.client.max_message_bytes([topic])).get(topic)
+        except (BrokerUnreachable, OSError, TimeoutError) as error:
             log.info("could not ask the max.message.bytes of %s: %s", topic, error)
             return  # merges go on halving, down to one client batch a request
         if limit is None:

@@ -42,7 +42,7 @@ NO_LEADER = -1
 
 
 MAX_MESSAGE_BYTES = "max.message.bytes"
-"""The topic config that bounds a batch (``topic_configs`` asks it)."""
+"""The topic config that bounds a batch (``max_message_bytes`` asks it)."""
 
 class KafkaRequestFailed(Exception):
     """A request the forwarder needs was answered with an error (``code``)."""
@@ -284,6 +284,12 @@ class ClusterClient:
                 if str(config.name) == name and config.value is not None:
                     values[str(result.resource_name)] = str(config.value)
         return values
+
+    async def max_message_bytes(self, topics: Iterable[str]) -> dict[str, int]:
+        """``max.message.bytes`` of each of ``topics`` the cluster describes (a value that is
+        no number is left out: unknown)."""
+        said = await self.topic_configs(topics, MAX_MESSAGE_BYTES)
+        return {topic: int(value) for topic, value in said.items() if value.isdecimal()}
 
     def close(self) -> None:
         for task in self._opening.values():

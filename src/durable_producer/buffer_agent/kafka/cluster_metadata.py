@@ -46,7 +46,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
-from durable_producer.buffer_agent.kafka.cluster_client import MAX_MESSAGE_BYTES, ClusterClient
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
 
 
@@ -113,20 +113,20 @@ def _max_message_bytes(
     if not topics:
         return {}
 
-    async def describe() -> dict[str, str]:
+    async def describe() -> dict[str, int]:
         client = ClusterClient(
             str(client_config.get("bootstrap.servers", "")),
             Security.from_client_config(client_config),
             timeout_s=timeout_s,
         )
         try:
-            return await client.topic_configs(topics, MAX_MESSAGE_BYTES)
+            return await client.max_message_bytes(topics)
         finally:
             client.close()
 
     try:
-        return {topic: int(value) for topic, value in asyncio.run(describe()).items()}
-    except (BrokerUnreachable, OSError, TimeoutError, ValueError):
+        return asyncio.run(describe())
+    except (BrokerUnreachable, OSError, TimeoutError):
         return {}  # unknown this time; the cache keeps what it knew
 
 

@@ -34,13 +34,13 @@ class DescribingConfigs:
 
     def __init__(self, limit: int | None) -> None:
         self.leaders = {KEY: 1}
+        self.topic_ids: dict[str, str] = {}
         self.limit = limit
         self.asked: list[list[str]] = []
 
-    async def topic_configs(self, topics: list[str], name: str) -> dict[str, str]:
-        assert name == "max.message.bytes"
+    async def max_message_bytes(self, topics: list[str]) -> dict[str, int]:
         self.asked.append(list(topics))
-        return {} if self.limit is None else {topic: str(self.limit) for topic in topics}
+        return {} if self.limit is None else dict.fromkeys(topics, self.limit)
 
 
 def queue_of(frames: int) -> PartitionQueue:
