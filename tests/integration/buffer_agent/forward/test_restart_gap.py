@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient
 
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
-from durable_producer.buffer_agent.forward.identity import IdentityFile, load_identity
+from durable_producer.buffer_agent.forward.identity import Anchor, IdentityFile, load_identity
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic
@@ -99,6 +99,27 @@ def land(address: str, topic: str, producer_id: int, epoch: int, sequence: int) 
     assert landed and landed[-1].header.base_sequence == sequence, "the broker took it"
 
 
+def _restarted_past_a_landed_batch(
+    wal: WriteAheadLog, bootstrap: str, data: Path, topic: str, backlog: set[bytes]
+) -> tuple[set[bytes], Anchor]:
+    """The backlog's last frame lands in Kafka alone (``land``), then the forwarder runs
+    again until the WAL is delivered; (the values in the topic, the partition's anchor
+    after). Every record of ``backlog`` must be in Kafka, none counted a duplicate."""
+    record, _ = load_identity(data / "state")
+    assert record is not None
+    anchor = record.partitions[(topic, 0)]
+    land(bootstrap, topic, anchor.producer_id, anchor.epoch, anchor.sequence + 4 * RECORDS)
+    forwarded, possible = _drain(wal, bootstrap, data)
+    assert forwarded == 5 * RECORDS
+    consumed = {record.value for record in consume_all(bootstrap, topic, timeout=30)}
+    missing = sorted(backlog - consumed)
+    assert not missing, f"{len(missing)} acknowledged records not in Kafka: {missing[:3]}"
+    assert possible == 0, "none of the backlog had been sent"
+    record, _ = load_identity(data / "state")
+    assert record is not None
+    return consumed, record.partitions[(topic, 0)]
+
+
 def test_frames_for_a_topic_created_again_are_all_delivered_after_a_restart(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
@@ -115,18 +136,9 @@ def test_frames_for_a_topic_created_again_are_all_delivered_after_a_restart(
     assert (anchor.offset, anchor.sequence) == (5, 5 * RECORDS)
     _create_again(bootstrap, topic)
     # the last frame of the backlog, in flight, landed in the new topic; the others did not
-    land(bootstrap, topic, anchor.producer_id, anchor.epoch, anchor.sequence + 4 * RECORDS)
-
-    forwarded, possible = _drain(wal, bootstrap, data)
-    assert forwarded == 5 * RECORDS
-    consumed = {record.value for record in consume_all(bootstrap, topic, timeout=30)}
-    missing = sorted(second - consumed)
-    assert not missing, f"{len(missing)} acknowledged records in neither topic: {missing[:3]}"
+    consumed, after = _restarted_past_a_landed_batch(wal, bootstrap, data, topic, second)
     assert not first & consumed, "the first frames went to the topic deleted"
-    assert possible == 0, "none of the backlog had been sent"
-    record, _ = load_identity(data / "state")
-    assert record is not None
-    assert record.partitions[(topic, 0)].topic_id == _topic_id(bootstrap, topic)
+    assert after.topic_id == _topic_id(bootstrap, topic)
 
 
 def test_a_gap_kept_on_the_volume_takes_a_new_epoch_after_a_restart(
@@ -153,15 +165,5 @@ def test_a_gap_kept_on_the_volume_takes_a_new_epoch_after_a_restart(
         timeout=EXPIRATION_MS / 1000 * 5,
         what="the broker to forget the forwarder's producer",
     )
-    land(bootstrap, topic, anchor.producer_id, anchor.epoch, anchor.sequence + 4 * RECORDS)
-
-    forwarded, possible = _drain(wal, bootstrap, data)
-    assert forwarded == 5 * RECORDS
-    consumed = {record.value for record in consume_all(bootstrap, topic, timeout=30)}
-    missing = sorted(second - consumed)
-    assert not missing, f"{len(missing)} acknowledged records not in Kafka: {missing[:3]}"
-    assert possible == 0, "none of the backlog had been sent"
-    record, _ = load_identity(data / "state")
-    assert record is not None
-    assert not record.partitions[(topic, 0)].gap
-    assert record.partitions[(topic, 0)].epoch == anchor.epoch + 1
+    _, after = _restarted_past_a_landed_batch(wal, bootstrap, data, topic, second)
+    assert not after.gap and after.epoch == anchor.epoch + 1
