@@ -177,6 +177,10 @@ class PartitionQueue:
         producer expired), seen as a batch taken although an earlier one was refused, or as a
         new topic id. The unacknowledged batches go again under a new epoch (``renumber``);
         nothing is sent before. Kept on the volume (a restart takes the new epoch too)."""
+        self.refresh_first = False
+        """A batch's answer never came: nothing is sent until a metadata refresh begun since
+        has ended (the topic may have been created again, and its new leader would take the
+        batch's copy as new: ``gap`` then counts it)."""
         self.topic_id = ""
         """The id of the topic this numbering was taken for ("" unknown): the cluster's
         Metadata gives it; another id is the topic deleted and created again."""
@@ -223,6 +227,7 @@ class PartitionQueue:
             self.halted
             or self.resolve
             or self.gap
+            or self.refresh_first
             or now < self.ready_at
             or self.in_flight >= (MAX_IN_FLIGHT if self.confirmed else 1)
             or self.producer_id < 0  # no producer id yet (Kafka unreachable since the start)
@@ -311,6 +316,7 @@ class PartitionQueue:
         self.in_flight -= 1
         if unknown:
             batch.frames = [_with(frame, frame[SEQUENCE], True) for frame in batch.frames]
+            self.refresh_first = True
         self.halted = True
         if batch is self.batches[0]:  # behind it, OUT_OF_ORDER only says it was not taken
             self.last_error = code

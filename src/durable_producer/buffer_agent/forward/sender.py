@@ -373,18 +373,22 @@ class Sender:
         if not topics:
             self._next_refresh = asyncio.get_running_loop().time() + 300.0
             return
+        waiting = [queue for queue in self.queues.values() if queue.refresh_first]
         try:
             await self.client.refresh(topics)
         except (BrokerUnreachable, OSError, TimeoutError) as error:
             code = transport_code(error)
             self._on_error("transport", code, error_name(code), str(error))
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
+            self._refresh_wanted = self._refresh_wanted or bool(waiting)  # after its backoff
             return
         except BaseException:
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
             raise  # the task's end logs it; the next refresh still backs off
         now = asyncio.get_running_loop().time()
         self._check_topic_ids(topics)
+        for queue in waiting:
+            queue.refresh_first = False
         errors, counts = self.client.topic_errors, self.client.partition_counts
         for key, queue in self.queues.items():
             topic, partition = key
