@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -67,6 +68,8 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
             config=ForwarderConfig(),
         )
         forwarder._producer_id = PRODUCER_ID  # as after InitProducerId
+        # No sender runs here: a new partition's queue reads the topic ids it last saw.
+        forwarder._sender = SimpleNamespace(client=SimpleNamespace(topic_ids={}))  # type: ignore[assignment]
         total = sum(count for _, _, count in payloads)
         reader = wal.reader(0)
         loop = asyncio.new_event_loop()
