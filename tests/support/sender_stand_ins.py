@@ -24,6 +24,7 @@ def sender_for(
     on_topic_max_bytes: Callable[[str, int], None] | None = None,
     on_error: Callable[[str, int, str, str], None] | None = None,
     on_gap: Callable[[PartitionQueue], None] | None = None,
+    on_sending: Callable[[int], None] | None = None,
 ) -> Sender:
     """A sender over ``client`` with long backoffs (a decision held back shows); answers,
     errors and new identities ignored unless their hooks are given."""
@@ -50,4 +51,5 @@ def sender_for(
         new_producer_id=no_producer_id,
         on_topic_max_bytes=on_topic_max_bytes,
         on_gap=on_gap,
+        on_sending=on_sending,
     )

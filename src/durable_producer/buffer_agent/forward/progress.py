@@ -5,13 +5,14 @@ The contiguous watermark of the ``AckTracker`` is written as the WAL checkpoint 
 reset are delivered; the WAL deletes whole segments below it.
 
 The hint marks what a restart must treat with care. The forwarder persists a *sent
-high-water mark* (one past the last frame handed to a Produce request) and, for information,
-the delivered one in ``state/forwarder.hint`` every ``hint_interval_s`` (no fsync) and at
-every checkpoint and stop (fdatasync). On start, the frames between the checkpoint and the
-sent mark are *replayed*: Kafka may hold them already (forwarder.py says how they are sent
-again without duplicates). The hint is what is left when the producer identity is not: then
-every replayed record counts as a possible duplicate (``cause="restart"``), and records sent
-within the last ``hint_interval_s`` before a crash may escape that count.
+high-water mark* (one past the last frame of a Produce request to a connected broker) and,
+for information, the delivered one in ``state/forwarder.hint`` every ``hint_interval_s`` (no
+fsync) and at every checkpoint and stop (fdatasync). On start, the frames between the
+checkpoint and the sent mark are *replayed*: Kafka may hold them already (forwarder.py says
+how they are sent again without duplicates). The hint is what is left when the producer
+identity is not: then every replayed record counts as a possible duplicate
+(``cause="restart"``), and records sent within the last ``hint_interval_s`` before a crash
+may escape that count.
 
 **A full disk never stops the forwarder.** The hint is a preallocated two-slot file
 rewritten in place, like the WAL checkpoint (``volume/slot_file.py``; bytes in

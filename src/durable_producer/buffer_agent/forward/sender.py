@@ -79,7 +79,9 @@ class Sender:
     """Runs on the forwarder's event loop. The ``Forwarder`` owns the queues and is told
     of acknowledged frames (``on_acked``), errors (``on_error(kind, code, name, message)``),
     frames sent again under a new identity (``on_new_identity``), and, before any byte of a
-    round of requests leaves, one past the highest WAL offset they carry (``on_sending``)."""
+    request leaves, one past the highest WAL offset it carries (``on_sending``: once a round
+    for brokers already connected; a request that has to connect first tells it once
+    connected, so frames refused a connection never count as sent)."""
 
     def __init__(
         self,
@@ -150,11 +152,10 @@ class Sender:
 
     # ----------------------------------------------------------------- sending
     def pump(self, now: float) -> None:
-        """Send every batch that may go now, grouped by leader. ``on_sending`` hears of the
-        round first: the requests' tasks run only once this returns."""
+        """Send every batch that may go now, grouped by leader. ``on_sending`` hears first
+        of the requests to brokers already connected: their tasks run only once this returns."""
         by_leader: dict[int, list[PartitionQueue]] = {}
-        outgoing: list[tuple[int, list[tuple[PartitionQueue, Batch]]]] = []
-        sent_below = 0
+        outgoing: list[tuple[int, list[tuple[PartitionQueue, Batch]], int]] = []
         leaders = self.client.leaders
         for key, queue in self.queues.items():
             if queue.idle or queue.halted or queue.resolve:
@@ -169,7 +170,7 @@ class Sender:
                 continue
             while self._requests.get(node, 0) < MAX_REQUESTS_PER_BROKER:
                 batches: list[tuple[PartitionQueue, Batch]] = []
-                size = 0
+                size = below = 0
                 for queue in queues:
                     if size >= MAX_REQUEST_BYTES:
                         break
@@ -177,15 +178,20 @@ class Sender:
                     if batch is not None:
                         batches.append((queue, batch))
                         size += batch.size
-                        sent_below = max(sent_below, batch.frames[-1][OFFSET] + 1)
+                        below = max(below, batch.frames[-1][OFFSET] + 1)
                 if not batches:
                     break
                 self._requests[node] = self._requests.get(node, 0) + 1
-                outgoing.append((node, batches))
+                outgoing.append((node, batches, below))
         if outgoing and self._on_sending is not None:
-            self._on_sending(sent_below)
-        for node, batches in outgoing:
-            self._spawn(self._send(node, batches))
+            connected = self.client.open_connection
+            sent_below = max(
+                (below for node, _, below in outgoing if connected(node) is not None), default=0
+            )
+            if sent_below:
+                self._on_sending(sent_below)
+        for node, batches, below in outgoing:
+            self._spawn(self._send(node, batches, below))
 
     def _max_bytes(self, topic: str) -> int:
         limit = self._merge_limit.get(topic, self.settings.max_merge_bytes)
@@ -195,7 +201,9 @@ class Sender:
                 limit = min(limit, known - MAX_BYTES_MARGIN)
         return limit
 
-    async def _send(self, node: int, batches: list[tuple[PartitionQueue, Batch]]) -> None:
+    async def _send(
+        self, node: int, batches: list[tuple[PartitionQueue, Batch]], below: int
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
             try:
@@ -204,6 +212,8 @@ class Sender:
             except (BrokerUnreachable, OSError, ValueError) as error:
                 self._transport_failed(batches, error, sent=False)
                 return
+            if self._on_sending is not None:
+                self._on_sending(below)  # told already unless it had to connect: then now
             timeout_ms = int(self.settings.request_timeout_s * 1000)
             topics: dict[str, list[tuple[int, list[bytes | memoryview]]]] = {}
             for queue, batch in batches:

@@ -9,7 +9,8 @@ restart that cannot place the previous run's frames (its identity lost, or a lea
 cannot say what it holds), every frame below the mark counts as a possible duplicate. The mark
 moved when frames were *read* (up to 32 MiB ahead of what was sent), so frames that never left
 the agent counted too: 2,983 counted for 1,009 records stored twice in one kill -9 run without
-READ.
+READ. It also moved for requests whose connection was then refused (Kafka cut while a backlog
+grew): a probe counted 2,000-10,000 records a restart against 0-22 stored twice.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from durable_producer.buffer_agent.forward.identity import IDENTITY_FILE, load_i
 from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES, read_hint
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
-from support.broker import KafkaBroker, consume_all, create_topic
+from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic
 from support.kafka_fixtures import TopicFactory
 from support.waiting import wait_for, wait_until_still
 from support.wal_helpers import forwarding_wal
@@ -136,3 +137,47 @@ def test_frames_read_but_never_sent_are_no_possible_duplicates_after_a_restart(
     assert stats.possible_duplicates == 0
     values = [record.value for record in consume_all(kafka_broker.bootstrap, absent)]
     assert values == [b"a%d" % n for n in range(HELD)]
+
+
+def test_frames_refused_a_connection_are_no_possible_duplicates_after_a_restart(
+    proxied_broker: ProxiedBroker, wal: WriteAheadLog, tmp_path: Path
+) -> None:
+    topic = "refused"
+    create_topic(proxied_broker.bootstrap, topic, 1)
+    for n in range(HELD):
+        wal.append(topic, 0, build_batch([SampleRecord(b"k", b"d%d" % n, n)]), 1)
+    state = tmp_path / "state"
+    forwarder = _forwarder(wal, proxied_broker.bootstrap, tmp_path, HELD_BACK).start()
+    try:
+        wait_for(lambda: forwarder.stats().forwarded_records == HELD, 30, 0.05, what="delivery")
+        proxied_broker.proxy.cut()  # the leader known, every connection to it refused
+        for n in range(HELD):
+            wal.append(topic, 0, build_batch([SampleRecord(b"k", b"r%d" % n, n)]), 1)
+        wait_for(
+            lambda: forwarder.health.last_error("transport") is not None,
+            30,
+            0.05,
+            what="a refused send",
+        )
+        time.sleep(1.5)  # rounds of retries against the refused leader
+        on_volume, _ = load_identity(state)  # what a kill -9 now would leave
+        hint = read_hint(state)
+    finally:
+        forwarder.stop(flush_timeout_s=0)
+    assert on_volume is not None
+    assert on_volume.sent_below == HELD, "no frame reached Kafka after the cut"
+    assert hint["sent_high"] == HELD
+
+    # The next run cannot use the identity (lost with the node): it counts what may be in
+    # Kafka twice, which is none of the frames refused a connection.
+    (state / IDENTITY_FILE).unlink()
+    proxied_broker.proxy.restore()
+    forwarder = _forwarder(wal, proxied_broker.bootstrap, tmp_path, HELD_BACK).start()
+    try:
+        wait_for(lambda: forwarder.stats().forwarded_records == HELD, 60, 0.05, what="backlog")
+        stats = forwarder.stats()
+    finally:
+        forwarder.stop()
+    assert stats.possible_duplicates == 0
+    values = [record.value for record in consume_all(proxied_broker.direct_address, topic)]
+    assert values == [b"d%d" % n for n in range(HELD)] + [b"r%d" % n for n in range(HELD)]
