@@ -117,6 +117,23 @@ def test_a_batch_taken_after_one_that_timed_out_acknowledges_both() -> None:
     assert queue.idle and queue.epoch == 0 and handed == []
 
 
+def _sender_over(
+    topic_id: str,
+    queue: PartitionQueue,
+    handed: list[list[Pending]],
+    kept: list[PartitionQueue] | None = None,
+) -> Sender:
+    """A sender for ``queue`` whose refresh finds the topic's id ``topic_id``; the frames
+    handed over under a new epoch go to ``handed``, the partitions whose gap is kept to
+    ``kept``."""
+    return sender_for(
+        Leader(topic_id),
+        {KEY: queue},
+        on_new_identity=lambda _, unknown: handed.append(unknown),
+        on_gap=None if kept is None else kept.append,
+    )
+
+
 def _refreshed(
     queue: PartitionQueue, topic_id: str, kept: list[PartitionQueue]
 ) -> tuple[Sender, list[list[Pending]]]:
@@ -124,12 +141,7 @@ def _refreshed(
     handed: list[list[Pending]] = []
 
     async def scenario() -> Sender:
-        sender = sender_for(
-            Leader(topic_id),
-            {KEY: queue},
-            on_new_identity=lambda _, unknown: handed.append(unknown),
-            on_gap=kept.append,
-        )
+        sender = _sender_over(topic_id, queue, handed, kept)
         await sender._refresh()
         sender.maintain(asyncio.get_running_loop().time())
         await asyncio.sleep(0.01)
@@ -211,11 +223,7 @@ def _lost_answer_then_refreshed(topic_id: str) -> tuple[PartitionQueue, list[lis
     handed: list[list[Pending]] = []
 
     async def scenario() -> None:
-        sender = sender_for(
-            Leader(topic_id),
-            {KEY: queue},
-            on_new_identity=lambda _, unknown: handed.append(unknown),
-        )
+        sender = _sender_over(topic_id, queue, handed)
         now = asyncio.get_running_loop().time()
         batch = queue.next_batch(now, 10**6)
         assert batch is not None
