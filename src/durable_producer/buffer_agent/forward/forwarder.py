@@ -486,7 +486,7 @@ class Forwarder:
     def _sending(self, sent_below: int) -> None:
         """The sender is about to send frames below ``sent_below`` to a connected broker: the
         mark on the volume moves first, so a crash never hides a send (and frames read ahead
-        but not sent, or refused a connection, never count as possible duplicates after a
+        but not sent, or refused a connection, do not count as possible duplicates after a
         restart)."""
         if sent_below > self._sent_below:
             self._sent_below = sent_below

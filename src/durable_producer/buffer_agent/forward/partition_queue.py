@@ -19,7 +19,8 @@ librdkafka's idempotence code for where this comes from; this is our own, simple
   acknowledged and the others go again under a new epoch (``gap``). Any failure *halts* the
   partition: nothing new is sent until every batch in flight has its answer; then the
   unacknowledged batches are sent again, in order, with the same numbers and bounds (so the
-  broker recognises a copy it holds), after a backoff.
+  broker recognises a copy it holds), after a backoff; after a batch whose answer never came,
+  only once a metadata refresh has shown the topic's id again (``refresh_first``).
 - OUT_OF_ORDER_SEQUENCE_NUMBER for the first unacknowledged batch, UNKNOWN_PRODUCER_ID,
   INVALID_PRODUCER_EPOCH: the broker's view differs from ours. The partition is *resolved*:
   its leader says (DescribeProducers) the last sequence it holds of our producer; frames up to
@@ -180,7 +181,11 @@ class PartitionQueue:
         self.refresh_first = False
         """A batch's answer never came: nothing is sent until a metadata refresh begun since
         has ended (the topic may have been created again, and its new leader would take the
-        batch's copy as new: ``gap`` then counts it)."""
+        batch's copy as new: ``gap`` then counts it). Cleared also once nothing sent is left
+        unacknowledged."""
+        self.losses = 0
+        """Answers that never came, counted: a refresh clears ``refresh_first`` only if none
+        came while it ran."""
         self.topic_id = ""
         """The id of the topic this numbering was taken for ("" unknown): the cluster's
         Metadata gives it; another id is the topic deleted and created again."""
@@ -284,6 +289,8 @@ class PartitionQueue:
                 break
         if self.halted and not self.in_flight:
             self._rewind()
+        if not self.batches:
+            self.refresh_first = False  # no batch whose answer never came is left to send
         self.confirmed = True
         self.failing_since = None
         self.failures = 0
@@ -317,6 +324,7 @@ class PartitionQueue:
         if unknown:
             batch.frames = [_with(frame, frame[SEQUENCE], True) for frame in batch.frames]
             self.refresh_first = True
+            self.losses += 1
         self.halted = True
         if batch is self.batches[0]:  # behind it, OUT_OF_ORDER only says it was not taken
             self.last_error = code

@@ -81,7 +81,8 @@ class Sender:
     frames sent again under a new identity (``on_new_identity``), and, before any byte of a
     request leaves, one past the highest WAL offset it carries (``on_sending``: once a round
     for brokers already connected; a request that has to connect first tells it once
-    connected, so frames refused a connection never count as sent)."""
+    connected, so frames refused a connection do not count as sent; a connection open at
+    the round that drops before the request counts them: over, never under)."""
 
     def __init__(
         self,
@@ -382,8 +383,10 @@ class Sender:
         topics = {key[0] for key, queue in self.queues.items() if not queue.idle}
         if not topics:
             self._next_refresh = asyncio.get_running_loop().time() + 300.0
+            for queue in self.queues.values():
+                queue.refresh_first = False  # nothing is left to send again
             return
-        waiting = [queue for queue in self.queues.values() if queue.refresh_first]
+        waiting = [(queue, queue.losses) for queue in self.queues.values() if queue.refresh_first]
         try:
             await self.client.refresh(topics)
         except (BrokerUnreachable, OSError, TimeoutError) as error:
@@ -394,11 +397,13 @@ class Sender:
             return
         except BaseException:
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
+            self._refresh_wanted = self._refresh_wanted or bool(waiting)
             raise  # the task's end logs it; the next refresh still backs off
         now = asyncio.get_running_loop().time()
         self._check_topic_ids(topics)
-        for queue in waiting:
-            queue.refresh_first = False
+        for queue, losses in waiting:
+            if queue.losses == losses:  # else an answer was lost while it ran: the next one
+                queue.refresh_first = False
         errors, counts = self.client.topic_errors, self.client.partition_counts
         for key, queue in self.queues.items():
             topic, partition = key

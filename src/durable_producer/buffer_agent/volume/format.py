@@ -179,11 +179,12 @@ Each name below is a constant of the package that owns the file (grep for it).
   ``wal/checkpoint`` (1024 bytes, slots at 0 and 512, rewritten in place, so it needs no new
   block on a full disk) whose slot is 36 bytes: magic ``b"DPFWDHT1"`` (8), sequence (8),
   ``sent_high`` (8), ``delivered_high`` (8), crc32c of the 32 bytes before it (4).
-  ``sent_high`` is one past the last frame handed to the Kafka client, ``delivered_high`` one
-  past the last delivered. Rewritten every ``hint_interval_s`` without fsync and at every
-  checkpoint and stop with fdatasync. Frames between the checkpoint and ``sent_high`` are
-  counted as possible duplicates when replayed. Agents before it kept the same two numbers
-  in ``forwarder.json`` (``{"sent_high": N, "delivered_high": M}``, replaced with a rename):
+  ``sent_high`` is one past the last frame of a Produce request to a connected broker,
+  ``delivered_high`` one past the last delivered. Rewritten every ``hint_interval_s``
+  without fsync and at every checkpoint and stop with fdatasync. Frames between the
+  checkpoint and ``sent_high`` are counted as possible duplicates when replayed. Agents
+  before it kept the same two numbers in ``forwarder.json`` (``{"sent_high": N,
+  "delivered_high": M}``, replaced with a rename):
   read when ``forwarder.hint`` has no valid slot, removed once it has one.
 - ``producer-identity`` (``IDENTITY_FILE``, ``forward/identity.py``): the forwarding
   producer's identity, so that a restart after a crash sends nothing twice. Two slots of

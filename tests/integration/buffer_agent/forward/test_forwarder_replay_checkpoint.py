@@ -151,6 +151,13 @@ def test_frames_refused_a_connection_are_no_possible_duplicates_after_a_restart(
     try:
         wait_for(lambda: forwarder.stats().forwarded_records == HELD, 30, 0.05, what="delivery")
         proxied_broker.proxy.cut()  # the leader known, every connection to it refused
+        client = forwarder._sender.client
+        wait_for(  # the cut seen: a connection still open would rightly move the mark
+            lambda: all(client.open_connection(node) is None for node in list(client.brokers)),
+            10,
+            0.01,
+            what="the connections closed",
+        )
         for n in range(HELD):
             wal.append(topic, 0, build_batch([SampleRecord(b"k", b"r%d" % n, n)]), 1)
         wait_for(

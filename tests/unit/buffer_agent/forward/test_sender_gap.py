@@ -20,6 +20,7 @@ from kio.schema.errors import ErrorCode
 from durable_producer.buffer_agent.forward.partition_queue import (
     OFFSET,
     SEQUENCE,
+    Batch,
     PartitionQueue,
     Pending,
     Settled,
@@ -255,3 +256,71 @@ def test_the_same_topic_after_the_refresh_gets_the_batch_again_as_it_was() -> No
     assert handed == []
     batch = queue.next_batch(10**9, 10**6)
     assert batch is not None and (batch.epoch, batch.frames[0][SEQUENCE]) == (0, 5)
+
+
+class GatedLeader(Leader):
+    """``Leader``, whose refresh ends when ``gate`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__("aa")
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def refresh(self, topics: set[str]) -> None:
+        await self.gate.wait()
+
+
+def _two_in_flight(queue: PartitionQueue, now: float) -> tuple[Batch, Batch]:
+    """Frames 10 and 11 of ``queue`` in two batches, both sent (as to two leaders in turn)."""
+    queue.topic_id, queue.confirmed, queue.isolate = "aa", True, True
+    queue.add(10, BATCH, 1, 0, 0, False)
+    queue.add(11, BATCH, 1, 0, 0, False)
+    first, second = queue.next_batch(now, 10**6), queue.next_batch(now, 10**6)
+    assert first is not None and second is not None
+    return first, second
+
+
+def test_an_answer_lost_while_a_refresh_ran_waits_for_the_next_refresh() -> None:
+    """Seen in review: the refresh cleared the wait of every partition waiting when it
+    began, also of one whose second batch's answer was lost while it ran (its leader moved
+    meanwhile): that batch went again on metadata older than its loss."""
+    queue = PartitionQueue(KEY, 7, 0, 5)
+
+    async def scenario() -> tuple[bool, bool]:
+        leader = GatedLeader()
+        sender = sender_for(leader, {KEY: queue})
+        first, second = _two_in_flight(queue, asyncio.get_running_loop().time())
+        sender._transport_failed([(queue, first)], ConnectionResetError("reset"), sent=True)
+        leader.gate.clear()
+        running = asyncio.ensure_future(sender._refresh())
+        await asyncio.sleep(0)  # under way
+        sender._transport_failed([(queue, second)], TimeoutError(), sent=True)
+        leader.gate.set()
+        await running
+        after_the_first = queue.refresh_first
+        await sender._refresh()
+        sender.close()
+        return after_the_first, queue.refresh_first
+
+    assert asyncio.run(scenario()) == (True, False)
+
+
+def test_a_wait_ends_when_nothing_sent_is_left_unacknowledged() -> None:
+    """Seen in review: the second batch taken acknowledged the first, whose answer was lost;
+    the partition, idle, kept waiting for a refresh, and a refresh with no partition to ask
+    for is put off 300 s: its next frames waited that long."""
+    queue = PartitionQueue(KEY, 7, 0, 5)
+
+    async def scenario() -> bool:
+        sender = sender_for(GatedLeader(), {KEY: queue})
+        now = asyncio.get_running_loop().time()
+        first, second = _two_in_flight(queue, now)
+        sender._transport_failed([(queue, first)], ConnectionResetError("reset"), sent=True)
+        queue.succeeded(second)
+        sender.close()
+        return queue.idle
+
+    assert asyncio.run(scenario())
+    assert not queue.refresh_first
+    queue.add(12, BATCH, 1, 0, 0, False)
+    assert queue.next_batch(10**9, 10**6) is not None
