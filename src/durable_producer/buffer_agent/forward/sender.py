@@ -377,7 +377,7 @@ class Sender:
             self._refresh_wanted = False
             self._next_refresh = now + self.settings.metadata_interval_s
             self._refreshing = asyncio.ensure_future(self._refresh())
-            self._refreshing.add_done_callback(lambda _: self.wake.set())
+            self._refreshing.add_done_callback(self._done)  # wakes the loop; logs a failure
 
     async def _refresh(self) -> None:
         topics = {key[0] for key, queue in self.queues.items() if not queue.idle}

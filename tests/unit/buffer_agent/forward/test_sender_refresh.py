@@ -11,6 +11,9 @@ tested in tests/integration/buffer_agent/forward/test_forwarder.py.
 from __future__ import annotations
 
 import asyncio
+import logging
+
+import pytest
 
 from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue
 from durable_producer.buffer_agent.forward.sender import Sender
@@ -122,3 +125,34 @@ def test_the_loop_wakes_when_a_held_back_refresh_is_due() -> None:
     wait, before, after = asyncio.run(scenario())
     assert 0 < wait < 60.0
     assert (before, after) == (1, 2)
+
+
+class BrokenMetadata(GatedMetadata):
+    """A refresh that fails with an error nothing expects."""
+
+    async def refresh(self, topics: set[str]) -> None:
+        raise RuntimeError("metadata answer that cannot be read")
+
+
+def test_a_refresh_that_fails_unexpectedly_is_logged_and_asked_for_again(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Seen in review: the refresh's task only woke the loop, so its error was never logged
+    (asyncio's "exception was never retrieved" at best), though the code said it was."""
+
+    async def scenario() -> bool:
+        queue = queue_with_a_frame("a")
+        queue.refresh_first = True  # a batch's answer never came
+        sender = sender_for(BrokenMetadata(), {("a", 0): queue})
+        sender.maintain(asyncio.get_running_loop().time())
+        await asyncio.sleep(0.01)
+        sender.close()
+        return sender._refresh_wanted
+
+    with caplog.at_level(logging.ERROR):
+        wanted_again = asyncio.run(scenario())
+    assert wanted_again
+    assert any(
+        "RuntimeError: metadata answer that cannot be read" in record.getMessage()
+        for record in caplog.records
+    )
