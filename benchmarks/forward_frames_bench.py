@@ -68,8 +68,11 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
             config=ForwarderConfig(),
         )
         forwarder._producer_id = PRODUCER_ID  # as after InitProducerId
-        # No sender runs here: a new partition's queue reads the topic ids it last saw.
-        forwarder._sender = SimpleNamespace(client=SimpleNamespace(topic_ids={}))  # type: ignore[assignment]
+        # No sender runs here: a new partition's queue asks it for the topic's id (a
+        # baseline before e6ebd7d's successor read the id through the sender's client).
+        forwarder._sender = SimpleNamespace(  # type: ignore[assignment]
+            topic_id=lambda topic: "", client=SimpleNamespace(topic_ids={})
+        )
         total = sum(count for _, _, count in payloads)
         reader = wal.reader(0)
         loop = asyncio.new_event_loop()

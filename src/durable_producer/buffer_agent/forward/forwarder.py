@@ -578,7 +578,7 @@ class Forwarder:
                 log.warning("%s/%d: no numbering on the volume; a new epoch", *key)
                 self._epoch += 1
             queue = PartitionQueue(key, self._producer_id, self._epoch, 0)
-            queue.topic_id = self._sender.client.topic_ids.get(key[0], "")  # as last seen
+            queue.topic_id = self._sender.topic_id(key[0])  # as last seen
         self._queues[key] = queue
         return queue
 

@@ -290,12 +290,18 @@ class PartitionQueue:
         if self.halted and not self.in_flight:
             self._rewind()
         if not self.batches:
-            self.refresh_first = False  # no batch whose answer never came is left to send
+            self.refreshed()  # no batch whose answer never came is left to send
         self.confirmed = True
         self.failing_since = None
         self.failures = 0
         self.last_error = 0
         return acked, records, stored
+
+    def refreshed(self, losses: int | None = None) -> None:
+        """A metadata refresh begun after ``losses`` lost answers has ended (None: nothing
+        is left to send again): sending goes on, unless another answer was lost meanwhile."""
+        if losses is None or losses == self.losses:
+            self.refresh_first = False
 
     def _past_a_refusal(self, batch: Batch) -> bool:
         for earlier in self.batches:

@@ -384,7 +384,7 @@ class Sender:
         if not topics:
             self._next_refresh = asyncio.get_running_loop().time() + 300.0
             for queue in self.queues.values():
-                queue.refresh_first = False  # nothing is left to send again
+                queue.refreshed()  # nothing is left to send again
             return
         waiting = [(queue, queue.losses) for queue in self.queues.values() if queue.refresh_first]
         try:
@@ -402,8 +402,7 @@ class Sender:
         now = asyncio.get_running_loop().time()
         self._check_topic_ids(topics)
         for queue, losses in waiting:
-            if queue.losses == losses:  # else an answer was lost while it ran: the next one
-                queue.refresh_first = False
+            queue.refreshed(losses)
         errors, counts = self.client.topic_errors, self.client.partition_counts
         for key, queue in self.queues.items():
             topic, partition = key
@@ -426,6 +425,10 @@ class Sender:
         if leaderless:
             self._next_refresh = now + self.settings.retry_backoff_s * 5
         self._refreshed(now, complete=not leaderless)
+
+    def topic_id(self, topic: str) -> str:
+        """The id of ``topic`` the cluster last gave ("" before any)."""
+        return self.client.topic_ids.get(topic, "")
 
     def _check_topic_ids(self, topics: set[str]) -> None:
         """A partition numbered for another id of its topic: the topic was deleted and
@@ -616,7 +619,7 @@ class Sender:
             epoch,
         )
         unknown = queue.renumber(producer_id, epoch)
-        queue.topic_id = self.client.topic_ids.get(queue.key[0], queue.topic_id)
+        queue.topic_id = self.topic_id(queue.key[0]) or queue.topic_id
         queue.resolve = False
         queue.resolve_code = 0
         self._on_new_identity(queue, unknown)
