@@ -126,7 +126,7 @@ def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:
     return AnswerVerdict.RETRY
 
 
-_NETWORK = int(ErrorCode.network_exception)
+NETWORK = int(ErrorCode.network_exception)
 _TIMEOUT = int(ErrorCode.request_timed_out)
 
 
@@ -135,7 +135,7 @@ def transport_code(error: BaseException) -> int:
     is no network fault: the credentials or the mechanism are wrong)."""
     if isinstance(error, SaslFailed):
         return error.code
-    return _TIMEOUT if isinstance(error, TimeoutError) else _NETWORK
+    return _TIMEOUT if isinstance(error, TimeoutError) else NETWORK
 
 
 def acl_hint(code: int) -> str:

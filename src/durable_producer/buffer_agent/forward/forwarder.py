@@ -63,7 +63,7 @@ from durable_producer.buffer_agent.forward.publisher import (
 )
 from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient, KafkaRequestFailed
-from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
 from durable_producer.buffer_agent.kafka.record_batch import (
     InvalidRecordBatch,
     iter_batches,
@@ -248,10 +248,8 @@ class Forwarder:
 
     async def _main(self) -> None:
         config = self._config
-        client = ClusterClient(
-            str(self._client_config.get("bootstrap.servers", "")),
-            Security.from_client_config(self._client_config),
-            timeout_s=min(10.0, config.request_timeout_s),
+        client = ClusterClient.for_config(
+            self._client_config, timeout_s=min(10.0, config.request_timeout_s)
         )
         self._sender = Sender(
             client,
@@ -376,7 +374,6 @@ class Forwarder:
             self._known_below = record.delivered_below
             self._anchors = dict(record.partitions)
             self._replay_until = max(record.sent_below, checkpoint)
-            self._sent_below = self._replay_until
             self._plain_from = max(
                 [self._known_below, self._replay_until]
                 + [anchor.offset for anchor in self._anchors.values()]
@@ -393,8 +390,8 @@ class Forwarder:
             self._fresh_identity = True
             until = max(hint_until, record.sent_below if record is not None else 0)
             self._replay_until = max(until, checkpoint)
-            self._sent_below = self._replay_until
             self._plain_from = self._replay_until
+        self._sent_below = self._replay_until
 
     async def _first_producer_id(self) -> None:
         """Take a producer id for the queues read before one was had (retried while Kafka

@@ -25,9 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 
-from durable_producer.buffer_agent.figures.metrics import ERROR_KINDS
-
-__all__ = ["ERROR_KINDS", "ErrorNote", "ForwarderHealth", "ForwarderState"]
+__all__ = ["ErrorNote", "ForwarderHealth", "ForwarderState"]
 
 log = logging.getLogger(__name__)
 ERROR_FRESH_S = 30.0

@@ -118,7 +118,6 @@ class Batch:
         "frames",
         "not_appended",
         "parts",
-        "producer_id",
         "records",
         "sent",
         "size",
@@ -128,7 +127,6 @@ class Batch:
     def __init__(self, run: Run, producer_id: int, epoch: int) -> None:
         frames, batches, self.records, self.stored = run
         self.frames = frames
-        self.producer_id = producer_id
         self.epoch = epoch
         self.sent = False
         self.not_appended = False
@@ -365,7 +363,6 @@ class PartitionQueue:
     def acknowledge_up_to(self, held: int) -> Settled:
         """The leader holds every sequence up to ``held`` of our producer and epoch:
         acknowledge the frames it covers. Only with nothing in flight."""
-        assert not self.in_flight
         self.unbatch()
         acked: list[Pending] = []
         frames = self.frames
@@ -375,22 +372,21 @@ class PartitionQueue:
             self.failing_since = None
         return settled_frames(acked)
 
-    def renumber(self, producer_id: int, epoch: int, sequence: int = 0) -> list[Pending]:
-        """Number the unacknowledged frames again from ``sequence`` under a new identity;
-        returns the frames whose earlier copy may be in Kafka (possible duplicates)."""
-        assert not self.in_flight
+    def renumber(self, producer_id: int, epoch: int) -> list[Pending]:
+        """Number the unacknowledged frames again from 0 under a new identity (only with
+        nothing in flight); returns the frames whose earlier copy may be in Kafka (possible
+        duplicates)."""
         self.unbatch()
         self.producer_id, self.epoch = producer_id, epoch
         self.confirmed = False
         self.gap = False
         unknown = [frame for frame in self.frames if frame[UNKNOWN]]
-        self._number_from(sequence)
+        self._number_from(0)
         return unknown
 
     def drop_head(self, code: int, now: float) -> Pending:
         """Take the first frame out (dead-lettered, refused with ``code``): the frames after
-        it take its numbers."""
-        assert not self.in_flight
+        it take its numbers (only with nothing in flight)."""
         self.unbatch()
         dropped = self.frames.popleft()
         self._number_from(dropped[SEQUENCE], keep_unknown=True)

@@ -23,7 +23,7 @@ from durable_producer.buffer_agent.forward.dead_letter import (
 from durable_producer.buffer_agent.forward.failure_policy import error_name
 from durable_producer.buffer_agent.kafka import batch_stamp
 from durable_producer.buffer_agent.kafka.cluster_client import NO_LEADER, ClusterClient
-from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
 from durable_producer.buffer_agent.kafka.produce_wire import (
     HIGHEST_PRODUCE_VERSION,
     LOWEST_PRODUCE_VERSION,
@@ -73,11 +73,7 @@ async def _resend(
     timeout: float,
     summary: ResendSummary,
 ) -> None:
-    client = ClusterClient(
-        str(client_config.get("bootstrap.servers", "")),
-        Security.from_client_config(client_config),
-        timeout_s=min(timeout, 10.0),
-    )
+    client = ClusterClient.for_config(client_config, timeout_s=min(timeout, 10.0))
     try:
         await client.refresh({letter.topic for letter in letters})
         producer_id, epoch = await client.init_producer_id()

@@ -20,10 +20,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from kio.schema.errors import ErrorCode
-
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.failure_policy import (
+    NETWORK,
     NOT_APPENDED,
     NOT_AUTHORIZED,
     OUT_OF_ORDER,
@@ -71,7 +70,6 @@ MAX_BYTES_MARGIN = 100
 """Merged batches stay this far below a topic's ``max.message.bytes``."""
 DESCRIBE_INTERVAL_S = 1.0
 """At most one DescribeConfigs a topic this often, however many batches it refuses."""
-_NETWORK = int(ErrorCode.network_exception)
 PartitionKey = tuple[str, int]
 
 
@@ -238,7 +236,7 @@ class Sender:
             by_key = {(a.topic, a.partition): a for a in answers}
             for queue, batch in batches:
                 answer = by_key.get(queue.key)
-                code = _NETWORK if answer is None else answer.error_code
+                code = NETWORK if answer is None else answer.error_code
                 message = None if answer is None else answer.error_message
                 self._answered(queue, batch, code, message, now)
         finally:
@@ -369,11 +367,7 @@ class Sender:
             elif queue.isolate and queue.idle:
                 queue.isolate = False
         wanted = self._refresh_wanted and now >= self._refresh_not_before
-        if (
-            (wanted or now >= self._next_refresh)
-            and (self._refreshing is None or self._refreshing.done())
-            and self.queues
-        ):
+        if (wanted or now >= self._next_refresh) and not self.refreshing and self.queues:
             self._refresh_wanted = False
             self._next_refresh = now + self.settings.metadata_interval_s
             self._refreshing = asyncio.ensure_future(self._refresh())

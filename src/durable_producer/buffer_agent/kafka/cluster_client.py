@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 import datetime
 import random
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
@@ -86,6 +87,15 @@ class ClusterClient:
         deleted and created again has a new one. Absent where the cluster gives none."""
         self._connections: dict[int, BrokerConnection] = {}
         self._opening: dict[int, asyncio.Task[BrokerConnection]] = {}
+
+    @classmethod
+    def for_config(cls, client_config: Mapping[str, Any], *, timeout_s: float) -> ClusterClient:
+        """A client for the cluster and the security a librdkafka-style config names."""
+        return cls(
+            str(client_config.get("bootstrap.servers", "")),
+            Security.from_client_config(client_config),
+            timeout_s=timeout_s,
+        )
 
     # ----------------------------------------------------------------- connections
     async def connection(self, node_id: int) -> BrokerConnection:

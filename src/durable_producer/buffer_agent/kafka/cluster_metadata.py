@@ -47,7 +47,7 @@ from confluent_kafka.admin import AdminClient
 
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
-from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable, Security
+from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +114,7 @@ def _max_message_bytes(
         return {}
 
     async def describe() -> dict[str, int]:
-        client = ClusterClient(
-            str(client_config.get("bootstrap.servers", "")),
-            Security.from_client_config(client_config),
-            timeout_s=timeout_s,
-        )
+        client = ClusterClient.for_config(client_config, timeout_s=timeout_s)
         try:
             return await client.max_message_bytes(topics)
         finally:
