@@ -2,23 +2,26 @@
 
 What a ``linger.ms=0`` client costs the forwarder is Python work per frame (one record a
 frame): reading it from the WAL, numbering it in its partition's queue, tracking it, merging
-and stamping it into a batch, settling its acknowledgement. ``forward_bench.py`` measures that
-against a broker, where the network, the broker and the machine's noise move the figures by
-half between rounds. This drives the same code without a network: a preloaded WAL of
-one-record frames (4 partitions, round robin) is read up to the forwarder's read-ahead
-budget (``Forwarder._read``, as in a catch-up), every partition's batches are taken, stamped
-and acknowledged as a broker's success would settle them (``PartitionQueue.next_batch``,
-``succeeded``, ``Forwarder._acked``), until every record is settled. The forwarding thread's
-CPU time per frame, best of ``--reps`` (the least disturbed run), garbage collections
-included; the process is tuned first as the agent's is once serving (``prepare_to_serve``:
-freed memory kept for reuse, the heap frozen).
+and stamping it into a batch, settling its acknowledgement. ``forward_bench.py`` measures
+that against a broker, where the network, the broker and the machine's noise move the
+figures by half between rounds. This drives the same code without a network: a preloaded WAL
+of one-record frames (``--partitions``, 4 by default, round robin) is read up to the
+forwarder's read-ahead budget (``Forwarder._read``, as in a catch-up), every partition's
+batches are taken, stamped and acknowledged as a broker's success would settle them
+(``PartitionQueue.next_batch``, ``succeeded``, ``Forwarder._acked``), until every record is
+settled. The forwarding thread's CPU time per frame, best of ``--reps`` (the least disturbed
+run), garbage collections included; the process is tuned first as the agent's is once
+serving (``prepare_to_serve``: freed memory kept for reuse, the heap frozen).
 
 It calls the forwarder's private methods: a change of them may need a change here.
 ``--baseline-src DIR`` runs the same in a child ``python`` with another checkout's ``src``
 first on the path, alternating with this checkout's, and prints the ratio.
 
     .venv/bin/python benchmarks/forward_frames_bench.py [--frames 200000] [--reps 5]
-        [--baseline-src /tmp/fwd-baseline/src]
+        [--partitions 4] [--baseline-src /tmp/fwd-baseline/src]
+
+More partitions make each partition's share of a read shorter (fewer frames a merge, more
+queues a pass): ``--partitions 1, 4, 64, 1000`` shows how the cost a frame depends on it.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 from types import SimpleNamespace
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -98,14 +102,14 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
         wal.close()
 
 
-def measure(frames: int, reps: int) -> list[float]:
+def measure(frames: int, reps: int, partitions: int = 4) -> list[float]:
     """Microseconds of CPU a frame, one figure a repetition."""
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 
     prepare_to_serve()  # as the agent does once it serves
     payloads = [
-        (partition, build_batch(records), len(records))
-        for partition, records in make_batches(frames, 1)
+        (index % partitions, build_batch(records), len(records))
+        for index, (_, records) in enumerate(make_batches(frames, 1))
     ]
     figures = []
     for _ in range(reps):
@@ -114,8 +118,9 @@ def measure(frames: int, reps: int) -> list[float]:
     return figures
 
 
-def in_child(source: Path, frames: int) -> float:
+def in_child(source: Path, frames: int, partitions: int) -> float:
     command = [sys.executable, __file__, "--frames", str(frames), "--reps", "1", "--side"]
+    command += ["--partitions", str(partitions)]
     environment = dict(os.environ, PYTHONPATH=str(source))
     done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=900)
     if done.returncode != 0:
@@ -127,28 +132,43 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--side", action="store_true", help="internal: one run, JSON out")
     args = parser.parse_args()
     if args.side:
-        print(json.dumps({"us_per_frame": measure(args.frames, 1)[0]}))
+        print(json.dumps({"us_per_frame": measure(args.frames, 1, args.partitions)[0]}))
         return
+    if args.partitions < 1:
+        raise SystemExit(f"--partitions {args.partitions}: give 1 or more")
     if args.baseline_src is not None and not (args.baseline_src / "durable_producer").is_dir():
         raise SystemExit(f"--baseline-src {args.baseline_src}: no durable_producer in it")
     this_src = ROOT / "src"
     ours: list[float] = []
     theirs: list[float] = []
     for rep in range(args.reps):
-        ours.append(in_child(this_src, args.frames))
+        ours.append(in_child(this_src, args.frames, args.partitions))
         if args.baseline_src is not None:
-            theirs.append(in_child(args.baseline_src, args.frames))
+            theirs.append(in_child(args.baseline_src, args.frames, args.partitions))
         line = f"rep {rep + 1}: this checkout {ours[-1]:.2f} us a frame"
         print(line + (f", baseline {theirs[-1]:.2f}" if theirs else ""), flush=True)
-    print(f"frames              {args.frames:,} one-record frames (200 B values), 4 partitions")
-    print(f"this checkout       best {min(ours):.2f} us a frame (all: {_row(ours)})")
+    print(
+        f"frames              {args.frames:,} one-record frames (200 B values),"
+        f" {args.partitions} partitions"
+    )
+    print(
+        f"this checkout       best {min(ours):.2f} us a frame, median {median(ours):.2f}"
+        f" (all: {_row(ours)})"
+    )
     if theirs:
-        print(f"baseline            best {min(theirs):.2f} us a frame (all: {_row(theirs)})")
-        print(f"this / baseline     {min(ours) / min(theirs):.2f}x CPU a frame (best of each)")
+        print(
+            f"baseline            best {min(theirs):.2f} us a frame, median {median(theirs):.2f}"
+            f" (all: {_row(theirs)})"
+        )
+        print(
+            f"this / baseline     {min(ours) / min(theirs):.2f}x CPU a frame (best of each),"
+            f" {median(ours) / median(theirs):.2f}x (medians)"
+        )
 
 
 def _row(figures: list[float]) -> str:
