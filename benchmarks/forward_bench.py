@@ -85,9 +85,9 @@ WARMUP_TOPIC = "warm-up"
 
 
 def make_batches(
-    records: int, per_batch: int = RECORDS_PER_BATCH
+    records: int, per_batch: int = RECORDS_PER_BATCH, partitions: int = PARTITIONS
 ) -> list[tuple[int, list[SampleRecord]]]:
-    """``per_batch`` records a stored batch, the batches round robin over the partitions."""
+    """``per_batch`` records a stored batch, the batches round robin over ``partitions``."""
     batches = []
     for start in range(0, records, per_batch):
         count = min(per_batch, records - start)
@@ -99,7 +99,7 @@ def make_batches(
             )
             for i in range(count)
         ]
-        batches.append(((start // per_batch) % PARTITIONS, batch))
+        batches.append(((start // per_batch) % partitions, batch))
     return batches
 
 

@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from forward_bench import make_batches  # noqa: E402
+from forward_bench import PARTITIONS, make_batches  # noqa: E402
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig  # noqa: E402
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore  # noqa: E402
@@ -102,14 +102,14 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
         wal.close()
 
 
-def measure(frames: int, reps: int, partitions: int = 4) -> list[float]:
+def measure(frames: int, reps: int, partitions: int) -> list[float]:
     """Microseconds of CPU a frame, one figure a repetition."""
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 
     prepare_to_serve()  # as the agent does once it serves
     payloads = [
-        (index % partitions, build_batch(records), len(records))
-        for index, (_, records) in enumerate(make_batches(frames, 1))
+        (partition, build_batch(records), len(records))
+        for partition, records in make_batches(frames, 1, partitions)
     ]
     figures = []
     for _ in range(reps):
@@ -132,15 +132,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--side", action="store_true", help="internal: one run, JSON out")
     args = parser.parse_args()
+    if args.partitions < 1:
+        raise SystemExit(f"--partitions {args.partitions}: give 1 or more")
     if args.side:
         print(json.dumps({"us_per_frame": measure(args.frames, 1, args.partitions)[0]}))
         return
-    if args.partitions < 1:
-        raise SystemExit(f"--partitions {args.partitions}: give 1 or more")
     if args.baseline_src is not None and not (args.baseline_src / "durable_producer").is_dir():
         raise SystemExit(f"--baseline-src {args.baseline_src}: no durable_producer in it")
     this_src = ROOT / "src"
