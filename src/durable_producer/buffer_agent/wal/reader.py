@@ -33,8 +33,9 @@ _READ_CHUNK = 4 * 1024 * 1024
 
 DEFAULT_POLL_BYTES = 16 * 1024 * 1024
 """What one ``poll`` returns at most, in frame bytes (always at least one frame): each frame's
-payload is copied out of the chunk read, so a poll's memory is this plus one chunk, whatever
-the frames' size (256 frames of 1 MiB client batches were 256 MiB)."""
+payload is copied out of the chunk read, so a poll's memory is this plus one chunk (kept
+between polls while it holds frames not returned yet), whatever the frames' size (256 frames
+of 1 MiB client batches were 256 MiB)."""
 
 
 class WalReader:
@@ -56,8 +57,15 @@ class WalReader:
         """The open segment was deleted by a checkpoint (``_deleted_view``)."""
         self._fd = -1
         self._position = 0
+        self._chunk = b""
+        """The open segment's bytes last read, from file position ``_chunk_at`` on: a poll
+        that stops at ``max_frames`` leaves whole frames in it, which the next poll decodes
+        without reading them again (a catch-up's polls of 4,096 small frames used a quarter
+        of each 4 MiB read, and the copies were a sixth of the forwarder's work a frame)."""
+        self._chunk_at = 0
 
     def close(self) -> None:
+        self._chunk = b""
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -152,15 +160,9 @@ class WalReader:
     ) -> None:
         """Frames from the reader's position, while ``max_frames`` and the byte ``budget``
         (a one-element list, spent here) allow."""
-        length = min(view.visible_end - self._position, _READ_CHUNK, max(budget[0], HEADER_SIZE))
-        data = os.pread(self._fd, length, self._position)
-        if len(data) >= PREFIX_SIZE:
-            body_length = int.from_bytes(data[4:8], "big")
-            whole = PREFIX_SIZE + body_length
-            if whole > len(data) and self._position + whole <= view.visible_end:
-                data = os.pread(self._fd, whole, self._position)
+        data, pos = self._bytes_from_position(view, budget[0])
+        origin = self._position - pos  # the file position of data[0]
         buffer = memoryview(data)
-        pos = 0
         while pos < len(buffer) and len(frames) < max_frames and budget[0] > 0:
             decoded_many, pos, self._wanted, budget[0] = decode_frames(
                 data, pos, max_frames - len(frames), budget[0], self._wanted
@@ -170,20 +172,17 @@ class WalReader:
                 break
             # No whole valid frame at pos (or no compiled scanner): one frame in Python,
             # which says what is wrong there.
-            if (
-                len(buffer) - pos < HEADER_SIZE
-                and self._position + pos + HEADER_SIZE <= view.visible_end
-            ):
+            if len(buffer) - pos < HEADER_SIZE and origin + pos + HEADER_SIZE <= view.visible_end:
                 break
             decoded = decode_frame(buffer, pos)
             if isinstance(decoded, FrameProblem):
-                if decoded is FrameProblem.INCOMPLETE and pos > 0:
+                if decoded is FrameProblem.INCOMPLETE and origin + pos > self._position:
                     break
                 if self._deleted:  # delivered; what a failed roll-back left is no frame
-                    pos = view.visible_end - self._position
+                    pos = view.visible_end - origin
                     break
                 raise WalError(
-                    f"{decoded.value} in {view.path.name} at byte {self._position + pos} while "
+                    f"{decoded.value} in {view.path.name} at byte {origin + pos} while "
                     "reading; the disk corrupted data after it was written. Restart the agent: "
                     "recovery quarantines the segment and salvages the valid frames"
                 )
@@ -193,4 +192,26 @@ class WalReader:
                 frames.append(frame)
                 budget[0] -= len(frame.payload)
                 self._wanted = frame.offset + 1
-        self._position += pos
+        self._position = origin + pos
+        if pos >= len(data):
+            self._chunk = b""  # read to its end: nothing to keep
+
+    def _bytes_from_position(self, view: SegmentView, budget: int) -> tuple[bytes, int]:
+        """(data, start): ``data[start:]`` is the segment's bytes from the reader's position,
+        at least its first whole frame where the segment has it. The chunk read last when it
+        still holds a whole frame there; else a new read (of the whole frame when it is larger
+        than the chunk), kept for the next poll."""
+        start = self._position - self._chunk_at
+        chunk = self._chunk
+        if start >= 0 and start + PREFIX_SIZE <= len(chunk):
+            whole = PREFIX_SIZE + int.from_bytes(chunk[start + 4 : start + 8], "big")
+            if start + whole <= len(chunk):
+                return chunk, start
+        length = min(view.visible_end - self._position, _READ_CHUNK, max(budget, HEADER_SIZE))
+        data = os.pread(self._fd, length, self._position)
+        if len(data) >= PREFIX_SIZE:
+            whole = PREFIX_SIZE + int.from_bytes(data[4:8], "big")
+            if whole > len(data) and self._position + whole <= view.visible_end:
+                data = os.pread(self._fd, whole, self._position)
+        self._chunk, self._chunk_at = data, self._position
+        return data, 0

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import random
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
@@ -177,3 +181,62 @@ def test_a_poll_returns_about_max_bytes_of_frames_and_at_least_one(tmp_path: Pat
                 assert len(frames) <= 10
                 rest.extend(frame.offset for frame in frames)
             assert rest == list(range(5, 100))
+
+
+def _count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The lengths of every ``os.pread`` from now on (the reader reads only through it)."""
+    lengths: list[int] = []
+    real = os.pread
+
+    def counted(fd: int, length: int, position: int) -> bytes:
+        data = real(fd, length, position)
+        lengths.append(len(data))
+        return data
+
+    monkeypatch.setattr(os, "pread", counted)
+    return lengths
+
+
+def test_polls_of_a_few_frames_read_each_byte_of_the_segment_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A catch-up polls a few thousand small frames at a time from a 4 MiB chunk: the next
+    poll decodes the rest of the chunk instead of reading it again."""
+    config = WalConfig(segment_bytes=1 << 20, max_bytes=64 << 20, max_frame_bytes=64 << 10,
+                       fsync=FsyncPolicy.NEVER)  # fmt: skip
+    with WriteAheadLog.open(tmp_path, config) as log:
+        for offset in range(2000):
+            log.append("t", offset % 3, payload_for(offset, 300))
+        (view,) = log.segment_views()
+        lengths = _count_reads(monkeypatch)
+        with log.reader(0) as reader:
+            got = []
+            while frames := reader.poll(max_frames=64):
+                assert len(frames) <= 64
+                got.extend(frames)
+    assert [(f.offset, f.partition, f.payload) for f in got] == [
+        (offset, offset % 3, payload_for(offset, 300)) for offset in range(2000)
+    ]
+    assert sum(lengths) == view.visible_end - SEGMENT_HEADER_SIZE  # each byte read once
+
+
+def test_frames_that_cross_the_chunk_read_and_frames_appended_between_polls_all_arrive(
+    tmp_path: Path,
+) -> None:
+    sizes = [random.Random(offset).randrange(1, 700_000) for offset in range(40)]
+    config = WalConfig(segment_bytes=64 << 20, max_bytes=256 << 20, max_frame_bytes=1 << 20,
+                       fsync=FsyncPolicy.NEVER)  # fmt: skip
+    with WriteAheadLog.open(tmp_path, config) as log:
+        for offset in range(30):
+            log.append("t", 0, payload_for(offset, sizes[offset]))
+        got = []
+        with log.reader(0) as reader:
+            got.extend(reader.poll(max_frames=2))  # the rest of its chunk stays for later
+            for offset in range(30, 40):
+                log.append("t", 0, payload_for(offset, sizes[offset]))
+            while frames := reader.poll(max_frames=3):
+                got.extend(frames)
+    assert [len(frame.payload) for frame in got] == sizes
+    assert [frame.payload for frame in got] == [
+        payload_for(offset, size) for offset, size in enumerate(sizes)
+    ]
