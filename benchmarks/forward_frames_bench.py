@@ -18,10 +18,12 @@ It calls the forwarder's private methods: a change of them may need a change her
 first on the path, alternating with this checkout's, and prints the ratio.
 
     .venv/bin/python benchmarks/forward_frames_bench.py [--frames 200000] [--reps 5]
-        [--partitions 4] [--baseline-src /tmp/fwd-baseline/src]
+        [--partitions 4] [--only-read] [--baseline-src /tmp/fwd-baseline/src]
 
 More partitions make each partition's share of a read shorter (fewer frames a merge, more
 queues a pass): ``--partitions 1, 4, 64, 1000`` shows how the cost a frame depends on it.
+``--only-read`` times the reads alone (``WalReader.poll`` of the forwarder's
+``read_batch_frames``, nothing numbered): the WAL's share of the work a frame.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ PRODUCER_ID = 7
 MAX_MERGE_BYTES = 1 << 20
 
 
-def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
-    """CPU seconds of this thread to forward ``payloads`` (partition, batch, records)."""
+def one_run(payloads: list[tuple[int, bytes, int]], directory: Path, only_read: bool) -> float:
+    """CPU seconds of this thread to forward ``payloads`` (partition, batch, records), or
+    ``only_read`` them from the WAL as the forwarder's reads do."""
     wal = WriteAheadLog.open(
         directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
     )
@@ -83,7 +86,9 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
         gc.collect()
         gc.freeze()
         started = time.thread_time()
-        while forwarder._counts.forwarded_records < total:
+        while only_read and reader.poll(ForwarderConfig().read_batch_frames):
+            pass
+        while not only_read and forwarder._counts.forwarded_records < total:
             while loop.run_until_complete(forwarder._read(reader)):
                 pass  # up to the read-ahead budget
             for queue in forwarder._queues.values():
@@ -102,7 +107,7 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path) -> float:
         wal.close()
 
 
-def measure(frames: int, reps: int, partitions: int) -> list[float]:
+def measure(frames: int, reps: int, partitions: int, only_read: bool) -> list[float]:
     """Microseconds of CPU a frame, one figure a repetition."""
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 
@@ -114,13 +119,13 @@ def measure(frames: int, reps: int, partitions: int) -> list[float]:
     figures = []
     for _ in range(reps):
         with tempfile.TemporaryDirectory() as scratch:
-            figures.append(one_run(payloads, Path(scratch)) / frames * 1e6)
+            figures.append(one_run(payloads, Path(scratch), only_read) / frames * 1e6)
     return figures
 
 
-def in_child(source: Path, frames: int, partitions: int) -> float:
+def in_child(source: Path, frames: int, partitions: int, only_read: bool) -> float:
     command = [sys.executable, __file__, "--frames", str(frames), "--reps", "1", "--side"]
-    command += ["--partitions", str(partitions)]
+    command += ["--partitions", str(partitions)] + (["--only-read"] if only_read else [])
     environment = dict(os.environ, PYTHONPATH=str(source))
     done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=900)
     if done.returncode != 0:
@@ -133,13 +138,17 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=200_000)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
+    parser.add_argument(
+        "--only-read", action="store_true", help="time the WAL reads alone (reader.poll)"
+    )
     parser.add_argument("--baseline-src", type=Path)
     parser.add_argument("--side", action="store_true", help="internal: one run, JSON out")
     args = parser.parse_args()
     if args.partitions < 1:
         raise SystemExit(f"--partitions {args.partitions}: give 1 or more")
     if args.side:
-        print(json.dumps({"us_per_frame": measure(args.frames, 1, args.partitions)[0]}))
+        figure = measure(args.frames, 1, args.partitions, args.only_read)[0]
+        print(json.dumps({"us_per_frame": figure}))
         return
     if args.baseline_src is not None and not (args.baseline_src / "durable_producer").is_dir():
         raise SystemExit(f"--baseline-src {args.baseline_src}: no durable_producer in it")
@@ -147,14 +156,14 @@ def main() -> None:
     ours: list[float] = []
     theirs: list[float] = []
     for rep in range(args.reps):
-        ours.append(in_child(this_src, args.frames, args.partitions))
+        ours.append(in_child(this_src, args.frames, args.partitions, args.only_read))
         if args.baseline_src is not None:
-            theirs.append(in_child(args.baseline_src, args.frames, args.partitions))
+            theirs.append(in_child(args.baseline_src, args.frames, args.partitions, args.only_read))
         line = f"rep {rep + 1}: this checkout {ours[-1]:.2f} us a frame"
         print(line + (f", baseline {theirs[-1]:.2f}" if theirs else ""), flush=True)
     print(
         f"frames              {args.frames:,} one-record frames (200 B values),"
-        f" {args.partitions} partitions"
+        f" {args.partitions} partitions" + (", the reads alone" if args.only_read else "")
     )
     print(
         f"this checkout       best {min(ours):.2f} us a frame, median {median(ours):.2f}"
