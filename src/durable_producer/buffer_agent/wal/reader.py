@@ -193,8 +193,8 @@ class WalReader:
                 budget[0] -= len(frame.payload)
                 self._wanted = frame.offset + 1
         self._position = origin + pos
-        if pos >= len(data):
-            self._chunk = b""  # read to its end: nothing to keep
+        if not _whole_frame_in(data, pos):
+            self._chunk = b""  # nothing left in it to return: not kept
 
     def _bytes_from_position(self, view: SegmentView, budget: int) -> tuple[bytes, int]:
         """(data, start): ``data[start:]`` is the segment's bytes from the reader's position,
@@ -203,10 +203,8 @@ class WalReader:
         than the chunk), kept for the next poll."""
         start = self._position - self._chunk_at
         chunk = self._chunk
-        if start >= 0 and start + PREFIX_SIZE <= len(chunk):
-            whole = PREFIX_SIZE + int.from_bytes(chunk[start + 4 : start + 8], "big")
-            if start + whole <= len(chunk):
-                return chunk, start
+        if start >= 0 and _whole_frame_in(chunk, start):
+            return chunk, start
         length = min(view.visible_end - self._position, _READ_CHUNK, max(budget, HEADER_SIZE))
         data = os.pread(self._fd, length, self._position)
         if len(data) >= PREFIX_SIZE:
@@ -215,3 +213,13 @@ class WalReader:
                 data = os.pread(self._fd, whole, self._position)
         self._chunk, self._chunk_at = data, self._position
         return data, 0
+
+
+def _whole_frame_in(data: bytes, start: int) -> bool:
+    """``data`` holds, from ``start``, a whole frame header and the length it gives. The
+    header is asked for whole even where a damaged length says less: with fewer bytes the
+    read stops short of judging the frame, and a reader that kept such a chunk would stop at
+    the same place again at every try."""
+    if start + HEADER_SIZE > len(data):
+        return False
+    return start + PREFIX_SIZE + int.from_bytes(data[start + 4 : start + 8], "big") <= len(data)

@@ -12,8 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from durable_producer.buffer_agent.volume.format import SEGMENT_HEADER_SIZE
+from durable_producer.buffer_agent.volume.format import (
+    HEADER_SIZE,
+    PREFIX_SIZE,
+    SEGMENT_HEADER_SIZE,
+)
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal import reader as reader_module
+from durable_producer.buffer_agent.wal.errors import WalError
+from durable_producer.buffer_agent.wal.frame import Frame
+from durable_producer.buffer_agent.wal.reader import WalReader
 from support.wal_helpers import SMALL, payload_for
 
 
@@ -237,6 +245,71 @@ def test_frames_that_cross_the_chunk_read_and_frames_appended_between_polls_all_
             while frames := reader.poll(max_frames=3):
                 got.extend(frames)
     assert [len(frame.payload) for frame in got] == sizes
+    assert [frame.payload for frame in got] == [
+        payload_for(offset, size) for offset, size in enumerate(sizes)
+    ]
+
+
+def _poll_in_thread(reader: WalReader, max_frames: int) -> list[Frame] | BaseException:
+    """``reader.poll``'s frames or what it raised, failing the test if it has not returned
+    within 20 s (a reader that asks for the same bytes again and again never returns)."""
+    outcome: list[list[Frame] | BaseException] = []
+
+    def poll() -> None:
+        try:
+            outcome.append(reader.poll(max_frames))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=poll, daemon=True)
+    thread.start()
+    thread.join(20)
+    assert outcome, "poll did not return within 20 s"
+    return outcome[0]
+
+
+FRAME_SIZE = HEADER_SIZE + 1 + 100  # a header, topic "t", a 100-byte payload
+
+
+@pytest.mark.parametrize("short_by", [PREFIX_SIZE, PREFIX_SIZE + 1, HEADER_SIZE - 1])
+def test_a_damaged_length_near_the_end_of_a_kept_chunk_is_reported_not_polled_forever(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, short_by: int
+) -> None:
+    """The disk zeroed frame 10's prefix (a length of 0) and the chunk read ends ``short_by``
+    bytes into it: the reader must read again and say what is there."""
+    monkeypatch.setattr(reader_module, "_READ_CHUNK", 10 * FRAME_SIZE + short_by)
+    config = WalConfig(segment_bytes=1 << 20, max_bytes=64 << 20, max_frame_bytes=64 << 10,
+                       fsync=FsyncPolicy.NEVER)  # fmt: skip
+    with WriteAheadLog.open(tmp_path, config) as log:
+        for offset in range(20):
+            log.append("t", 0, payload_for(offset))
+        (view,) = log.segment_views()
+        assert view.visible_end == SEGMENT_HEADER_SIZE + 20 * FRAME_SIZE
+        with open(view.path, "r+b") as segment:
+            segment.seek(SEGMENT_HEADER_SIZE + 10 * FRAME_SIZE)
+            segment.write(bytes(PREFIX_SIZE))
+        with log.reader(0) as reader:
+            first = reader.poll(max_frames=1)  # the chunk's other frames are kept
+            rest = _poll_in_thread(reader, 100)
+    assert [frame.offset for frame in first] == [0]
+    assert isinstance(rest, WalError), rest
+    assert f"at byte {SEGMENT_HEADER_SIZE + 10 * FRAME_SIZE} while reading" in str(rest)
+
+
+def test_a_frame_larger_than_the_chunk_between_small_ones_arrives_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(reader_module, "_READ_CHUNK", 4 * FRAME_SIZE)
+    sizes = [100] * 6 + [20 * FRAME_SIZE] + [100] * 6
+    config = WalConfig(segment_bytes=1 << 20, max_bytes=64 << 20, max_frame_bytes=64 << 10,
+                       fsync=FsyncPolicy.NEVER)  # fmt: skip
+    with WriteAheadLog.open(tmp_path, config) as log:
+        for offset, size in enumerate(sizes):
+            log.append("t", 0, payload_for(offset, size))
+        got = []
+        with log.reader(0) as reader:
+            while frames := reader.poll(max_frames=2):
+                got.extend(frames)
     assert [frame.payload for frame in got] == [
         payload_for(offset, size) for offset, size in enumerate(sizes)
     ]
