@@ -11,6 +11,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml setup.py src/durable_producer/buffer_agent/kafka/_record_scan.c \
 		src/durable_producer/buffer_agent/kafka/_batch_merge.c \
+		src/durable_producer/buffer_agent/kafka/sole_batch.h \
 		src/durable_producer/buffer_agent/wal/_frame_scan.c \
 		src/durable_producer/buffer_agent/forward/_number_frames.c
 	$(PYTHON) -m venv $(VENV)

@@ -9,6 +9,10 @@ merging small ones.
 
 from setuptools import Extension, setup
 
+SHARED_HEADERS = "src/durable_producer/buffer_agent/kafka"
+SOLE_BATCH_H = f"{SHARED_HEADERS}/sole_batch.h"
+"""The one-batch check both the batch merge and the frame numbering compile in."""
+
 setup(
     ext_modules=[
         Extension(
@@ -26,12 +30,16 @@ setup(
         Extension(
             "durable_producer.buffer_agent.kafka._batch_merge",
             ["src/durable_producer/buffer_agent/kafka/_batch_merge.c"],
+            include_dirs=[SHARED_HEADERS],
+            depends=[SOLE_BATCH_H],
             extra_compile_args=["-O2"],
             optional=True,
         ),
         Extension(
             "durable_producer.buffer_agent.forward._number_frames",
             ["src/durable_producer/buffer_agent/forward/_number_frames.c"],
+            include_dirs=[SHARED_HEADERS],
+            depends=[SOLE_BATCH_H],
             extra_compile_args=["-O2"],
             optional=True,
         ),

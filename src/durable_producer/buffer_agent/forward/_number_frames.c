@@ -5,23 +5,26 @@
  * tests/unit/buffer_agent/forward/test_number_frames.py compares the two on random runs. For
  * each frame from ``start`` (a WAL Frame tuple: offset, topic, partition, payload,
  * record_count, appended_ms) it stops, without judging, at the first that is not on the main
- * line: an offset below ``plain_from``, a payload that is not one client batch (``sole_batch``
- * says None), or a partition without its queue in ``queues``. Otherwise it numbers the frame
+ * line: an offset below ``plain_from``, a payload that is not one client batch (sole_batch.h's
+ * check, asked here without a call or a tuple; ``sole_batch`` in the reference), or a
+ * partition without its queue in ``queues``. Otherwise it numbers the frame
  * as PartitionQueue.add does: the queue's ``next_sequence`` becomes (sequence + records) modulo
  * ``sequence_limit``, and the Pending tuple (offset, batch, records, sequence, attributes,
  * 0, False, appended_ms) goes at the end of the queue's ``frames``. A Pending that holds only
  * ints and bytes is untracked by the garbage collector at once, as CPython's collector would
  * untrack it at its first collection (``untrackable``: CPython's own rule).
  *
- * Whatever ``sole_batch`` or the queues' attributes run (Python code, in a test), nothing used
- * here is borrowed across it: the frame, each slot's topic and queue are held.
+ * Whatever the queues' attributes or their frames' ``append`` run (Python code, in a test),
+ * nothing used here is borrowed across it: the frame, each slot's topic and queue are held.
  *
  * Returns (stop, records, bytes): where it stopped (len(frames) when it numbered them all),
- * the records and payload bytes of the frames it numbered. Any exception (from sole_batch,
- * an attribute, a value out of range) is raised as it is.
+ * the records and payload bytes of the frames it numbered. Any exception (from an attribute,
+ * an append, a value out of range) is raised as it is.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+
+#include "sole_batch.h"
 
 #define FRAME_FIELDS 6
 #define PENDING_FIELDS 8
@@ -140,25 +143,23 @@ static int write_back(Slots *slots) {
 
 /* Number one main-line frame: the Pending tuple to ``append``, ``*next`` moved on. 0, or -1
  * with an exception. */
-static int number_one(PyObject *append, long long *next, PyObject *frame, PyObject *sole,
-                      long long limit, long long *records_out) {
-    PyObject *records = PyTuple_GET_ITEM(sole, 0);
-    PyObject *attributes = PyTuple_GET_ITEM(sole, 1);
-    long long count = PyLong_AsLongLong(records);
-    if (count == -1 && PyErr_Occurred()) return -1;
-    PyObject *sequence = PyLong_FromLongLong(*next);
-    if (sequence == NULL) return -1;
+static int number_one(PyObject *append, long long *next, PyObject *frame, int32_t count,
+                      int16_t attributes, long long limit) {
     PyObject *pending = PyTuple_New(PENDING_FIELDS);
-    if (pending == NULL) {
-        Py_DECREF(sequence);
+    if (pending == NULL) return -1;
+    PyObject *made[3] = {PyLong_FromLong(count), PyLong_FromLongLong(*next),
+                         PyLong_FromLong(attributes)}; /* records, sequence, attributes */
+    if (made[0] == NULL || made[1] == NULL || made[2] == NULL) {
+        for (int i = 0; i < 3; i++) Py_XDECREF(made[i]);
+        Py_DECREF(pending);
         return -1;
     }
     PyObject *items[PENDING_FIELDS] = {
-        PyTuple_GET_ITEM(frame, 0), PyTuple_GET_ITEM(frame, 3), records, sequence,
-        attributes, zero, Py_False, PyTuple_GET_ITEM(frame, 5),
+        PyTuple_GET_ITEM(frame, 0), PyTuple_GET_ITEM(frame, 3), made[0], made[1],
+        made[2], zero, Py_False, PyTuple_GET_ITEM(frame, 5),
     };
     for (int i = 0; i < PENDING_FIELDS; i++) {
-        if (i != 3) Py_INCREF(items[i]); /* ``sequence`` is ours already */
+        if (i < 2 || i > 4) Py_INCREF(items[i]); /* those made here are ours already */
         PyTuple_SET_ITEM(pending, i, items[i]);
     }
     if (untrackable(pending)) PyObject_GC_UnTrack(pending);
@@ -167,7 +168,6 @@ static int number_one(PyObject *append, long long *next, PyObject *frame, PyObje
     if (done == NULL) return -1;
     Py_DECREF(done);
     *next = py_mod(*next + count, limit);
-    *records_out = count;
     return 0;
 }
 
@@ -191,58 +191,56 @@ static Slot *slot_for(Slots *slots, PyObject *queues, PyObject *frame, int *stop
     return slot_of_queue(slots, queue, topic, partition);
 }
 
+/* Whether ``payload`` (bytes, or any buffer) is one client batch (sole_batch.h): 1 with its
+ * count, attributes and length set, 0 when not, -1 with an exception (not a buffer). */
+static int sole_batch_of(PyObject *payload, int32_t *count, int16_t *attributes,
+                         Py_ssize_t *size) {
+    if (PyBytes_CheckExact(payload)) {
+        *size = PyBytes_GET_SIZE(payload);
+        return read_sole_batch((const unsigned char *)PyBytes_AS_STRING(payload), (size_t)*size,
+                               count, attributes);
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(payload, &view, PyBUF_SIMPLE) < 0) return -1;
+    *size = view.len;
+    int sole = read_sole_batch(view.buf, (size_t)view.len, count, attributes);
+    PyBuffer_Release(&view);
+    return sole;
+}
+
 /* One frame (held by the caller): 1 numbered (its records and bytes added to the totals), 0 not
  * on the main line, -1 with an exception. */
-static int number_frame(Slots *slots, PyObject *queues, PyObject *frame, PyObject *sole_batch,
-                        long long plain_from, long long limit, long long *total_records,
-                        long long *total_bytes) {
+static int number_frame(Slots *slots, PyObject *queues, PyObject *frame, long long plain_from,
+                        long long limit, long long *total_records, long long *total_bytes) {
     if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < FRAME_FIELDS) return 0;
     long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(frame, 0));
     if (offset == -1 && PyErr_Occurred()) return -1;
     if (offset < plain_from) return 0;
-    PyObject *payload = PyTuple_GET_ITEM(frame, 3);
-    PyObject *sole = PyObject_CallOneArg(sole_batch, payload);
-    if (sole == NULL) return -1;
-    if (sole == Py_None) {
-        Py_DECREF(sole);
-        return 0;
-    }
-    if (!PyTuple_Check(sole) || PyTuple_GET_SIZE(sole) != 2) {
-        Py_DECREF(sole);
-        PyErr_SetString(PyExc_TypeError, "sole_batch must return (records, attributes)");
-        return -1;
-    }
+    int32_t count;
+    int16_t attributes;
+    Py_ssize_t size;
+    int sole = sole_batch_of(PyTuple_GET_ITEM(frame, 3), &count, &attributes, &size);
+    if (sole <= 0) return sole;
     int stop = 0;
     Slot *slot = slot_for(slots, queues, frame, &stop);
     if (slot == NULL && !stop && !PyErr_Occurred()) {
         /* every slot taken: write them back, and start again with this frame's */
-        if (write_back(slots) < 0) {
-            Py_DECREF(sole);
-            return -1;
-        }
+        if (write_back(slots) < 0) return -1;
         slot = slot_for(slots, queues, frame, &stop);
     }
-    if (slot == NULL) {
-        Py_DECREF(sole);
-        return stop ? 0 : -1;
-    }
-    long long records = 0;
-    int failed = number_one(slot->append, &slot->next, frame, sole, limit, &records);
-    Py_DECREF(sole);
-    if (failed) return -1;
-    Py_ssize_t size = PyBytes_Check(payload) ? PyBytes_GET_SIZE(payload) : PyObject_Size(payload);
-    if (size < 0) return -1;
-    *total_records += records;
+    if (slot == NULL) return stop ? 0 : -1;
+    if (number_one(slot->append, &slot->next, frame, count, attributes, limit) < 0) return -1;
+    *total_records += count;
     *total_bytes += size;
     return 1;
 }
 
 static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
-    PyObject *frames, *queues, *sole_batch;
+    PyObject *frames, *queues;
     Py_ssize_t start;
     long long plain_from, limit;
-    if (!PyArg_ParseTuple(args, "O!nO!LOL", &PyList_Type, &frames, &start, &PyDict_Type, &queues,
-                          &plain_from, &sole_batch, &limit))
+    if (!PyArg_ParseTuple(args, "O!nO!LL", &PyList_Type, &frames, &start, &PyDict_Type, &queues,
+                          &plain_from, &limit))
         return NULL;
     if (limit <= 0) {
         PyErr_SetString(PyExc_ValueError, "sequence_limit must be positive");
@@ -255,9 +253,9 @@ static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     int numbered = 1;
     for (; index < PyList_GET_SIZE(frames); index++) {
         PyObject *frame = PyList_GET_ITEM(frames, index);
-        Py_INCREF(frame); /* the list could change under sole_batch's code */
-        numbered = number_frame(&slots, queues, frame, sole_batch, plain_from, limit,
-                                &total_records, &total_bytes);
+        Py_INCREF(frame); /* the list could change under an attribute's or an append's code */
+        numbered = number_frame(&slots, queues, frame, plain_from, limit, &total_records,
+                                &total_bytes);
         Py_DECREF(frame);
         if (numbered != 1) break;
     }
@@ -362,7 +360,7 @@ static PyMethodDef methods[] = {
      "PartitionQueue._take_frames merges into one batch, popped from the deque's left, as "
      "partition_queue.take_run_python does."},
     {"number_frames", number_frames, METH_VARARGS,
-     "number_frames(frames, start, queues, plain_from, sole_batch, sequence_limit) -> (stop, "
+     "number_frames(frames, start, queues, plain_from, sequence_limit) -> (stop, "
      "records, bytes): number the main-line frames from start into their queues, as "
      "partition_queue.number_frames_python does."},
     {NULL, NULL, 0, NULL},

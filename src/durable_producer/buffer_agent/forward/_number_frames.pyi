@@ -1,4 +1,3 @@
-from collections.abc import Callable
 from typing import Any
 
 def number_frames(
@@ -6,7 +5,6 @@ def number_frames(
     start: int,
     queues: dict[tuple[str, int], Any],
     plain_from: int,
-    sole_batch: Callable[[bytes | memoryview], tuple[int, int] | None],
     sequence_limit: int,
     /,
 ) -> tuple[int, int, int]: ...

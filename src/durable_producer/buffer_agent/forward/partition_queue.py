@@ -446,7 +446,7 @@ def number_frames(
     one-record frame this loop was a third of the forwarder's own work (docs/benchmarks.md)."""
     if _compiled_number_frames is None:
         return number_frames_python(frames, start, queues, plain_from)
-    return _compiled_number_frames(frames, start, queues, plain_from, sole_batch, SEQUENCE_LIMIT)
+    return _compiled_number_frames(frames, start, queues, plain_from, SEQUENCE_LIMIT)
 
 
 def number_frames_python(

@@ -11,13 +11,16 @@
  * A record: length (varint), attributes (int8), timestampDelta (varlong), offsetDelta (varint),
  * then key, value and headers (copied as they are).
  *
- * Also sole_batch: the record count and attributes of a stored frame that is one batch (the
- * forwarder's per-frame question; record_batch.sole_batch_python is the reference).
+ * Also sole_batch: the record count and attributes of a stored frame that is one batch
+ * (record_batch.sole_batch_python is the reference; the check is sole_batch.h's, which
+ * _number_frames.c asks of each frame it numbers without this call).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "sole_batch.h"
 
 #define HEADER_SIZE 61
 
@@ -167,8 +170,7 @@ done:
 
 /* sole_batch(data): (record count, attributes) when data is exactly one v2 batch whose header
  * record_batch.parse_batch_header accepts, else None: record_batch.sole_batch, the reference,
- * says what it is. The forwarder asks this of every frame it reads: a call here costs a tenth
- * of the Python one. */
+ * says what it is. A call here costs a tenth of the Python one. */
 static PyObject *sole_batch(PyObject *module, PyObject *arg) {
     Py_buffer view;
     const unsigned char *p;
@@ -183,19 +185,11 @@ static PyObject *sole_batch(PyObject *module, PyObject *arg) {
         n = view.len;
         release = 1;
     }
-    PyObject *result = NULL;
-    if (n >= HEADER_SIZE) {
-        int32_t length = be32(p + 8);
-        int32_t count = be32(p + 57);
-        int16_t attributes = (int16_t)(((uint16_t)p[21] << 8) | p[22]);
-        if (p[16] == 2 && (int64_t)length + 12 == (int64_t)n && length >= HEADER_SIZE - 12
-            && count >= 0)
-            result = Py_BuildValue("(ii)", (int)count, (int)attributes);
-        else
-            result = Py_NewRef(Py_None);
-    } else {
-        result = Py_NewRef(Py_None);
-    }
+    int32_t count;
+    int16_t attributes;
+    PyObject *result = read_sole_batch(p, (size_t)n, &count, &attributes)
+                           ? Py_BuildValue("(ii)", (int)count, (int)attributes)
+                           : Py_NewRef(Py_None);
     if (release) PyBuffer_Release(&view);
     return result;
 }

@@ -16,22 +16,26 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from typing import cast
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from durable_producer.buffer_agent.forward import partition_queue
 from durable_producer.buffer_agent.forward.partition_queue import (
     SEQUENCE_LIMIT,
     NumberFrames,
     PartitionQueue,
+    Pending,
     number_all,
     number_frames,
     number_frames_python,
 )
-from durable_producer.buffer_agent.kafka.record_batch import sole_batch
+from durable_producer.buffer_agent.kafka.record_batch import sole_batch_python
 from durable_producer.buffer_agent.wal import Frame
 from support.batch_builder import SampleRecord, build_batch
 
@@ -43,6 +47,11 @@ BATCHES = {
 }
 TWO_BATCHES = BATCHES[1] + BATCHES[2]  # an older agent's frame of several: not one batch
 GARBAGE = b"\x00" * 70
+# One batch's header but not one batch as the agent stores it: the check's other refusals.
+MAGIC_1 = BATCHES[1][:16] + b"\x01" + BATCHES[1][17:]
+CUT_SHORT = BATCHES[2][:-1]  # its batchLength says one byte more
+NEGATIVE_COUNT = BATCHES[1][:57] + b"\xff\xff\xff\xff" + BATCHES[1][61:]
+HEADER_ONLY = BATCHES[1][:61]  # batchLength says more than the header
 
 
 Queues = dict[tuple[str, int], PartitionQueue]
@@ -71,7 +80,9 @@ def state(queues: Queues) -> dict[tuple[str, int], tuple[int, list[object]]]:
 frame_strategy = st.tuples(
     st.sampled_from(["a", "b", "topic-c"]),
     st.sampled_from([0, 1, 2, 255, 256, 1000, 70000]),
-    st.sampled_from(["one", "two", "five", "several", "garbage"]),
+    st.sampled_from(
+        ["one", "two", "five", "several", "garbage", "magic1", "short", "negative", "header"]
+    ),
     st.booleans(),  # below plain_from
 )
 
@@ -90,14 +101,17 @@ def test_compiled_numbering_matches_the_reference(
     for offset, (topic, partition, kind, early) in enumerate(specs):
         payload = {
             "one": BATCHES[1], "two": BATCHES[2], "five": BATCHES[5], "several": TWO_BATCHES,
-            "garbage": GARBAGE,
+            "garbage": GARBAGE, "magic1": MAGIC_1, "short": CUT_SHORT,
+            "negative": NEGATIVE_COUNT, "header": HEADER_ONLY,
         }[kind]
         at = offset + (0 if early else plain_from)
         # Topic strings made anew per frame, as across frame-scan calls: found by value.
         frames.append(Frame(at, "".join(topic), partition, payload, 1, 5_000 + offset))
     keys = {(topic, partition) for topic, partition, _, _ in specs} - missing
     reference, ours = queues_for(keys, start), queues_for(keys, start)
-    expected = run_all(number_frames_python, frames, reference, plain_from)
+    # The reference asks the Python sole_batch: the compiled one shares the C code's check.
+    with patch.object(partition_queue, "sole_batch", sole_batch_python):
+        expected = run_all(number_frames_python, frames, reference, plain_from)
     assert run_all(number_frames, frames, ours, plain_from) == expected
     assert state(ours) == state(reference)
 
@@ -124,48 +138,72 @@ def test_a_pending_of_ints_and_bytes_is_left_untracked_by_the_collector() -> Non
     assert gc.is_tracked(viewed)  # a memoryview is a container: left to the collector
 
 
-def test_an_error_keeps_the_numbers_given_before_it() -> None:
-    calls = 0
+class HookedFrames(deque[Pending]):
+    """A queue's ``frames`` whose ``append`` runs ``hook`` first: Python code run from inside
+    the compiled numbering (the forwarder's queues hold a plain deque)."""
 
-    def failing_sole_batch(payload: bytes | memoryview) -> tuple[int, int] | None:
-        nonlocal calls
-        calls += 1
+    def __init__(self, hook: Callable[[int], None]) -> None:
+        super().__init__()
+        self.hook = hook
+        self.calls = 0
+
+    def append(self, pending: Pending) -> None:
+        self.calls += 1
+        self.hook(self.calls)
+        super().append(pending)
+
+
+def test_an_error_keeps_the_numbers_given_before_it() -> None:
+    def failing(calls: int) -> None:
         if calls == 3:
             raise RuntimeError("boom")
-        return sole_batch(payload)
 
     queues = queues_for([("t", 0)], 10)
+    queue = queues[("t", 0)]
+    queue.frames = HookedFrames(failing)
     frames = [Frame(offset, "t", 0, BATCHES[5], 5, 0) for offset in range(4)]
     with pytest.raises(RuntimeError, match="boom"):
-        compiled.number_frames(frames, 0, queues, 0, failing_sole_batch, SEQUENCE_LIMIT)
-    queue = queues[("t", 0)]
+        compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
     assert [frame[3] for frame in queue.frames] == [10, 15]
     assert queue.next_sequence == 20
 
 
 def test_refuses_a_limit_that_is_no_limit() -> None:
     with pytest.raises(ValueError, match="sequence_limit"):
-        compiled.number_frames([], 0, {}, 0, sole_batch, 0)
+        compiled.number_frames([], 0, {}, 0, 0)
+
+
+def test_a_payload_that_is_no_buffer_is_a_type_error_not_a_crash() -> None:
+    queues = queues_for([("t", 0)], 0)
+    frames = [Frame(0, "t", 0, BATCHES[1], 1, 0), Frame(1, "t", 0, cast(bytes, 12), 1, 0)]
+    with pytest.raises(TypeError):
+        compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
+    assert queues[("t", 0)].next_sequence == 1  # the first frame keeps its number
 
 
 def test_the_forwarder_numbers_with_the_compiled_code_where_built() -> None:
-    from durable_producer.buffer_agent.forward import partition_queue
-
     assert partition_queue._compiled_number_frames is compiled.number_frames
 
 
 # ----------------------------------------------------------------- Python code run from C
 # The forwarder's own callers never change the frames or the queues while the numbering runs
-# (its sole_batch is compiled, its queues plain). These hold the C code to what Python code
-# may do from inside the call anyway (a sole_batch or an attribute written in Python): no
+# (its queues are plain, their frames a deque). These hold the C code to what Python code may
+# do from inside the call anyway (an attribute or a frames' append written in Python): no
 # object it uses is borrowed across such code. A crash is a segfault: run in a child.
 
 CHILD_PRELUDE = """
 from durable_producer.buffer_agent.forward import _number_frames as compiled
 from durable_producer.buffer_agent.forward.partition_queue import PartitionQueue, SEQUENCE_LIMIT
-from durable_producer.buffer_agent.kafka.record_batch import sole_batch
 from durable_producer.buffer_agent.wal import Frame
 from support.batch_builder import SampleRecord, build_batch
+from collections import deque
+class HookedFrames(deque):  # a queue's frames whose append runs hook() first
+    def __init__(self, hook):
+        super().__init__()
+        self.hook = hook
+    def append(self, pending):
+        self.hook()
+        super().append(pending)
 BATCH = build_batch([SampleRecord(None, b"v", 1000)])
 HELD = []
 def churn():  # take the freed memory: frame-sized tuples, payload-sized bytes, kept alive
@@ -187,21 +225,22 @@ def run_child(code: str) -> str:
     return done.stdout.strip()
 
 
-def test_frames_emptied_by_sole_batch_are_still_numbered_whole() -> None:
+def test_frames_emptied_by_an_append_are_still_numbered_whole() -> None:
     out = run_child(
         """
         key = ("t", 0)
         queues = {key: PartitionQueue(key, 9, 1, 0)}
         frames = [Frame(0, "".join(["t"]), 0, bytes(bytearray(BATCH)), 1, 5)]
-        def emptying(payload):
+        def emptying():
             frames.clear()  # the only reference to the frame, its topic and payload
             churn()
-            return sole_batch(payload)
-        print(compiled.number_frames(frames, 0, queues, 0, emptying, SEQUENCE_LIMIT))
+        queues[key].frames = HookedFrames(emptying)
+        print(compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT))
         print(queues[key].next_sequence, [pending[0] for pending in queues[key].frames])
+        print(bytes(queues[key].frames[0][1]) == BATCH)
         """
     )
-    assert out.splitlines() == ["(1, 1, 69)", "1 [0]"]
+    assert out.splitlines() == ["(1, 1, 69)", "1 [0]", "True"]
 
 
 def test_a_queue_dropped_by_its_own_attribute_is_not_used_after_it_is_freed() -> None:
@@ -222,7 +261,7 @@ def test_a_queue_dropped_by_its_own_attribute_is_not_used_after_it_is_freed() ->
                 self.numbered = value
         queues = {("t", 0): Dropping()}
         frames = [Frame(0, "t", 0, BATCH, 1, 5)]
-        print(compiled.number_frames(frames, 0, queues, 0, sole_batch, SEQUENCE_LIMIT))
+        print(compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT))
         """
     )
     assert out == "(1, 1, 69)"
@@ -235,27 +274,24 @@ def test_a_topic_freed_mid_call_is_not_taken_for_a_new_one_at_its_address() -> N
         Frame(1, "topic-b", 0, BATCHES[1], 1, 0),
         None,
     ]
-    calls = 0
 
-    def replacing(payload: bytes | memoryview) -> tuple[int, int] | None:
-        nonlocal calls
-        calls += 1
-        if calls == 2:  # frees frame 0's topic; a string of its size may take its place
+    def replacing(calls: int) -> None:
+        if calls == 1:  # frees frame 0's topic; a string of its size may take its place
             frames[0] = None
             frames[2] = Frame(2, "".join(["topic-", "b"]), 0, BATCHES[1], 1, 0)
-        return sole_batch(payload)
 
-    stop = compiled.number_frames(frames, 0, queues, 0, replacing, SEQUENCE_LIMIT)
+    queues[("topic-a", 0)].frames = HookedFrames(replacing)
+    stop = compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
     assert stop == (3, 3, 3 * len(BATCHES[1]))
     assert [pending[0] for pending in queues[("topic-a", 0)].frames] == [0]
     assert [pending[0] for pending in queues[("topic-b", 0)].frames] == [1, 2]
 
 
 def test_a_pending_holding_a_container_stays_tracked_by_the_collector() -> None:
-    attributes: dict[str, object] = {}  # untracked while empty, tracked once it holds one
-    assert not gc.is_tracked(attributes)
+    appended_ms: dict[str, object] = {}  # untracked while empty, tracked once it holds one
+    assert not gc.is_tracked(appended_ms)
     queues = queues_for([("t", 0)], 0)
-    frames = [Frame(0, "t", 0, BATCHES[1], 1, 0)]
-    compiled.number_frames(frames, 0, queues, 0, lambda _: (1, attributes), SEQUENCE_LIMIT)
+    frames = [Frame(0, "t", 0, BATCHES[1], 1, cast(int, appended_ms))]
+    compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
     (pending,) = queues[("t", 0)].frames
     assert gc.is_tracked(pending)  # as CPython keeps a tuple holding a dict: a cycle may pass
