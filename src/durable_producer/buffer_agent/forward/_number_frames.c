@@ -235,7 +235,7 @@ static int number_frame(Slots *slots, PyObject *queues, PyObject *frame, long lo
     return 1;
 }
 
-static PyObject *number_frames(PyObject *Py_UNUSED(module), PyObject *args) {
+static PyObject *number_sole_batches(PyObject *Py_UNUSED(module), PyObject *args) {
     PyObject *frames, *queues;
     Py_ssize_t start;
     long long plain_from, limit;
@@ -359,8 +359,8 @@ static PyMethodDef methods[] = {
      "take_run(frames, max_bytes, spare) -> (taken, batches, records, stored): the frames "
      "PartitionQueue._take_frames merges into one batch, popped from the deque's left, as "
      "partition_queue.take_run_python does."},
-    {"number_frames", number_frames, METH_VARARGS,
-     "number_frames(frames, start, queues, plain_from, sequence_limit) -> (stop, "
+    {"number_sole_batches", number_sole_batches, METH_VARARGS,
+     "number_sole_batches(frames, start, queues, plain_from, sequence_limit) -> (stop, "
      "records, bytes): number the main-line frames from start into their queues, as "
      "partition_queue.number_frames_python does."},
     {NULL, NULL, 0, NULL},

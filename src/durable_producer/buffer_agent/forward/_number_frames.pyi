@@ -1,6 +1,6 @@
 from typing import Any
 
-def number_frames(
+def number_sole_batches(
     frames: list[Any],
     start: int,
     queues: dict[tuple[str, int], Any],

@@ -500,8 +500,9 @@ try:  # built from _number_frames.c by the package's build (optional: needs a C 
     from durable_producer.buffer_agent.forward import _number_frames as _compiled
 except ImportError:
     _compiled = None
-# Each entry on its own: a module built from an older _number_frames.c keeps number_frames.
-_compiled_number_frames = getattr(_compiled, "number_frames", None)
+# Each entry on its own: a module built from an older _number_frames.c keeps number_frames
+# (its entry was number_frames, which took the sole_batch to call: not this one's arguments).
+_compiled_number_frames = getattr(_compiled, "number_sole_batches", None)
 _compiled_take_run = getattr(_compiled, "take_run", None)
 
 

@@ -170,7 +170,7 @@ def sole_batch_python(data: bytes | memoryview) -> tuple[int, int] | None:
 
 sole_batch: Callable[[bytes | memoryview], tuple[int, int] | None]
 """``sole_batch_python``, compiled where the package's build could (0.05 instead of 0.5 us a
-call: the forwarder asks it of every frame it reads)."""
+call; the forwarder's numbering asks the same check of every frame in C, ``sole_batch.h``)."""
 try:  # built from _batch_merge.c by the package's build (optional: needs a C compiler)
     from durable_producer.buffer_agent.kafka._batch_merge import sole_batch
 except ImportError:

@@ -232,6 +232,10 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
     Py_ssize_t n = view.len;
     PyObject *frames = PyList_New(0);
     Topic topic = {NULL, NULL, -1};
+    /* The last append time made: frames appended in one millisecond (a busy log's most) share
+     * the int, made once. */
+    PyObject *appended = NULL;
+    uint64_t appended_ms = 0;
     FrameView frame;
     if (frames == NULL) goto fail;
     while (pos < n && PyList_GET_SIZE(frames) < max_frames && budget > 0) {
@@ -252,7 +256,11 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
             SET(2, PyLong_FromLong(frame.partition));
             SET(3, PyBytes_FromStringAndSize((const char *)frame.payload, frame.payload_length));
             SET(4, PyLong_FromUnsignedLong(frame.record_count));
-            SET(5, PyLong_FromUnsignedLongLong(frame.appended_ms));
+            if (appended == NULL || frame.appended_ms != appended_ms) {
+                Py_XSETREF(appended, PyLong_FromUnsignedLongLong(frame.appended_ms));
+                appended_ms = frame.appended_ms;
+            }
+            SET(5, Py_XNewRef(appended));
 #undef SET
             PyObject *made = as_tuple_of(frame_type, items);
             if (made == NULL) goto fail;
@@ -272,10 +280,12 @@ static PyObject *scan_frames(PyObject *Py_UNUSED(module), PyObject *args) {
         pos = frame.next;
     }
     Py_XDECREF(topic.text);
+    Py_XDECREF(appended);
     PyBuffer_Release(&view);
     return Py_BuildValue("(NnKn)", frames, pos, wanted, budget);
 fail:
     Py_XDECREF(topic.text);
+    Py_XDECREF(appended);
     Py_XDECREF(frames);
     PyBuffer_Release(&view);
     return NULL;

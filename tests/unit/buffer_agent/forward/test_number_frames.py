@@ -52,6 +52,9 @@ MAGIC_1 = BATCHES[1][:16] + b"\x01" + BATCHES[1][17:]
 CUT_SHORT = BATCHES[2][:-1]  # its batchLength says one byte more
 NEGATIVE_COUNT = BATCHES[1][:57] + b"\xff\xff\xff\xff" + BATCHES[1][61:]
 HEADER_ONLY = BATCHES[1][:61]  # batchLength says more than the header
+# Attributes the Pending must carry as the batch has them (the header's CRC is not the check's).
+GZIP = BATCHES[2][:21] + b"\x00\x01" + BATCHES[2][23:]
+ALL_BITS = BATCHES[1][:21] + b"\xff\xfe" + BATCHES[1][23:]  # a negative int16
 
 
 Queues = dict[tuple[str, int], PartitionQueue]
@@ -81,7 +84,8 @@ frame_strategy = st.tuples(
     st.sampled_from(["a", "b", "topic-c"]),
     st.sampled_from([0, 1, 2, 255, 256, 1000, 70000]),
     st.sampled_from(
-        ["one", "two", "five", "several", "garbage", "magic1", "short", "negative", "header"]
+        ["one", "two", "five", "several", "garbage", "magic1", "short", "negative", "header",
+         "gzip", "all-bits"]
     ),
     st.booleans(),  # below plain_from
 )
@@ -102,7 +106,7 @@ def test_compiled_numbering_matches_the_reference(
         payload = {
             "one": BATCHES[1], "two": BATCHES[2], "five": BATCHES[5], "several": TWO_BATCHES,
             "garbage": GARBAGE, "magic1": MAGIC_1, "short": CUT_SHORT,
-            "negative": NEGATIVE_COUNT, "header": HEADER_ONLY,
+            "negative": NEGATIVE_COUNT, "header": HEADER_ONLY, "gzip": GZIP, "all-bits": ALL_BITS,
         }[kind]
         at = offset + (0 if early else plain_from)
         # Topic strings made anew per frame, as across frame-scan calls: found by value.
@@ -163,26 +167,26 @@ def test_an_error_keeps_the_numbers_given_before_it() -> None:
     queue.frames = HookedFrames(failing)
     frames = [Frame(offset, "t", 0, BATCHES[5], 5, 0) for offset in range(4)]
     with pytest.raises(RuntimeError, match="boom"):
-        compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
+        compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT)
     assert [frame[3] for frame in queue.frames] == [10, 15]
     assert queue.next_sequence == 20
 
 
 def test_refuses_a_limit_that_is_no_limit() -> None:
     with pytest.raises(ValueError, match="sequence_limit"):
-        compiled.number_frames([], 0, {}, 0, 0)
+        compiled.number_sole_batches([], 0, {}, 0, 0)
 
 
 def test_a_payload_that_is_no_buffer_is_a_type_error_not_a_crash() -> None:
     queues = queues_for([("t", 0)], 0)
     frames = [Frame(0, "t", 0, BATCHES[1], 1, 0), Frame(1, "t", 0, cast(bytes, 12), 1, 0)]
     with pytest.raises(TypeError):
-        compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
+        compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT)
     assert queues[("t", 0)].next_sequence == 1  # the first frame keeps its number
 
 
 def test_the_forwarder_numbers_with_the_compiled_code_where_built() -> None:
-    assert partition_queue._compiled_number_frames is compiled.number_frames
+    assert partition_queue._compiled_number_frames is compiled.number_sole_batches
 
 
 # ----------------------------------------------------------------- Python code run from C
@@ -235,12 +239,36 @@ def test_frames_emptied_by_an_append_are_still_numbered_whole() -> None:
             frames.clear()  # the only reference to the frame, its topic and payload
             churn()
         queues[key].frames = HookedFrames(emptying)
-        print(compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT))
+        print(compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT))
         print(queues[key].next_sequence, [pending[0] for pending in queues[key].frames])
         print(bytes(queues[key].frames[0][1]) == BATCH)
         """
     )
     assert out.splitlines() == ["(1, 1, 69)", "1 [0]", "True"]
+
+
+def test_frames_emptied_by_a_queue_attribute_are_still_numbered_whole() -> None:
+    out = run_child(
+        """
+        from collections import deque
+        class Emptying:
+            def __init__(self):
+                self.next_sequence = 3
+                self.held = deque()
+            @property
+            def frames(self):
+                frames.clear()  # the only reference to the frame, its topic and payload
+                churn()
+                return self.held
+        key = ("".join(["t"]), 0)
+        queues = {key: Emptying()}
+        frames = [Frame(7, "".join(["t"]), 0, bytes(bytearray(BATCH)), 1, 5)]
+        print(compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT))
+        (pending,) = queues[key].held
+        print(pending[0], pending[3], pending[7], bytes(pending[1]) == BATCH)
+        """
+    )
+    assert out.splitlines() == ["(1, 1, 69)", "7 3 5 True"]
 
 
 def test_a_queue_dropped_by_its_own_attribute_is_not_used_after_it_is_freed() -> None:
@@ -261,7 +289,7 @@ def test_a_queue_dropped_by_its_own_attribute_is_not_used_after_it_is_freed() ->
                 self.numbered = value
         queues = {("t", 0): Dropping()}
         frames = [Frame(0, "t", 0, BATCH, 1, 5)]
-        print(compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT))
+        print(compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT))
         """
     )
     assert out == "(1, 1, 69)"
@@ -281,7 +309,7 @@ def test_a_topic_freed_mid_call_is_not_taken_for_a_new_one_at_its_address() -> N
             frames[2] = Frame(2, "".join(["topic-", "b"]), 0, BATCHES[1], 1, 0)
 
     queues[("topic-a", 0)].frames = HookedFrames(replacing)
-    stop = compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
+    stop = compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT)
     assert stop == (3, 3, 3 * len(BATCHES[1]))
     assert [pending[0] for pending in queues[("topic-a", 0)].frames] == [0]
     assert [pending[0] for pending in queues[("topic-b", 0)].frames] == [1, 2]
@@ -292,6 +320,6 @@ def test_a_pending_holding_a_container_stays_tracked_by_the_collector() -> None:
     assert not gc.is_tracked(appended_ms)
     queues = queues_for([("t", 0)], 0)
     frames = [Frame(0, "t", 0, BATCHES[1], 1, cast(int, appended_ms))]
-    compiled.number_frames(frames, 0, queues, 0, SEQUENCE_LIMIT)
+    compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT)
     (pending,) = queues[("t", 0)].frames
     assert gc.is_tracked(pending)  # as CPython keeps a tuple holding a dict: a cycle may pass
