@@ -26,14 +26,21 @@ class KillRun:
 
 
 def kill_under_load(
-    agent: AgentProcess, topic: str, partitions: int, rate: int, pauses: Iterable[float]
+    agent: AgentProcess,
+    topic: str,
+    partitions: int,
+    rate: int,
+    pauses: Iterable[float],
+    prefix: str = "",
 ) -> KillRun:
     """Two idempotent clients produce ``rate`` records a second each through the running
     ``agent``; after each pause it is SIGKILLed and restarted. The clients stop 2 s after the
     last restart; the agent is left running (count its possible duplicates once it stopped:
-    :func:`counted_possible_duplicates`)."""
+    :func:`counted_possible_duplicates`). ``prefix`` starts the clients' names (``c0``, ``c1``):
+    runs against one topic need names of their own."""
     loads = [
-        ProducerLoad(f"c{n}", agent.bootstrap, topic, partitions, rate).start() for n in range(2)
+        ProducerLoad(f"{prefix}c{n}", agent.bootstrap, topic, partitions, rate).start()
+        for n in range(2)
     ]
     try:
         for pause in pauses:

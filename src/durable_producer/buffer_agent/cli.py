@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import faulthandler
 import logging
 import os
 import sys
@@ -184,6 +186,11 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A crash in compiled code (the agent's C modules, librdkafka's threads) then prints every
+    # thread's Python stack to the process's stderr (the container's log) before it dies.
+    if sys.__stderr__ is not None:
+        with contextlib.suppress(OSError, ValueError):  # no file descriptor behind it
+            faulthandler.enable(sys.__stderr__, all_threads=True)
     try:
         args = build_parser().parse_args(argv)
     except SettingError as error:  # an environment variable argparse did not see

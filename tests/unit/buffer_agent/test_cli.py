@@ -1,6 +1,10 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +70,25 @@ def test_wal_inspect_tells_a_checkpoint_never_written_from_a_damaged_one(
     checkpoint.write_bytes(b"\x01" * len(checkpoint.read_bytes()))
     assert main(["wal", "inspect", str(directory)]) == 0
     assert "checkpoint:    CORRUPT" in capsys.readouterr().out
+
+
+def test_a_crash_in_compiled_code_prints_the_python_stack_of_the_agent(tmp_path: Path) -> None:
+    """The agent's CLI enables faulthandler: a segfault (here a read of address 0, as a bug in
+    a C module or a client library's thread would make) names where it happened."""
+    script = (
+        "import ctypes, sys\n"
+        "from durable_producer.buffer_agent.cli import main\n"
+        f"main(['wal', 'inspect', {str(tmp_path / 'missing')!r}])\n"
+        "def crash_in_compiled_code():\n"
+        "    ctypes.string_at(0)\n"
+        "crash_in_compiled_code()\n"
+    )
+    environment = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    environment["PYTHONPATH"] = os.pathsep.join(sys.path)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environment,
+        timeout=60,
+    )
+    assert done.returncode == -signal.SIGSEGV
+    assert "Fatal Python error: Segmentation fault" in done.stderr
+    assert "crash_in_compiled_code" in done.stderr

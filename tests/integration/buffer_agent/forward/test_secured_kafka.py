@@ -21,7 +21,7 @@ import pytest
 from durable_producer.local.agent_process import AgentProcess
 from support.agent_kills import counted_possible_duplicates, kill_under_load
 from support.broker import consume_all
-from support.cluster_load import grade
+from support.cluster_load import ProducerLoad, grade
 from support.kafka_clients import produce_values
 from support.kafka_fixtures import TopicFactory, started
 from support.secured_broker import USERS, SecuredBroker
@@ -211,16 +211,25 @@ def test_kill_9_under_load_through_sasl_loses_nothing_and_counts_what_it_cannot_
         secured_broker, tmp_path, "SASL_SSL", "SCRAM-SHA-512", USERS["writer"],
         "--checkpoint-interval", "1",
     )  # fmt: skip
+    loads: list[ProducerLoad] = []
+    unflushed: list[int] = []
     with agent:
-        run = kill_under_load(agent, topic, 3, 1000, (1.2, 0.7, 1.6, 0.9, 1.3))
+        # A kill finds frames sent and not yet confirmed only by chance (a forwarder that keeps
+        # up is idle between the clients' batches): without READ, kill again until a restart
+        # had some to ask about, so that the case this variant is for happens (at most 4 runs).
+        for attempt in range(4):
+            run = kill_under_load(agent, topic, 3, 1000, (1.2, 0.7, 1.6, 0.9, 1.3), f"r{attempt}")
+            loads += run.loads
+            unflushed += run.unflushed
+            if "READ" in acls or "DescribeProducers on" in agent.log_path.read_text():
+                break
         assert agent.stop(timeout=90) == 0, agent.log_tail()
-    loads, unflushed = run.loads, run.unflushed
     counted = counted_possible_duplicates(agent)
     log = (tmp_path / "agent.log").read_text()
     consumed = consume_all(secured_broker.bootstrap, topic, timeout=120, idle=3)
     result = grade(consumed, loads)
     print(f"\nACLs {acls}: {result.summary()}; counted possible {counted:.0f}")
-    assert unflushed == [0, 0]
+    assert not any(unflushed)
     assert result.acknowledged > 5000
     assert not result.lost and not result.damaged and not result.unexpected
     assert result.duplicates <= counted
