@@ -22,8 +22,6 @@
 
 #include "sole_batch.h"
 
-#define HEADER_SIZE 61
-
 static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
 
 static int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
@@ -58,10 +56,6 @@ static int64_t be64(const unsigned char *p) {
     return (int64_t)v;
 }
 
-static int32_t be32(const unsigned char *p) {
-    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
-}
-
 static void put64(unsigned char *p, int64_t value) {
     uint64_t v = (uint64_t)value;
     for (int i = 7; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
@@ -83,27 +77,27 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
         PyErr_SetString(PyExc_ValueError, "merge_batches needs at least one batch");
         goto done;
     }
-    Py_ssize_t capacity = HEADER_SIZE;
+    Py_ssize_t capacity = BATCH_HEADER_SIZE;
     for (; got < n; got++) {
         if (PyObject_GetBuffer(PySequence_Fast_GET_ITEM(seq, got), &views[got], PyBUF_SIMPLE) < 0)
             goto done;
-        if (views[got].len < HEADER_SIZE) {
+        if (views[got].len < BATCH_HEADER_SIZE) {
             PyErr_SetString(PyExc_ValueError, "a batch is shorter than its header");
             goto done;
         }
         /* a record's new framing takes at most 10 + 1 + 10 + 5 bytes and its old one at least
          * 4: 24 spare bytes a record always suffice. */
-        int32_t count = be32((const unsigned char *)views[got].buf + 57);
+        int32_t count = batch_be32((const unsigned char *)views[got].buf + 57);
         if (count < 0) {
             PyErr_SetString(PyExc_ValueError, "a batch has a negative record count");
             goto done;
         }
-        capacity += views[got].len - HEADER_SIZE + (Py_ssize_t)count * 24;
+        capacity += views[got].len - BATCH_HEADER_SIZE + (Py_ssize_t)count * 24;
     }
     result = PyBytes_FromStringAndSize(NULL, capacity);
     if (result == NULL) goto done;
     unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
-    unsigned char *w = out + HEADER_SIZE;
+    unsigned char *w = out + BATCH_HEADER_SIZE;
     const unsigned char *first = views[0].buf;
     int64_t base_ts = be64(first + 27);
     int64_t max_ts = INT64_MIN;
@@ -114,8 +108,8 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
         int64_t batch_ts = be64(batch + 27);
         int64_t batch_max = be64(batch + 35);
         if (batch_max > max_ts) max_ts = batch_max;
-        int32_t count = be32(batch + 57);
-        const unsigned char *p = batch + HEADER_SIZE;
+        int32_t count = batch_be32(batch + 57);
+        const unsigned char *p = batch + BATCH_HEADER_SIZE;
         for (int32_t r = 0; r < count; r++) {
             uint64_t length_raw, ts_raw, od_raw;
             p = read_uvarint(p, end, &length_raw);
@@ -147,7 +141,7 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
         if (p != end) goto malformed;
     }
     Py_ssize_t size = w - out;
-    memcpy(out, first, HEADER_SIZE);
+    memcpy(out, first, BATCH_HEADER_SIZE);
     put64(out, 0);                          /* base offset */
     put32(out + 8, (int32_t)(size - 12));   /* batch length */
     put32(out + 12, -1);                    /* partition leader epoch */

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Protocol
 
 from durable_producer.buffer_agent.volume.format import (
+    FRAME_PREFIX,
     HEADER_SIZE,
     PREFIX_SIZE,
     SEGMENT_HEADER_SIZE,
@@ -208,7 +209,7 @@ class WalReader:
         length = min(view.visible_end - self._position, _READ_CHUNK, max(budget, HEADER_SIZE))
         data = os.pread(self._fd, length, self._position)
         if len(data) >= PREFIX_SIZE:
-            whole = PREFIX_SIZE + int.from_bytes(data[4:8], "big")
+            whole = _frame_end(data, 0)
             if whole > len(data) and self._position + whole <= view.visible_end:
                 data = os.pread(self._fd, whole, self._position)
         self._chunk, self._chunk_at = data, self._position
@@ -220,6 +221,11 @@ def _whole_frame_in(data: bytes, start: int) -> bool:
     header is asked for whole even where a damaged length says less: with fewer bytes the
     read stops short of judging the frame, and a reader that kept such a chunk would stop at
     the same place again at every try."""
-    if start + HEADER_SIZE > len(data):
-        return False
-    return start + PREFIX_SIZE + int.from_bytes(data[start + 4 : start + 8], "big") <= len(data)
+    return start + HEADER_SIZE <= len(data) and _frame_end(data, start) <= len(data)
+
+
+def _frame_end(data: bytes, start: int) -> int:
+    """Where the frame at ``start`` ends by the length its prefix gives (whole prefix
+    needed; the length may be damaged: nothing here checks it)."""
+    body_length: int = FRAME_PREFIX.unpack_from(data, start)[1]
+    return start + PREFIX_SIZE + body_length
