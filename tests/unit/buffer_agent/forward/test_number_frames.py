@@ -295,24 +295,46 @@ def test_a_queue_dropped_by_its_own_attribute_is_not_used_after_it_is_freed() ->
     assert out == "(1, 1, 69)"
 
 
-def test_a_topic_freed_mid_call_is_not_taken_for_a_new_one_at_its_address() -> None:
+class NotedTopic(str):
+    """A topic that notes, in ``freed``, at which append (of ``appends``) it was freed."""
+
+    freed: list[int] = []
+    appends = [0]
+
+    def __del__(self) -> None:
+        NotedTopic.freed.append(NotedTopic.appends[0])
+
+
+def test_a_topic_let_go_mid_call_is_held_while_its_address_is_compared() -> None:
+    # The slots compare topics by identity, so each slot holds its topic until the call ends:
+    # a topic freed mid-call would leave its address to the next string, which would then
+    # be numbered in the freed topic's queue. Frame 0 (topic-a) is let go at its append and
+    # new topic-b frames are made at frame 1's; topic-a must outlive the call's last append.
+    NotedTopic.freed.clear()
+    NotedTopic.appends[0] = 0
     queues = queues_for([("topic-a", 0), ("topic-b", 0)], 0)
+    more = 20
     frames: list[Frame | None] = [
-        Frame(0, "".join(["topic-", "a"]), 0, BATCHES[1], 1, 0),
+        Frame(0, NotedTopic("topic-a"), 0, BATCHES[1], 1, 0),
         Frame(1, "topic-b", 0, BATCHES[1], 1, 0),
-        None,
+        *[None] * more,
     ]
 
-    def replacing(calls: int) -> None:
-        if calls == 1:  # frees frame 0's topic; a string of its size may take its place
+    def replacing(_calls: int) -> None:
+        NotedTopic.appends[0] += 1
+        if NotedTopic.appends[0] == 1:  # frame 0's: the call holds it until this returns
             frames[0] = None
-            frames[2] = Frame(2, "".join(["topic-", "b"]), 0, BATCHES[1], 1, 0)
+        elif NotedTopic.appends[0] == 2:
+            for index in range(2, 2 + more):
+                frames[index] = Frame(index, "".join(("topic-", "b")), 0, BATCHES[1], 1, 0)
 
-    queues[("topic-a", 0)].frames = HookedFrames(replacing)
+    for queue in queues.values():
+        queue.frames = HookedFrames(replacing)
     stop = compiled.number_sole_batches(frames, 0, queues, 0, SEQUENCE_LIMIT)
-    assert stop == (3, 3, 3 * len(BATCHES[1]))
+    assert NotedTopic.freed == [2 + more]  # once, after the last append: not mid-call
+    assert stop == (2 + more, 2 + more, (2 + more) * len(BATCHES[1]))
     assert [pending[0] for pending in queues[("topic-a", 0)].frames] == [0]
-    assert [pending[0] for pending in queues[("topic-b", 0)].frames] == [1, 2]
+    assert [pending[0] for pending in queues[("topic-b", 0)].frames] == list(range(1, 2 + more))
 
 
 def test_a_pending_holding_a_container_stays_tracked_by_the_collector() -> None:
