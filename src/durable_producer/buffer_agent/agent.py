@@ -42,7 +42,7 @@ from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
 from durable_producer.buffer_agent.ingest.server import IngestServer
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
-from durable_producer.buffer_agent.kafka.cluster_metadata import cluster_metadata_source
+from durable_producer.buffer_agent.kafka.cluster_metadata import ClusterMetadataSource
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 from durable_producer.buffer_agent.settings import AgentSettings
 from durable_producer.buffer_agent.volume.space import (
@@ -251,21 +251,24 @@ class BufferAgent:
             raise port_unusable(
                 "--metrics-listen", agent.metrics_host, agent.metrics_port, error
             ) from None
+        source = ClusterMetadataSource(self.client_config)
         try:
-            return await self._serve(metrics_server)
+            return await self._serve(metrics_server, source)
         finally:
             metrics_server.stop()
+            # Its librdkafka client ends here, not as the interpreter finalizes (which can
+            # crash the exit: see ClusterMetadataSource). Called, not awaited: it runs even
+            # while the run is being cancelled.
+            source.close()
 
     def _publish_figures(self) -> None:
         if self._publisher is not None:
             self._publisher.publish()
 
-    async def _serve(self, metrics_server: MetricsServer) -> int:
+    async def _serve(self, metrics_server: MetricsServer, source: ClusterMetadataSource) -> int:
         agent = self.settings.agent
         metadata = MetadataCache(
-            agent.state_dir,
-            cluster_metadata_source(self.client_config),
-            default_partitions=agent.default_partitions,
+            agent.state_dir, source, default_partitions=agent.default_partitions
         )
         log.info("opening the WAL in %s: recovery reads every frame first", agent.wal_dir)
         opening = time.monotonic()

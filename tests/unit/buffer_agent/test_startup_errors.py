@@ -17,6 +17,7 @@ import pytest
 
 from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.threads import librdkafka_threads
 from support.wal_helpers import SMALL, payload_for
 
 UNREACHABLE_KAFKA = "127.0.0.1:1"
@@ -106,6 +107,18 @@ def test_the_kafka_listen_port_in_use(
     line = single_error_line(capsys)
     assert f"--listen 127.0.0.1:{busy_port}" in line
     assert "in use" in line
+
+
+def test_a_failed_start_leaves_no_librdkafka_thread_running(
+    tmp_path: Path, busy_port: int
+) -> None:
+    # The agent's metadata client is closed before ``main`` returns, not left to the
+    # interpreter's exit (a librdkafka client alive then can crash the exit: SIGSEGV).
+    before = librdkafka_threads()
+    args = run_agent(tmp_path)
+    args[args.index("--listen") + 1] = f"127.0.0.1:{busy_port}"
+    assert main(args) == 2
+    assert not librdkafka_threads() - before
 
 
 def test_the_metrics_port_in_use(

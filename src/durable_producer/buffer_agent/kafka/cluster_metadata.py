@@ -1,16 +1,17 @@
 """Partition counts and size limits from the real cluster, for the agent's Metadata answers
 and its Produce checks.
 
-The result is a plain function ``topics -> {topic: TopicFacts}``; it fits, by its shape
-alone, the ``MetadataSource`` the listener's metadata cache asks (so this layer needs nothing
-from the listener). ``TopicFacts`` holds the partition count and the topic's
-``max.message.bytes`` (DescribeConfigs: the topic's own value or the broker default it falls
-back to), so that the agent refuses a batch the topic would refuse, as the broker would
-(MESSAGE_TOO_LARGE), instead of acknowledging it. A cluster that does not answer
-DescribeConfigs (no DESCRIBE_CONFIGS permission, a broker without it) leaves the limit
-unknown (None): such batches are acknowledged and, if Kafka refuses them, dead-lettered.
-DescribeConfigs goes through the agent's own client (``cluster_client``), which sees from
-ApiVersions whether a broker speaks it (librdkafka's admin client waits for its timeout).
+``ClusterMetadataSource`` is called as ``topics -> {topic: TopicFacts}``; it fits, by its
+shape alone, the ``MetadataSource`` the listener's metadata cache asks (so this layer needs
+nothing from the listener), and its ``close`` ends its librdkafka client. ``TopicFacts``
+holds the partition count and the topic's ``max.message.bytes`` (DescribeConfigs: the
+topic's own value or the broker default it falls back to), so that the agent refuses a batch
+the topic would refuse, as the broker would (MESSAGE_TOO_LARGE), instead of acknowledging
+it. A cluster that does not answer DescribeConfigs (no DESCRIBE_CONFIGS permission, a broker
+without it) leaves the limit unknown (None): such batches are acknowledged and, if Kafka
+refuses them, dead-lettered. DescribeConfigs goes through the agent's own client
+(``cluster_client``), which sees from ApiVersions whether a broker speaks it (librdkafka's
+admin client waits for its timeout).
 
 A topic the cluster does not list is asked for by name, in a Metadata request that allows
 auto-creation exactly when a producer's would (librdkafka's ``allow.auto.create.topics``,
@@ -38,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +61,6 @@ class TopicFacts:
     """The largest record batch the topic takes (``max.message.bytes``), None if unknown."""
 
 
-TopicSource = Callable[[Sequence[str]], Mapping[str, TopicFacts]]
-"""Facts of those of the given topics that exist (all topics if none are given)."""
-
 # Errors with which a cluster says a topic a Metadata request asked for is not there for this
 # client. UNKNOWN_TOPIC_OR_PART is also how Kafka 4.x answers the very request that makes it
 # create the topic, so it is final only once ``creation_wait_s`` has passed; any other error
@@ -73,20 +71,38 @@ _UNKNOWN = KafkaError.UNKNOWN_TOPIC_OR_PART
 _CREATION_POLL_S = 0.1
 
 
-def cluster_metadata_source(
-    client_config: Mapping[str, Any], timeout_s: float = 5.0, creation_wait_s: float = 2.0
-) -> TopicSource:
-    """Ask the cluster with one long-lived AdminClient; ConnectionError when unreachable.
-    Its log lines go through ``client_log`` (one line per spell of connection failures)."""
-    client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
-    settings: dict[str, Any] = {"logger": client_log, **client_config}
-    admin = AdminClient(settings)
-    if str(client_config.get("allow.auto.create.topics", "true")).lower() == "false":
-        creation_wait_s = 0.0  # the request creates nothing: its first answer is final
+class ClusterMetadataSource:
+    """Asks the cluster with one long-lived AdminClient; ConnectionError when unreachable or
+    closed. Its log lines go through ``client_log`` (one line per spell of connection failures).
 
-    def topic_facts(topics: Sequence[str]) -> Mapping[str, TopicFacts]:
-        metadata = _list_topics(admin, None, timeout_s)
-        client_log.recovered()
+    ``close`` destroys the AdminClient at once, its threads joined (a call still running keeps
+    it until it returns). Whoever makes one closes it before the process exits: ``exit()``
+    runs the OpenSSL cleanup of librdkafka's bundled OpenSSL while a live client's threads
+    still use it (a broker thread reconnecting draws its backoff jitter from OpenSSL's RAND),
+    which killed a test process with SIGSEGV or a double free in 2 of 580 exits, after
+    faulthandler could report anything. Their cores: a broker thread faulting in OpenSSL's
+    hash table while computing its reconnect backoff; a thread's exit freeing memory again
+    while the main thread was in ``OPENSSL_cleanup``.
+    """
+
+    def __init__(
+        self, client_config: Mapping[str, Any], timeout_s: float = 5.0, creation_wait_s: float = 2.0
+    ) -> None:
+        self._client_config = client_config
+        self._timeout_s = timeout_s
+        self._client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
+        settings: dict[str, Any] = {"logger": self._client_log, **client_config}
+        self._admin: AdminClient | None = AdminClient(settings)
+        if str(client_config.get("allow.auto.create.topics", "true")).lower() == "false":
+            creation_wait_s = 0.0  # the request creates nothing: its first answer is final
+        self._creation_wait_s = creation_wait_s
+
+    def __call__(self, topics: Sequence[str]) -> Mapping[str, TopicFacts]:
+        admin = self._admin  # held here until this call returns, even if closed meanwhile
+        if admin is None:
+            raise ConnectionError("the cluster metadata client is closed")
+        metadata = _list_topics(admin, None, self._timeout_s)
+        self._client_log.recovered()
         wanted = set(topics) if topics else None
         counts = {
             name: len(topic.partitions)
@@ -95,14 +111,16 @@ def cluster_metadata_source(
         }
         for topic in dict.fromkeys(topics):
             if topic not in counts:
-                count = _ask_for_topic(admin, topic, timeout_s, creation_wait_s)
+                count = _ask_for_topic(admin, topic, self._timeout_s, self._creation_wait_s)
                 if count is not None:
                     counts[topic] = count
         described = [topic for topic, count in counts.items() if count > 0]
-        limits = _max_message_bytes(client_config, described, timeout_s)
+        limits = _max_message_bytes(self._client_config, described, self._timeout_s)
         return {topic: TopicFacts(count, limits.get(topic)) for topic, count in counts.items()}
 
-    return topic_facts
+    def close(self) -> None:
+        """Destroy the AdminClient (its librdkafka threads end); later calls are refused."""
+        self._admin = None
 
 
 def _max_message_bytes(

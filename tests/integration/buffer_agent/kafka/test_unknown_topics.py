@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts, cluster_metadata_source
+from durable_producer.buffer_agent.kafka.cluster_metadata import ClusterMetadataSource, TopicFacts
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.process import poll_until
 from support.broker import KafkaBroker, consume_all, create_topic, free_port
@@ -37,25 +37,25 @@ def broker() -> Iterator[KafkaBroker]:
 def test_source_reports_existing_created_and_missing_topics(broker: KafkaBroker) -> None:
     create_topic(broker.bootstrap, "existing", 3)
     create_topic(broker.bootstrap, "small", 1, config={"max.message.bytes": "20000"})
-    creating = cluster_metadata_source({"bootstrap.servers": broker.bootstrap})
+    creating = ClusterMetadataSource({"bootstrap.servers": broker.bootstrap})
     facts = creating(["existing", "small", "made-on-request"])
     assert facts["existing"] == TopicFacts(3, 1048588)  # the broker's default
     assert facts["small"] == TopicFacts(1, 20000)
     counts = {topic: found.partitions for topic, found in facts.items()}
-    listing = cluster_metadata_source({"bootstrap.servers": broker.bootstrap})
+    listing = ClusterMetadataSource({"bootstrap.servers": broker.bootstrap})
     created = poll_until(lambda: "made-on-request" in listing([]), timeout=10, interval=0.2)
     # 1 once created; 0 if it was still being created after creation_wait_s
     assert counts.get("made-on-request") in (0, 1), (
         f"reported as missing ({counts}); created by the broker all the same: {created}"
     )
 
-    refusing = cluster_metadata_source({"bootstrap.servers": broker.bootstrap, **NO_AUTO_CREATE})
+    refusing = ClusterMetadataSource({"bootstrap.servers": broker.bootstrap, **NO_AUTO_CREATE})
     assert refusing(["existing", "never-made"]) == {"existing": TopicFacts(3, 1048588)}
-    assert "never-made" not in cluster_metadata_source({"bootstrap.servers": broker.bootstrap})([])
+    assert "never-made" not in ClusterMetadataSource({"bootstrap.servers": broker.bootstrap})([])
 
 
 def test_source_unreachable_cluster_is_a_connection_error() -> None:
-    source = cluster_metadata_source({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, 0.5)
+    source = ClusterMetadataSource({"bootstrap.servers": f"127.0.0.1:{free_port()}"}, 0.5)
     with pytest.raises(ConnectionError):
         source(["any"])
 
