@@ -251,15 +251,17 @@ class BufferAgent:
             raise port_unusable(
                 "--metrics-listen", agent.metrics_host, agent.metrics_port, error
             ) from None
-        source = ClusterMetadataSource(self.client_config)
+        source: ClusterMetadataSource | None = None
         try:
+            source = ClusterMetadataSource(self.client_config)
             return await self._serve(metrics_server, source)
         finally:
             metrics_server.stop()
-            # Its librdkafka client ends here, not as the interpreter finalizes (which can
-            # crash the exit: see ClusterMetadataSource). Called, not awaited: it runs even
-            # while the run is being cancelled.
-            source.close()
+            # Its librdkafka client ends here, not as the process exits (which can crash
+            # the exit: see ClusterMetadataSource). Called, not awaited: it runs even while
+            # the run is being cancelled.
+            if source is not None:
+                source.close()
 
     def _publish_figures(self) -> None:
         if self._publisher is not None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -98,9 +99,18 @@ class ClusterMetadataSource:
         self._creation_wait_s = creation_wait_s
 
     def __call__(self, topics: Sequence[str]) -> Mapping[str, TopicFacts]:
+        try:
+            return self._facts(topics)
+        except BaseException as error:
+            # Its traceback's frames hold the AdminClient; a caller keeping the error (in a
+            # reference cycle, as asyncio's wait_for does) would keep the client past close().
+            _clear_frames(error)
+            raise
+
+    def _facts(self, topics: Sequence[str]) -> Mapping[str, TopicFacts]:
         admin = self._admin  # held here until this call returns, even if closed meanwhile
         if admin is None:
-            raise ConnectionError("the cluster metadata client is closed")
+            raise ConnectionError(_CLOSED)
         metadata = _list_topics(admin, None, self._timeout_s)
         self._client_log.recovered()
         wanted = set(topics) if topics else None
@@ -111,6 +121,8 @@ class ClusterMetadataSource:
         }
         for topic in dict.fromkeys(topics):
             if topic not in counts:
+                if self._admin is None:  # closed meanwhile: ask (and create) nothing more
+                    raise ConnectionError(_CLOSED)
                 count = _ask_for_topic(admin, topic, self._timeout_s, self._creation_wait_s)
                 if count is not None:
                     counts[topic] = count
@@ -121,6 +133,23 @@ class ClusterMetadataSource:
     def close(self) -> None:
         """Destroy the AdminClient (its librdkafka threads end); later calls are refused."""
         self._admin = None
+
+
+_CLOSED = "the cluster metadata client is closed"
+
+
+def _clear_frames(error: BaseException) -> None:
+    """Drop the locals of every finished frame ``error``, its cause and its context went
+    through (the running ones are left as they are)."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [error]
+    while pending:
+        current = pending.pop()
+        if current is None or id(current) in seen:
+            continue
+        seen.add(id(current))
+        traceback.clear_frames(current.__traceback__)
+        pending += [current.__cause__, current.__context__]
 
 
 def _max_message_bytes(
