@@ -202,6 +202,14 @@ class BatchProducer:
         """Records acknowledged so far: produced, neither failed nor still waiting."""
         return max(0, self.produced - self.failed - len(self._producer))
 
+    def release(self) -> None:
+        """Destroy the client now, its threads ended. It and this object hold each other (its
+        callbacks are this object's methods), so otherwise it lives until a garbage collection:
+        in a reused Spark Python worker, threads and connections piling up between collections,
+        and a client still alive when a process exits can crash the exit (``exit()`` tears
+        down the OpenSSL that librdkafka's threads use). Nothing of this object works after."""
+        del self._producer
+
     def abandon(self) -> None:
         """Drop whatever is still queued (the task failed; Spark will retry it)."""
         self._producer.purge()
@@ -337,6 +345,8 @@ def produce_all(
             report_failure(task, producer.acknowledged(), producer.produced)
         producer.abandon()
         raise
+    finally:
+        producer.release()
     if task is not None:
         report_success(task, rows)
     return rows

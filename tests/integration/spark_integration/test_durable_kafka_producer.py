@@ -12,6 +12,7 @@ from durable_producer.spark_integration.errors import AgentUnreachableError, Nul
 from durable_producer.spark_integration.options import SinkOptions
 from durable_producer.spark_integration.producer import produce_all
 from support.broker import consume_all, free_port
+from support.threads import librdkafka_threads
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +37,9 @@ def test_every_column_arrives_as_written(kafka_endpoint) -> None:
         }
     )
     options = SinkOptions(bootstrap=kafka_endpoint.write_bootstrap)
+    before = librdkafka_threads()
     assert produce_all([batch, batch.slice(1, 1)], options, ALL_COLUMNS) == 4
+    assert not librdkafka_threads() - before  # its client destroyed, not left to the collector
 
     records = consume_all(kafka_endpoint.read_bootstrap, topic, expected=4)
     by_value: dict[bytes | None, list] = {}
@@ -55,10 +58,12 @@ def test_tombstones_are_written_only_when_enabled(kafka_endpoint) -> None:
     batch = pa.record_batch({"key": [b"a", b"b"], "value": pa.array([b"1", None], pa.binary())})
     columns = SinkColumns(value="value", key="key")
     options = SinkOptions(bootstrap=kafka_endpoint.write_bootstrap, topic=topic)
+    before = librdkafka_threads()
     with pytest.raises(
         NullValueError, match=r"column 'value' has 1 null value\(s\) \(first at row 1"
     ):
         produce_all([batch], options, columns)
+    assert not librdkafka_threads() - before  # a failed task's client is destroyed too
 
     tombstones = SinkOptions(bootstrap=kafka_endpoint.write_bootstrap, topic=topic, tombstones=True)
     assert produce_all([batch], tombstones, columns) == 2
