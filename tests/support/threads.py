@@ -1,9 +1,29 @@
-"""The threads of this process that librdkafka started (it names them ``rdk:...``)."""
+"""Whether a librdkafka client is destroyed when the code under test says it is.
+
+Other tests of the same process may leave clients whose threads come and go (a broker thread
+ends, another starts), so a test cannot tell a client's own ``rdk:`` threads by comparing
+snapshots. ``noting_destruction`` makes a subclass of a client type that notes its instances'
+destruction (``__del__`` runs as the object is freed, just before ``rd_kafka_destroy``); run
+the code with the garbage collector off, and only a dropped last reference frees it.
+``librdkafka_threads`` counts the ``rdk:`` threads, for a check in a fresh child process.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+
+def noting_destruction(client_type: type[Any]) -> tuple[type[Any], list[int]]:
+    """A subclass of ``client_type`` and the list its instances append their id to when freed."""
+    destroyed: list[int] = []
+
+    class Noting(client_type):  # type: ignore[misc, valid-type]
+        def __del__(self) -> None:
+            destroyed.append(id(self))
+
+    return Noting, destroyed
 
 
 def librdkafka_threads() -> set[int]:

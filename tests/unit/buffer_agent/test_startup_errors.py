@@ -6,6 +6,7 @@ and exit code 1.
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import subprocess
@@ -16,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.cli import main
+from durable_producer.buffer_agent.kafka import cluster_metadata
 from durable_producer.buffer_agent.wal import WriteAheadLog
-from support.threads import librdkafka_threads
+from support.threads import noting_destruction
 from support.wal_helpers import SMALL, payload_for
 
 UNREACHABLE_KAFKA = "127.0.0.1:1"
@@ -109,16 +111,22 @@ def test_the_kafka_listen_port_in_use(
     assert "in use" in line
 
 
-def test_a_failed_start_leaves_no_librdkafka_thread_running(
-    tmp_path: Path, busy_port: int
+def test_a_failed_start_frees_its_librdkafka_client(
+    tmp_path: Path, busy_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The agent's metadata client is closed before ``main`` returns, not left to the
-    # interpreter's exit (a librdkafka client alive then can crash the exit: SIGSEGV).
-    before = librdkafka_threads()
+    # The agent's metadata client is destroyed before ``main`` returns, not left to the
+    # process's exit (a librdkafka client alive then can crash the exit: SIGSEGV). The
+    # collector is off: only a dropped last reference frees it.
+    noting, destroyed = noting_destruction(cluster_metadata.AdminClient)
+    monkeypatch.setattr(cluster_metadata, "AdminClient", noting)
     args = run_agent(tmp_path)
     args[args.index("--listen") + 1] = f"127.0.0.1:{busy_port}"
-    assert main(args) == 2
-    assert not librdkafka_threads() - before
+    gc.disable()
+    try:
+        assert main(args) == 2
+        assert len(destroyed) == 1
+    finally:
+        gc.enable()
 
 
 def test_the_metrics_port_in_use(
