@@ -10,9 +10,14 @@ the code with the garbage collector off, and only a dropped last reference frees
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 def noting_destruction(client_type: type[Any]) -> tuple[type[Any], list[int]]:
@@ -24,6 +29,21 @@ def noting_destruction(client_type: type[Any]) -> tuple[type[Any], list[int]]:
             destroyed.append(id(self))
 
     return Noting, destroyed
+
+
+@contextlib.contextmanager
+def clients_freed(
+    monkeypatch: pytest.MonkeyPatch, module: object, name: str
+) -> Iterator[list[int]]:
+    """``module.name`` (a client type) replaced by ``noting_destruction``'s subclass, the
+    collector off inside: the ids of the clients freed so far."""
+    noting, freed = noting_destruction(getattr(module, name))
+    monkeypatch.setattr(module, name, noting)
+    gc.disable()
+    try:
+        yield freed
+    finally:
+        gc.enable()
 
 
 def librdkafka_threads() -> set[int]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import time
 from collections.abc import Iterator
 
@@ -15,7 +14,7 @@ from durable_producer.spark_integration.errors import AgentUnreachableError, Nul
 from durable_producer.spark_integration.options import SinkOptions
 from durable_producer.spark_integration.producer import produce_all
 from support.broker import consume_all, free_port
-from support.threads import noting_destruction
+from support.threads import clients_freed
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +26,10 @@ ALL_COLUMNS = SinkColumns(
 
 @pytest.fixture()
 def destroyed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """The ids of the tasks' producers freed so far; the collector off meanwhile (only a
-    dropped last reference frees one: a task's client is destroyed, not left to the collector
-    or to the process's exit, which a live librdkafka client can crash)."""
-    noting, freed = noting_destruction(producer_module.Producer)
-    monkeypatch.setattr(producer_module, "Producer", noting)
-    gc.disable()
-    try:
+    """The tasks' producers freed so far, the collector off: a task's client is destroyed, not
+    left to the collector or to the process's exit (which a live librdkafka client can crash)."""
+    with clients_freed(monkeypatch, producer_module, "Producer") as freed:
         yield freed
-    finally:
-        gc.enable()
 
 
 def test_every_column_arrives_as_written(kafka_endpoint, destroyed: list[int]) -> None:

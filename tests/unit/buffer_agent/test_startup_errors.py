@@ -6,7 +6,6 @@ and exit code 1.
 
 from __future__ import annotations
 
-import gc
 import os
 import socket
 import subprocess
@@ -19,7 +18,7 @@ import pytest
 from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.kafka import cluster_metadata
 from durable_producer.buffer_agent.wal import WriteAheadLog
-from support.threads import noting_destruction
+from support.threads import clients_freed
 from support.wal_helpers import SMALL, payload_for
 
 UNREACHABLE_KAFKA = "127.0.0.1:1"
@@ -117,16 +116,11 @@ def test_a_failed_start_frees_its_librdkafka_client(
     # The agent's metadata client is destroyed before ``main`` returns, not left to the
     # process's exit (a librdkafka client alive then can crash the exit: SIGSEGV). The
     # collector is off: only a dropped last reference frees it.
-    noting, destroyed = noting_destruction(cluster_metadata.AdminClient)
-    monkeypatch.setattr(cluster_metadata, "AdminClient", noting)
     args = run_agent(tmp_path)
     args[args.index("--listen") + 1] = f"127.0.0.1:{busy_port}"
-    gc.disable()
-    try:
+    with clients_freed(monkeypatch, cluster_metadata, "AdminClient") as destroyed:
         assert main(args) == 2
         assert len(destroyed) == 1
-    finally:
-        gc.enable()
 
 
 def test_the_metrics_port_in_use(

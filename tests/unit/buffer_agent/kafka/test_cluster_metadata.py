@@ -9,7 +9,6 @@ Kafka in ``tests/integration/buffer_agent/kafka/test_unknown_topics.py``.
 from __future__ import annotations
 
 import asyncio
-import gc
 import os
 import subprocess
 import sys
@@ -24,20 +23,15 @@ from durable_producer.buffer_agent.ingest.metadata import MetadataCache, TopicSt
 from durable_producer.buffer_agent.kafka import cluster_metadata
 from durable_producer.buffer_agent.kafka.cluster_metadata import ClusterMetadataSource
 from durable_producer.local.ports import free_port
-from support.threads import noting_destruction
+from support.threads import clients_freed
 
 
 @pytest.fixture()
 def destroyed(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """The ids of the sources' AdminClients freed so far; the collector off meanwhile (only a
-    dropped last reference frees one)."""
-    noting, freed = noting_destruction(cluster_metadata.AdminClient)
-    monkeypatch.setattr(cluster_metadata, "AdminClient", noting)
-    gc.disable()
-    try:
+    """The sources' AdminClients freed so far, the collector off (only a dropped last
+    reference frees one)."""
+    with clients_freed(monkeypatch, cluster_metadata, "AdminClient") as freed:
         yield freed
-    finally:
-        gc.enable()
 
 
 def unreachable() -> ClusterMetadataSource:
