@@ -5,7 +5,8 @@ ends, another starts), so a test cannot tell a client's own ``rdk:`` threads by 
 snapshots. ``noting_destruction`` makes a subclass of a client type that notes its instances'
 destruction (``__del__`` runs as the object is freed, just before ``rd_kafka_destroy``); run
 the code with the garbage collector off, and only a dropped last reference frees it.
-``librdkafka_threads`` counts the ``rdk:`` threads, for a check in a fresh child process.
+``librdkafka_threads`` counts the ``rdk:`` threads, for a check in a fresh child process;
+``live_librdkafka_clients`` counts the clients themselves (each has one ``rdk:main`` thread).
 """
 
 from __future__ import annotations
@@ -46,14 +47,19 @@ def clients_freed(
         gc.enable()
 
 
-def librdkafka_threads() -> set[int]:
-    """Thread ids of this process whose name starts with ``rdk:`` (Linux ``/proc``)."""
+def librdkafka_threads(prefix: str = "rdk:") -> set[int]:
+    """Thread ids of this process whose name starts with ``prefix`` (Linux ``/proc``)."""
     found = set()
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         try:
             name = (task / "comm").read_text()
         except OSError:
             continue  # the thread ended while we looked
-        if name.startswith("rdk:"):
+        if name.startswith(prefix):
             found.add(int(task.name))
     return found
+
+
+def live_librdkafka_clients() -> int:
+    """How many librdkafka clients this process holds: each has exactly one ``rdk:main``."""
+    return len(librdkafka_threads("rdk:main\n"))
