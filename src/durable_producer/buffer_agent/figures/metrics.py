@@ -206,7 +206,7 @@ class AgentMetrics:
     # ----------------------------------------------------------------- forwarder faults
     def _add_forwarder_fault_metrics(self) -> None:
         """Which fault the forwarder is in, what Kafka said, and the duplicates it cost
-        (``forward/health.py``, ``forward/replay_accounting.py``)."""
+        (``forward/health.py``, ``forward/publisher.py``)."""
         r = self.registry
         self.replayed_duplicates = Counter(
             f"{PREFIX}_replayed_duplicates",

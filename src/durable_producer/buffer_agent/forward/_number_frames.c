@@ -285,7 +285,7 @@ static int is_pending(PyObject *item) {
     return 0;
 }
 
-/* take_run(frames, max_bytes, spare): PartitionQueue._take_frames' merge run, as
+/* take_run(frames, max_bytes, spare): PartitionQueue._take_run's merge run, as
  * partition_queue.take_run_python does it (the reference; test_take_run.py compares
  * the two): the first frame of the deque ``frames`` (taken whatever its size), then the
  * frames after it while their attributes are the first's and the merged size stays within
@@ -357,7 +357,7 @@ static PyObject *take_run(PyObject *Py_UNUSED(module), PyObject *args) {
 static PyMethodDef methods[] = {
     {"take_run", take_run, METH_VARARGS,
      "take_run(frames, max_bytes, spare) -> (taken, batches, records, stored): the frames "
-     "PartitionQueue._take_frames merges into one batch, popped from the deque's left, as "
+     "PartitionQueue._take_run merges into one batch, popped from the deque's left, as "
      "partition_queue.take_run_python does."},
     {"number_sole_batches", number_sole_batches, METH_VARARGS,
      "number_sole_batches(frames, start, queues, plain_from, sequence_limit) -> (stop, "

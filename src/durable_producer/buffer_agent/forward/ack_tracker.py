@@ -25,13 +25,11 @@ from collections.abc import Mapping
 from durable_producer.buffer_agent.forward.partition_queue import (
     APPENDED,
     OFFSET,
+    PartitionKey,
     PartitionQueue,
     Pending,
     Settled,
 )
-
-PartitionKey = tuple[str, int]
-"""(topic, partition) of a frame."""
 
 
 class AckTracker:

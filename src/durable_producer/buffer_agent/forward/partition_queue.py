@@ -53,6 +53,9 @@ SEQUENCE_LIMIT = 2**31
 MAX_EPOCH = 32767
 
 
+PartitionKey = tuple[str, int]
+"""(topic, partition): a queue's key."""
+
 Pending = tuple[int, bytes | memoryview, int, int, int, int, bool, int]
 """One stored batch (WAL frame) of the partition, numbered, not yet acknowledged:
 (offset, batch, records, sequence, attributes, index, unknown, appended_ms), read with the
@@ -139,7 +142,7 @@ class Batch:
 class PartitionQueue:
     """Frames of one partition from reading to acknowledgement (module docstring)."""
 
-    def __init__(self, key: tuple[str, int], producer_id: int, epoch: int, sequence: int):
+    def __init__(self, key: PartitionKey, producer_id: int, epoch: int, sequence: int):
         self.key = key
         self.producer_id = producer_id
         self.epoch = epoch

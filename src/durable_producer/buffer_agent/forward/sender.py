@@ -41,7 +41,9 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     MAX_EPOCH,
     OFFSET,
     SEQUENCE,
+    SEQUENCE_LIMIT,
     Batch,
+    PartitionKey,
     PartitionQueue,
     Pending,
     Settled,
@@ -70,7 +72,6 @@ MAX_BYTES_MARGIN = 100
 """Merged batches stay this far below a topic's ``max.message.bytes``."""
 DESCRIBE_INTERVAL_S = 1.0
 """At most one DescribeConfigs a topic this often, however many batches it refuses."""
-PartitionKey = tuple[str, int]
 
 
 class Sender:
@@ -222,11 +223,9 @@ class Sender:
                 data = await asyncio.wait_for(
                     connection.request(0, version, body), self.settings.request_timeout_s + 5
                 )
-            except TimeoutError as error:
-                connection.close()
-                self._transport_failed(batches, error, sent=True)
-                return
-            except (BrokerUnreachable, OSError) as error:
+            except (BrokerUnreachable, OSError) as error:  # TimeoutError is an OSError
+                if isinstance(error, TimeoutError):
+                    connection.close()
                 self._transport_failed(batches, error, sent=True)
                 return
             answers, throttle_ms = decode_produce(version, data)
@@ -573,7 +572,7 @@ class Sender:
             queue.resolve = False
             queue.resolve_code = 0
             return
-        expected = (found.last_sequence + 1) % 2**31
+        expected = (found.last_sequence + 1) % SEQUENCE_LIMIT
         queue.resolve = head[SEQUENCE] != expected
         same_head = head[OFFSET] == first[OFFSET] and head[INDEX] == first[INDEX]
         if queue.resolve and same_head:
@@ -584,7 +583,7 @@ class Sender:
                 " election?); going on with a new epoch",
                 *queue.key,
                 found.last_sequence,
-                (head[SEQUENCE] - 1) % 2**31,
+                (head[SEQUENCE] - 1) % SEQUENCE_LIMIT,
             )
         queue.unbatch()
 
