@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Iterator
 
 import pytest
 
 from support.client_leaks import ClientLeaks
-from support.outcome import CALL_FAILED
+from support.outcome import CALL_FAILED, call_failed
 
 _LEAKS = ClientLeaks()
 
@@ -21,14 +21,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
-    """Count the librdkafka clients alive before and after each test (support.client_leaks)."""
+@pytest.fixture(autouse=True)
+def librdkafka_clients_destroyed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that passed but left librdkafka clients alive fails (support.client_leaks).
+
+    Set up before, and torn down after, every other function-scoped fixture of the test."""
     before = _LEAKS.before()
-    try:
-        return (yield)
-    finally:
-        _LEAKS.after(item.nodeid, before)
+    yield
+    left = _LEAKS.after(request.node.nodeid, before)
+    if left and not call_failed(request):
+        pytest.fail(
+            f"{left} librdkafka client(s) left alive by this test: destroy each client it "
+            "makes (serve or purge its deliveries, drop the last reference; "
+            'docs/development.md, "librdkafka clients end before the process does")',
+            pytrace=False,
+        )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

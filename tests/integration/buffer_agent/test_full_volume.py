@@ -75,6 +75,17 @@ class Feeder:
             }
         )
 
+    def __enter__(self) -> Feeder:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        """End the client now: purge what it still holds and serve those reports (each
+        message's delivery callback, held from C, keeps this object and so the client alive),
+        then drop it."""
+        self.producer.purge()
+        self.producer.poll(0)
+        del self.producer
+
     def _on_error(self, error: KafkaError) -> None:
         if error.fatal():
             self.fatal.append(error.str())
@@ -189,19 +200,19 @@ def test_full_volume_with_kafka_down_agent_stays_up_then_delivers_everything(
         assert "--max-buffer-bytes 1073741824 does not fit on the volume" in log
         limit = agent.metrics()["durable_agent_buffer_limit_bytes"]
         assert 2 * 262_144 <= limit < 8 << 20
-        feeder = Feeder(agent.bootstrap)
-        fill_the_volume(agent, feeder, volume)
-        assert_stays_up_and_refuses(agent, feeder, seconds=6)
+        with Feeder(agent.bootstrap) as feeder:
+            fill_the_volume(agent, feeder, volume)
+            assert_stays_up_and_refuses(agent, feeder, seconds=6)
 
-        broker.proxy.restore()
-        assert feeder.producer.flush(180) == 0
-        assert not feeder.errors and not feeder.fatal
-        assert feeder.acked == set(range(feeder.next_key))
-        # accepting again, the filler file still there (the gauges are published every second)
-        wait_for(lambda: not refusing(agent), timeout=5, what="the refusal gauges to clear")
-        feeder.produce(200)
-        assert feeder.producer.flush(60) == 0
-        assert feeder.acked == set(range(feeder.next_key))
+            broker.proxy.restore()
+            assert feeder.producer.flush(180) == 0
+            assert not feeder.errors and not feeder.fatal
+            assert feeder.acked == set(range(feeder.next_key))
+            # accepting again, the filler file still there (the gauges are published every s)
+            wait_for(lambda: not refusing(agent), timeout=5, what="the refusal gauges to clear")
+            feeder.produce(200)
+            assert feeder.producer.flush(60) == 0
+            assert feeder.acked == set(range(feeder.next_key))
         assert agent.stop() == 0
     assert_everything_acked_arrived(broker, feeder.acked)
 
@@ -211,17 +222,17 @@ def test_kill_9_on_a_full_volume_and_restart_loses_nothing(
 ) -> None:
     agent = start_agent(volume, broker, tmp_path / "agent.log")
     with agent:
-        feeder = Feeder(agent.bootstrap)
-        fill_the_volume(agent, feeder, volume)
-        feeder.poll_for(1.0)
-        agent.kill()
-        agent.start()  # as kubelet restarts a sidecar, on the same 100 % full volume
-        assert_stays_up_and_refuses(agent, feeder, seconds=6)
+        with Feeder(agent.bootstrap) as feeder:
+            fill_the_volume(agent, feeder, volume)
+            feeder.poll_for(1.0)
+            agent.kill()
+            agent.start()  # as kubelet restarts a sidecar, on the same 100 % full volume
+            assert_stays_up_and_refuses(agent, feeder, seconds=6)
 
-        broker.proxy.restore()
-        assert feeder.producer.flush(180) == 0
-        assert not feeder.errors and not feeder.fatal
-        assert feeder.acked == set(range(feeder.next_key))
+            broker.proxy.restore()
+            assert feeder.producer.flush(180) == 0
+            assert not feeder.errors and not feeder.fatal
+            assert feeder.acked == set(range(feeder.next_key))
         assert agent.stop() == 0
     assert_everything_acked_arrived(broker, feeder.acked)
 
@@ -230,12 +241,10 @@ def test_drain_forwards_a_full_volume(
     volume: Path, broker: ProxiedBroker, tmp_path: Path
 ) -> None:
     agent = start_agent(volume, broker, tmp_path / "agent.log")
-    with agent:
-        feeder = Feeder(agent.bootstrap)
+    with agent, Feeder(agent.bootstrap) as feeder:
         produce_until_refused(agent, feeder)
         acked = set(feeder.acked)
         agent.kill()  # the pod is gone; its volume is left full
-    feeder.producer.purge()
     fill(volume)
     assert free_bytes(volume) == 0, "the volume is 100 % full"
 
