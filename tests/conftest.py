@@ -8,6 +8,7 @@ import pytest
 
 from support.client_leaks import ClientLeaks
 from support.outcome import CALL_FAILED, call_failed
+from support.threads import live_librdkafka_clients
 
 _LEAKS = ClientLeaks()
 
@@ -25,8 +26,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def librdkafka_clients_destroyed(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that passed but left librdkafka clients alive fails (support.client_leaks).
 
-    Set up before, and torn down after, every other function-scoped fixture of the test."""
-    before = _LEAKS.before()
+    As an autouse fixture of the root conftest it is set up before the fixtures the test
+    names and torn down after them; a fixture of a wider scope that a test fetches inside its
+    body (``request.getfixturevalue``) is set up after it, so a client such a fixture makes
+    for the whole module or session counts against that test."""
+    before = live_librdkafka_clients()
     yield
     left = _LEAKS.after(request.node.nodeid, before)
     if left and not call_failed(request):

@@ -30,9 +30,6 @@ class ClientLeaks:
 
     left_by: dict[str, int] = field(default_factory=dict)
 
-    def before(self) -> int:
-        return live_librdkafka_clients()
-
     def after(self, nodeid: str, before: int) -> int:
         """How many more clients are alive than ``before`` (noted for ``nodeid``): a collection
         first frees those only in cycles, and a client being destroyed has a moment to go."""
