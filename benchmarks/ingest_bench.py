@@ -15,15 +15,16 @@ and 2 KiB records:
 
 1. **Throughput with real clients**: ``--producers`` librdkafka producer processes send the
    same records with the same settings (acks=all, idempotence, linger.ms=5, batch.size 1 MB,
-   no compression) to either endpoint. The default client is ``rdkafka_producer.c``, the
-   smallest librdkafka application (one shared payload, reports only on failure), compiled
-   here against the librdkafka that confluent-kafka ships: on two shared cores the clients'
-   CPU caps what any endpoint can take, so the load generator should cost no more than
-   librdkafka itself. ``--client kcat`` uses kcat instead (it reads and copies each record
-   from a file: ~2.2 client CPU-us a 200 B record against ~1.6; Debian's kcat links
-   librdkafka 2.0.2; it runs on the wheel's library, as it had to with the earlier stand-in
-   broker), and ``--client python`` confluent-kafka producer processes (a
-   Python loop caps near 200k records/s, DESIGN.md 4).
+   no compression) to either endpoint; ``--linger-ms 0`` for clients that send each record
+   at once (a batch holds what queued while the requests before it were in flight). The
+   default client is ``rdkafka_producer.c``, the smallest librdkafka application (one shared
+   payload, reports only on failure), compiled here against the librdkafka that
+   confluent-kafka ships: on two shared cores the clients' CPU caps what any endpoint can
+   take, so the load generator should cost no more than librdkafka itself. ``--client kcat``
+   uses kcat instead (it reads and copies each record from a file: ~2.2 client CPU-us a
+   200 B record against ~1.6; Debian's kcat links librdkafka 2.0.2; it runs on the wheel's
+   library, as it had to with the earlier stand-in broker), and ``--client python``
+   confluent-kafka producer processes (a Python loop caps near 200k records/s, DESIGN.md 4).
 2. **Capacity with replayed requests**: ``--connections`` connections pipelining pre-encoded
    Produce requests of one ~1 MB batch each (the size librdkafka builds under this load),
    acks=all: the client costs almost nothing, so the endpoint is the bottleneck.
@@ -72,12 +73,16 @@ REPLAY_BATCH_BYTES = 960_000
 """Records per replayed batch: as many as fit here (the agent's default max batch is 1 MB)."""
 
 
+LINGER_MS = 5
+"""``--linger-ms``: the clients' ``linger.ms`` (the Python and paced producers' too)."""
+
+
 def producer_config(bootstrap: str) -> dict[str, object]:
     return {
         "bootstrap.servers": bootstrap,
         "acks": "all",
         "enable.idempotence": True,
-        "linger.ms": 5,
+        "linger.ms": LINGER_MS,
         "batch.size": 1_000_000,
         "compression.type": "none",
         "queue.buffering.max.messages": 1_000_000,
@@ -360,17 +365,18 @@ def run_client_processes(
 
 
 def produce_worker(
-    bootstrap: str,
+    config: dict[str, object],
     records: int,
     size: int,
     start_at: float,
     rate: float | None,
     results: multiprocessing.Queue,
 ) -> None:
-    """Produce ``records`` as fast as possible, or paced at ``rate`` records/s."""
+    """Produce ``records`` as fast as possible, or paced at ``rate`` records/s, with ``config``
+    (``producer_config``, made in the parent: a spawned child has the module's defaults)."""
     from confluent_kafka import Producer
 
-    producer = Producer(producer_config(bootstrap))
+    producer = Producer(config)
     producer.list_topics(TOPIC, timeout=10)
     value = os.urandom(size)
     latencies: list[float] = []
@@ -424,7 +430,8 @@ def run_python_producers(
     share = records // processes
     workers = [
         context.Process(
-            target=produce_worker, args=(bootstrap, share, size, start_at, rate, results)
+            target=produce_worker,
+            args=(producer_config(bootstrap), share, size, start_at, rate, results),
         )
         for _ in range(processes)
     ]
@@ -548,7 +555,7 @@ def percentile(sorted_values: list[float], fraction: float) -> float:
 
 
 def main() -> None:
-    global AGENT_FSYNC, BASELINE_SRC, CLUSTER, BROKER_JVM
+    global AGENT_FSYNC, BASELINE_SRC, CLUSTER, BROKER_JVM, LINGER_MS
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--records", type=int, default=2_000_000, help="200 B records a run (2 KiB: a fifth)"
@@ -565,6 +572,9 @@ def main() -> None:
         help="offered load of the latency run (below both endpoints' capacity)",
     )
     parser.add_argument("--paced-seconds", type=float, default=8.0)
+    parser.add_argument(
+        "--linger-ms", type=int, default=LINGER_MS, help="the clients' linger.ms (0: no wait)"
+    )
     parser.add_argument("--skip", nargs="*", default=[], choices=["clients", "replay", "latency"])
     parser.add_argument(
         "--fsync", choices=["interval", "always", "never"], default="interval", help="agent's"
@@ -597,9 +607,14 @@ def main() -> None:
     if args.broker_jvm not in BROKER_JVMS:
         parser.error(f"--broker-jvm: choose one of {', '.join(BROKER_JVMS)}")
     AGENT_FSYNC = args.fsync
+    LINGER_MS = args.linger_ms
     CLUSTER = args.cluster
     BROKER_JVM = args.broker_jvm
-    print(f"broker: {broker_description()}; agent: ingest only, fsync {args.fsync}", flush=True)
+    print(
+        f"broker: {broker_description()}; agent: ingest only, fsync {args.fsync};"
+        f" clients' linger.ms {LINGER_MS}",
+        flush=True,
+    )
 
     endpoints: tuple[Callable[[], Any], ...] = (fresh_broker, fresh_agent)
     if args.baseline_src is not None:
