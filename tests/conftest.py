@@ -26,10 +26,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 def librdkafka_clients_destroyed(request: pytest.FixtureRequest) -> Iterator[None]:
     """A test that passed but left librdkafka clients alive fails (support.client_leaks).
 
-    As an autouse fixture of the root conftest it is set up before the fixtures the test
-    names and torn down after them; a fixture of a wider scope that a test fetches inside its
-    body (``request.getfixturevalue``) is set up after it, so a client such a fixture makes
-    for the whole module or session counts against that test."""
+    pytest sets up the wider-scoped fixtures a test names first (the clients they make are in
+    the count before it), then this one, an autouse function-scoped fixture, before the test's
+    other function-scoped fixtures, and tears it down after them. A wider-scoped fixture a test
+    fetches inside its body (``request.getfixturevalue``) is set up after it: a client such a
+    fixture makes for the whole module or session counts against that test."""
     before = live_librdkafka_clients()
     yield
     left = _LEAKS.after(request.node.nodeid, before)
