@@ -83,6 +83,7 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
             goto done;
         if (views[got].len < BATCH_HEADER_SIZE) {
             PyErr_SetString(PyExc_ValueError, "a batch is shorter than its header");
+            got++; /* its buffer is held: released below */
             goto done;
         }
         /* a record's new framing takes at most 10 + 1 + 10 + 5 bytes and its old one at least
@@ -90,6 +91,7 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
         int32_t count = batch_be32((const unsigned char *)views[got].buf + 57);
         if (count < 0) {
             PyErr_SetString(PyExc_ValueError, "a batch has a negative record count");
+            got++; /* its buffer is held: released below */
             goto done;
         }
         capacity += views[got].len - BATCH_HEADER_SIZE + (Py_ssize_t)count * 24;

@@ -3,6 +3,8 @@ against an independent reader (kafka-python's)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 from kafka.record.default_records import DefaultRecordBatch
 
@@ -96,3 +98,20 @@ def test_merge_refuses_malformed_records() -> None:
     del batch[-3:]
     with pytest.raises(ValueError):
         batch_stamp.merge([bytes(batch)])
+
+
+@pytest.mark.parametrize("refusal", ["shorter than its header", "negative record count"])
+def test_merge_lets_go_of_a_batch_it_refuses_for_its_header(refusal: str) -> None:
+    """The merge asks each batch for its buffer; one it refuses for its header is let go
+    like the rest (it held a reference to a bytes batch, and kept a view's buffer exported)."""
+    good = build_batch(_records(2, 1, "a"))
+    bad = b"\x00" * 60 if refusal.startswith("shorter") else good[:57] + b"\xff" * 4 + good[61:]
+    references = sys.getrefcount(bad)
+    for _ in range(3):
+        with pytest.raises(ValueError, match=refusal):
+            batch_stamp.merge([good, bad])
+    assert sys.getrefcount(bad) == references, "the refused batch is still referenced"
+    view = memoryview(bytearray(bad))
+    with pytest.raises(ValueError, match=refusal):
+        batch_stamp.merge([good, view])
+    view.release()  # BufferError if the merge still held its buffer
