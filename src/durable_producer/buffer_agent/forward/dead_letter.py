@@ -91,7 +91,7 @@ class DeadLetterStore:
         reason: str,
         error_code: str,
         index: int = 0,
-    ) -> DeadLetter:
+    ) -> None:
         """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
         (nothing is written then). The budget counts every byte of the letter's line; a letter
         that cannot fit is refused before its batch is encoded (the forwarder retries it)."""
@@ -122,7 +122,6 @@ class DeadLetterStore:
                 raise _no_room(held, budget, length)  # and checked again under the lock
         letter = replace(letter, payload=bytes(payload))
         self._append(DEAD_LETTERS_FILE, _line(_to_json(letter)), budget)
-        return letter
 
     def _append(self, name: str, line: bytes, budget: int | None = None) -> None:
         """Append ``line`` to ``name`` (fsynced), if the file stays within ``budget``."""

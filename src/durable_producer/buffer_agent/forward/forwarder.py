@@ -217,7 +217,7 @@ class Forwarder:
             forwarded_records=counts.forwarded_records,
             dead_letters=counts.dead_letters,
             elapsed_s=time.monotonic() - started,
-            possible_duplicates=counts.possible_duplicates,
+            possible_duplicates=sum(counts.possible.values()),
         )
 
     def stats(self) -> ForwarderStats:
@@ -229,10 +229,7 @@ class Forwarder:
             producer_resets=counts.new_epochs,
             in_flight_records=self._publisher.in_flight,
             watermark=self._publisher.watermark,
-            checkpoint_offset=self._wal.checkpoint_offset,
-            possible_duplicates=counts.possible_duplicates,
-            state=self.health.state().value,
-            producer_id=self._producer_id,
+            possible_duplicates=sum(counts.possible.values()),
         )
 
     # ----------------------------------------------------------------- the forwarding thread
@@ -536,7 +533,6 @@ class Forwarder:
         self._unacked_bytes += len(payload)
         if replayed:
             if self._fresh_identity:
-                self._counts.possible_duplicates += records
                 self._counts.possible["restart"] += records
             else:
                 queue.resolve = True  # ask its leader what it holds before sending
@@ -595,7 +591,6 @@ class Forwarder:
         for frame in unknown:
             cause = "restart" if frame[OFFSET] < self._replay_until else "reset"
             counts.possible[cause] += frame[RECORDS]
-            counts.possible_duplicates += frame[RECORDS]
         self._write_identity(sync=True)  # before anything goes out under it
 
     def _keep_gap(self, _: PartitionQueue) -> None:

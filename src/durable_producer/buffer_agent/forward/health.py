@@ -43,7 +43,7 @@ class ForwarderState(StrEnum):
     """Records wait; the client reports connection failures (Kafka down, network, TLS/SASL)."""
     KAFKA_REFUSING = "kafka_refusing"
     """Records wait; Kafka refuses them (authorization, size, producer errors): see the
-    ``delivery`` and ``fatal`` errors; refused records are retried, then dead-lettered."""
+    ``delivery`` errors; refused records are retried, then dead-lettered."""
     WAITING_FOR_KAFKA = "waiting_for_kafka"
     """Records are with the Kafka client, unacknowledged, and no error is reported: a hung or
     very slow broker, or errors the client retries silently (NOT_ENOUGH_REPLICAS)."""
@@ -55,7 +55,6 @@ class ForwarderState(StrEnum):
 @dataclass(frozen=True, slots=True)
 class ErrorNote:
     at: float
-    code: int
     name: str
     message: str
 
@@ -96,7 +95,7 @@ class ForwarderHealth:
         self.delivered_once = True
 
     def error(self, kind: str, code: int, name: str, message: str) -> None:
-        note = ErrorNote(self._clock(), code, name, message)
+        note = ErrorNote(self._clock(), name, message)
         with self._lock:
             self.last_errors[kind] = note
         if self._on_error is not None:
@@ -130,7 +129,7 @@ class ForwarderHealth:
         recent = self._recent_errors(now)
         if not recent and not self.refused_waiting and now - self.last_delivery < stall:
             return ForwarderState.DELIVERING  # just started: nothing delivered, nothing wrong
-        refused = [recent[kind].at for kind in ("delivery", "fatal") if kind in recent]
+        refused = [recent["delivery"].at] if "delivery" in recent else []
         if self.refused_waiting:
             refused.append(now)  # records wait for a retry: Kafka refused them
         transport = recent["transport"].at if "transport" in recent else None
@@ -151,11 +150,11 @@ class ForwarderHealth:
             if note.at >= self.last_delivery and now - note.at <= ERROR_FRESH_S
         }
 
-    def check(self) -> ForwarderState:
-        """Log a change of state (one line each); returns the state."""
+    def check(self) -> None:
+        """Log a change of state (one line each)."""
         state = self.state()
         if state is self._reported:
-            return state
+            return
         now = self._clock()
         previous, lasted = self._reported, now - self._since
         self._reported, self._since = state, now
@@ -169,26 +168,18 @@ class ForwarderHealth:
             lasted,
             detail,
         )
-        return state
 
     def _detail(self, state: ForwarderState) -> str:
-        kinds: tuple[str, ...]
-        if state is ForwarderState.KAFKA_UNREACHABLE:
-            kinds = ("transport",)
-        elif state is ForwarderState.KAFKA_REFUSING:
-            kinds = ("delivery", "fatal")
-        elif state in _QUIET:
+        if state in _QUIET:
             return ""
-        else:
+        if state not in (ForwarderState.KAFKA_UNREACHABLE, ForwarderState.KAFKA_REFUSING):
             return (
                 f": {self.in_flight} records with the Kafka client, {self.unread} WAL frames"
                 f" unread, nothing delivered for {self.seconds_since_delivery():.0f} s"
             )
-        notes = [note for kind in kinds if (note := self.last_error(kind)) is not None]
-        if not notes:
-            return ""
-        note = max(notes, key=lambda n: n.at)
-        return f": {note.name}: {note.message}"
+        kind = "transport" if state is ForwarderState.KAFKA_UNREACHABLE else "delivery"
+        note = self.last_error(kind)
+        return "" if note is None else f": {note.name}: {note.message}"
 
 
 _QUIET = (ForwarderState.IDLE, ForwarderState.DELIVERING)

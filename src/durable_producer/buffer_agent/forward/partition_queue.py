@@ -83,10 +83,6 @@ a lost connection, a timeout: a copy may be in Kafka); when the frame was append
 WAL (ms since the epoch)."""
 
 
-def last_sequence(frame: Pending) -> int:
-    return (frame[SEQUENCE] + frame[RECORDS] - 1) % SEQUENCE_LIMIT
-
-
 def _with(frame: Pending, sequence: int, unknown: bool) -> Pending:
     offset, batch, records = frame[OFFSET], frame[BATCH], frame[RECORDS]
     attributes, index, appended_ms = frame[ATTRIBUTES], frame[INDEX], frame[APPENDED]
@@ -117,7 +113,6 @@ class Batch:
     """Frames sent together in one record batch."""
 
     __slots__ = (
-        "epoch",
         "frames",
         "not_appended",
         "parts",
@@ -130,7 +125,6 @@ class Batch:
     def __init__(self, run: Run, producer_id: int, epoch: int) -> None:
         frames, batches, self.records, self.stored = run
         self.frames = frames
-        self.epoch = epoch
         self.sent = False
         self.not_appended = False
         """The broker's last answer to it said it did not append it."""
@@ -369,7 +363,7 @@ class PartitionQueue:
         self.unbatch()
         acked: list[Pending] = []
         frames = self.frames
-        while frames and _not_after(last_sequence(frames[0]), held, frames[0][SEQUENCE]):
+        while frames and _not_after(frames[0], held):
             acked.append(frames.popleft())
         if acked:
             self.failing_since = None
@@ -509,9 +503,9 @@ _compiled_number_frames = getattr(_compiled, "number_sole_batches", None)
 _compiled_take_run = getattr(_compiled, "take_run", None)
 
 
-def _not_after(last: int, held: int, first: int) -> bool:
-    """Sequence range [first, last] is at or before ``held`` (wrapping at 2**31 as Kafka's
+def _not_after(frame: Pending, held: int) -> bool:
+    """The frame's sequences are at or before ``held`` (wrapping at 2**31 as Kafka's
     sequences do: a distance of less than half the space counts as "before")."""
-    return (held - last) % SEQUENCE_LIMIT < SEQUENCE_LIMIT // 2 and (
-        held - first
-    ) % SEQUENCE_LIMIT < SEQUENCE_LIMIT // 2
+    half, first = SEQUENCE_LIMIT // 2, frame[SEQUENCE]
+    last = first + frame[RECORDS] - 1
+    return (held - last) % SEQUENCE_LIMIT < half and (held - first) % SEQUENCE_LIMIT < half

@@ -32,7 +32,6 @@ class ForwarderCounts:
     forwarded_records: int = 0
     forwarded_bytes: int = 0
     dead_letters: int = 0
-    possible_duplicates: int = 0
     possible: dict[str, int] = field(default_factory=lambda: dict.fromkeys(DUPLICATE_CAUSES, 0))
     """Possible duplicates by cause: ``restart`` (the previous run's identity could not be
     used), ``reset`` (a partition moved to a new epoch)."""
@@ -48,11 +47,8 @@ class ForwarderStats:
     """Partitions moved to a new producer epoch (or id)."""
     in_flight_records: int
     watermark: int
-    checkpoint_offset: int
     possible_duplicates: int = 0
     """Records sent again under a new epoch or id whose earlier copy's outcome was unknown."""
-    state: str = ForwarderState.IDLE.value
-    producer_id: int = -1
     replayed_duplicates: int = 0
     """Records sent again that Kafka had acknowledged: never (the forwarder sends a frame
     again only with the numbers its earlier copy had, so Kafka drops that copy)."""

@@ -382,16 +382,14 @@ class Sender:
         waiting = [(queue, queue.losses) for queue in self.queues.values() if queue.refresh_first]
         try:
             await self.client.refresh(topics)
-        except (BrokerUnreachable, OSError, TimeoutError) as error:
-            code = transport_code(error)
-            self._on_error("transport", code, error_name(code), str(error))
+        except BaseException as error:
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
             self._refresh_wanted = self._refresh_wanted or bool(waiting)  # after its backoff
+            if not isinstance(error, (BrokerUnreachable, OSError, TimeoutError)):
+                raise  # the task's end logs it; the next refresh still backs off
+            code = transport_code(error)
+            self._on_error("transport", code, error_name(code), str(error))
             return
-        except BaseException:
-            self._refreshed(asyncio.get_running_loop().time(), complete=False)
-            self._refresh_wanted = self._refresh_wanted or bool(waiting)
-            raise  # the task's end logs it; the next refresh still backs off
         now = asyncio.get_running_loop().time()
         self._check_topic_ids(topics)
         for queue, losses in waiting:
