@@ -36,15 +36,20 @@ REFAULTS_AFTER_FREE = textwrap.dedent(
 )
 
 
-def page_faults_of_reallocation(mode: str) -> int:
+def printed_by(script: str, mode: str) -> str:
+    """What ``script`` prints, run in a fresh interpreter with ``mode`` as its argument."""
     result = subprocess.run(
-        [sys.executable, "-c", REFAULTS_AFTER_FREE, mode],
+        [sys.executable, "-c", script, mode],
         capture_output=True,
         text=True,
         check=True,
         timeout=60,
     )
-    return int(result.stdout)
+    return result.stdout
+
+
+def page_faults_of_reallocation(mode: str) -> int:
+    return int(printed_by(REFAULTS_AFTER_FREE, mode))
 
 
 def test_freed_request_buffers_are_reused_without_page_faults() -> None:
@@ -74,14 +79,7 @@ COLLECTIONS_WHILE_READING_AHEAD = textwrap.dedent(
 
 
 def collections_while_reading_ahead(mode: str) -> list[int]:
-    result = subprocess.run(
-        [sys.executable, "-c", COLLECTIONS_WHILE_READING_AHEAD, mode],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=60,
-    )
-    counts: list[int] = json.loads(result.stdout)
+    counts: list[int] = json.loads(printed_by(COLLECTIONS_WHILE_READING_AHEAD, mode))
     return counts
 
 
