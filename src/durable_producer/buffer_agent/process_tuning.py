@@ -90,8 +90,8 @@ def collect_less_often() -> None:
     frames of a ``linger.ms=0`` client at most). They are untracked at once, as no cycle can
     go through them, but CPython counts each as an allocation until it is freed: at 700 the
     forwarder ran a young collection every 700 frames it read, a middle one every 7,000 and
-    a full one, which walks every queued frame, every 70,000 or so. Against Apache Kafka that
-    was 148 ms of the forwarding thread per million one-record frames, 61 ms at 10,000
+    a full one, which walks every queued frame, every 60,000 or so. Against Apache Kafka that
+    was 115-163 ms of the forwarding thread per million one-record frames, 58-74 ms at 10,000
     (docs/benchmarks.md). A young collection then walks at most that many new objects (about
     0.3 ms measured), well below the full collections ``freeze_startup_heap`` keeps off the
     ingest's latency; the older generations keep their thresholds.

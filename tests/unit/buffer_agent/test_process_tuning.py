@@ -12,10 +12,6 @@ import pytest
 
 from durable_producer.buffer_agent.process_tuning import YOUNG_COLLECTION_THRESHOLD
 
-pytestmark = pytest.mark.skipif(
-    platform.libc_ver()[0] != "glibc", reason="the allocator settings are glibc's"
-)
-
 REFAULTS_AFTER_FREE = textwrap.dedent(
     """
     import resource, sys
@@ -52,6 +48,7 @@ def page_faults_of_reallocation(mode: str) -> int:
     return int(printed_by(REFAULTS_AFTER_FREE, mode))
 
 
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="the allocator settings are glibc's")
 def test_freed_request_buffers_are_reused_without_page_faults() -> None:
     # glibc's defaults hand the 40 MB back to the kernel and fault every page in again
     # (~10,000 faults); kept, the second round reuses the same pages.

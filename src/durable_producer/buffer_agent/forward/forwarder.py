@@ -217,7 +217,7 @@ class Forwarder:
             forwarded_records=counts.forwarded_records,
             dead_letters=counts.dead_letters,
             elapsed_s=time.monotonic() - started,
-            possible_duplicates=sum(counts.possible.values()),
+            possible_duplicates=counts.possible_duplicates,
         )
 
     def stats(self) -> ForwarderStats:
@@ -229,7 +229,7 @@ class Forwarder:
             producer_resets=counts.new_epochs,
             in_flight_records=self._publisher.in_flight,
             watermark=self._publisher.watermark,
-            possible_duplicates=sum(counts.possible.values()),
+            possible_duplicates=counts.possible_duplicates,
         )
 
     # ----------------------------------------------------------------- the forwarding thread

@@ -37,6 +37,11 @@ class ForwarderCounts:
     used), ``reset`` (a partition moved to a new epoch)."""
     new_epochs: int = 0
 
+    @property
+    def possible_duplicates(self) -> int:
+        """Possible duplicates of every cause."""
+        return sum(self.possible.values())
+
 
 @dataclass(frozen=True, slots=True)
 class ForwarderStats:
