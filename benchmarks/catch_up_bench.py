@@ -356,7 +356,7 @@ def main() -> None:
                             )
                         else:
                             assert baseline is not None
-                            elapsed, _, _ = run_forwarder_child(
+                            elapsed, *_ = run_forwarder_child(
                                 baseline,
                                 broker.bootstrap,
                                 topic,

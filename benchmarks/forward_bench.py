@@ -3,10 +3,13 @@ librdkafka's own C producer.
 
 Not a test: prints figures. By default against librdkafka's mock cluster of 3 brokers
 (``--broker mock``), which is not the bottleneck: the figures measure the forwarder. With
-``--broker kafka`` it runs against one Apache Kafka node, with ``--broker cluster`` against
-three (RF 3, ``min.insync.replicas=2``, acks=all): JVMs on the same cores (``--broker-jvm``:
-Kafka's start-script options by default). Every run prints the broker used and the CPU seconds
-and resident memory it took (summed over the cluster's three JVMs).
+``--broker kafka`` it runs against one Apache Kafka node (clients connected to it directly:
+no fault proxy, whose relay thread would run in this process beside the Python loops), with
+``--broker cluster`` against three (RF 3, ``min.insync.replicas=2``, acks=all): JVMs on the
+same cores (``--broker-jvm``: Kafka's start-script options by default). Every side's line
+prints the broker used and the CPU seconds it took over the side's whole run (start and
+warm-up included) and over its timed span alone (sampled every 20 ms, ``CpuTrace``), and its
+resident memory (summed over the cluster's three JVMs).
 
 Sides of a round, one after the other, each to its own topic: the Python loop, the loop with
 delivery reports, librdkafka's C producer (``rdkafka_producer.c``, compiled as
@@ -76,8 +79,11 @@ from support.batch_builder import SampleRecord, build_batch  # noqa: E402
 if TYPE_CHECKING:
     from bench_brokers import Broker
 
-Side = tuple[str, str, Callable[[str], tuple[float, float, float]]]
-"""A side's name, topic prefix, and its run: (seconds, CPU seconds, of which appends)."""
+Timed = tuple[float, float, float, float]
+"""A side's run: (seconds, CPU seconds, of which appends, when its timed span ended:
+``time.perf_counter``, the system's monotonic clock, read in the parent or the child)."""
+Side = tuple[str, str, Callable[[str], Timed]]
+"""A side's name, topic prefix, and its run."""
 
 PARTITIONS = 4
 RECORDS_PER_BATCH = 500
@@ -168,6 +174,7 @@ def run_forwarder(
     *,
     preloaded: bool = False,
     security: dict[str, str] | None = None,
+    window: list[float] | None = None,
 ) -> tuple[float, float, float]:
     """Time from the first append of the batches to the WAL until Kafka acknowledged all:
     (seconds, process CPU seconds, CPU seconds of the appending thread).
@@ -180,7 +187,9 @@ def run_forwarder(
     ``preloaded``: every batch is in the WAL before the forwarder starts (a backlog, as after
     an outage); timed from the forwarder's start (its producer id included) to the end, the
     appends untimed. ``security``: the connection's security settings (``client_config``'s
-    names), for a secured broker (``secured_forward_bench.py``).
+    names), for a secured broker (``secured_forward_bench.py``). ``window``: given, the timed
+    span's start and end are appended to it (``time.perf_counter``, the system's monotonic
+    clock, which the parent reads too: it counts the broker's CPU over that span alone).
     """
     wal = WriteAheadLog.open(
         directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
@@ -212,9 +221,11 @@ def run_forwarder(
             started, cpu_started = time.perf_counter(), time.process_time()
             forwarder = new_forwarder()
             summary = forwarder.drain(timeout_s=900)
-            elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+            ended, cpu = time.perf_counter(), time.process_time() - cpu_started
             assert summary.complete, summary
-            return elapsed, cpu, 0.0
+            if window is not None:
+                window += [started, ended]
+            return ended - started, cpu, 0.0
         forwarder = new_forwarder()
         deadline = time.monotonic() + 30
         while forwarder.stats().watermark < 1 and time.monotonic() < deadline:
@@ -225,9 +236,11 @@ def run_forwarder(
             wal.append(topic, partition, payload, count)
         appends = time.thread_time() - thread_started
         summary = forwarder.drain(timeout_s=900)
-        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        ended, cpu = time.perf_counter(), time.process_time() - cpu_started
         assert summary.complete, summary
-        return elapsed, cpu, appends
+        if window is not None:
+            window += [started, ended]
+        return ended - started, cpu, appends
     finally:
         wal.close()
 
@@ -250,10 +263,9 @@ REPORTED = "direct + delivery reports"
 C_PRODUCER = "C producer (librdkafka)"
 
 
-def run_c_producer(
-    binary: Path, bootstrap: str, topic: str, records: int
-) -> tuple[float, float, float]:
-    """``rdkafka_producer`` with ``-W``: its warm-up is untimed, it prints the timed part."""
+def run_c_producer(binary: Path, bootstrap: str, topic: str, records: int) -> Timed:
+    """``rdkafka_producer`` with ``-W``: its warm-up is untimed, it prints the timed part (its
+    span taken as ending when it exits: after its ``rd_kafka_destroy``, a few ms)."""
     command = [str(binary), bootstrap, topic, str(records), str(VALUE_SIZE), "-W", WARMUP_TOPIC]
     for key, value in C_PRODUCER_SETTINGS.items():
         command += ["-X", f"{key}={value}"]
@@ -261,12 +273,12 @@ def run_c_producer(
     if done.returncode != 0:
         raise RuntimeError(f"rdkafka_producer failed: {done.stderr.strip()[-500:]}")
     elapsed, cpu = (float(field) for field in done.stdout.split())
-    return elapsed, cpu, 0.0
+    return elapsed, cpu, 0.0, time.perf_counter()
 
 
 def run_forwarder_child(
     source: Path, bootstrap: str, topic: str, records: int, per_batch: int, preloaded: bool
-) -> tuple[float, float, float]:
+) -> Timed:
     """The forwarder of a checkout's ``src`` (this one's, or ``--baseline-src``): this script
     in a child ``python`` with ``--side forwarder``, as an agent's process of its own; it
     builds its own batches (untimed) and prints one JSON line."""
@@ -294,7 +306,7 @@ def run_forwarder_child(
     result = json.loads(done.stdout.strip().splitlines()[-1])
     if not Path(result["source"]).resolve().is_relative_to(source.resolve()):
         raise RuntimeError(f"the child ran {result['source']}, not the code under {source}")
-    return result["elapsed"], result["cpu"], result["appends"]
+    return result["elapsed"], result["cpu"], result["appends"], result["ended"]
 
 
 def forwarder_side(args: argparse.Namespace) -> None:
@@ -304,12 +316,24 @@ def forwarder_side(args: argparse.Namespace) -> None:
 
     batches = make_batches(args.records, args.records_per_batch)
     prepare_to_serve()  # as the agent does once it serves (the heap frozen with the batches)
+    window: list[float] = []
     with tempfile.TemporaryDirectory() as scratch:
         elapsed, cpu, appends = run_forwarder(
-            args.bootstrap, args.topic, batches, Path(scratch), preloaded=args.preloaded
+            args.bootstrap,
+            args.topic,
+            batches,
+            Path(scratch),
+            preloaded=args.preloaded,
+            window=window,
         )
     source = str(Path(durable_producer.__file__).resolve().parent)
-    result = {"elapsed": elapsed, "cpu": cpu, "appends": appends, "source": source}
+    result = {
+        "elapsed": elapsed,
+        "cpu": cpu,
+        "appends": appends,
+        "source": source,
+        "ended": window[1],
+    }
     print(json.dumps(result), flush=True)
 
 
@@ -320,7 +344,10 @@ def run_round(
     args: argparse.Namespace,
     c_producer: Path | None,
 ) -> dict[str, tuple[float, float, float, str]]:
-    """One round: every side, each with the broker CPU and memory it took."""
+    """One round: every side, each with the broker CPU and memory it took (its CPU over the
+    side's whole run, then over the timed span alone)."""
+    from bench_brokers import CpuTrace
+
     records = args.records
     linger_ms = 0 if args.records_per_batch == 1 else 5
     results: dict[str, tuple[float, float, float, str]] = {}
@@ -328,7 +355,11 @@ def run_round(
         (
             DIRECT,
             "direct",
-            lambda topic: (*run_direct(broker.bootstrap, topic, batches, linger_ms=linger_ms), 0.0),
+            lambda topic: (
+                *run_direct(broker.bootstrap, topic, batches, linger_ms=linger_ms),
+                0.0,
+                time.perf_counter(),
+            ),
         ),
         (
             REPORTED,
@@ -338,6 +369,7 @@ def run_round(
                     broker.bootstrap, topic, batches, with_reports=True, linger_ms=linger_ms
                 ),
                 0.0,
+                time.perf_counter(),
             ),
         ),
     ]
@@ -384,8 +416,10 @@ def run_round(
         topic = f"{prefix}-{round_index}"
         broker.create_topic(topic, PARTITIONS)
         before = broker.usage()
-        elapsed, cpu, appends = run(topic)
-        usage = broker.usage().since(before)
+        with CpuTrace(lambda: broker.usage().cpu_s) as trace:
+            elapsed, cpu, appends, ended = run(topic)
+        timed = trace.between(ended - elapsed, ended)
+        usage = f"{broker.usage().since(before)}, {timed:5.2f} s of its cpu in the timed span"
         appended = broker.appended(topic, PARTITIONS)
         if appended not in (-1, records):
             raise RuntimeError(f"{name}: the broker has {appended} of {records} records")
@@ -515,7 +549,7 @@ def main() -> None:
             )
         jvm = BROKER_JVMS[args.broker_jvm]
         for round_index, broker in brokers_for(
-            args.broker, args.rounds, WARMUP_TOPIC, jvm_options=jvm
+            args.broker, args.rounds, WARMUP_TOPIC, jvm_options=jvm, proxied=False
         ):
             results = run_round(broker, round_index, batches, args, c_producer)
             for name, result in results.items():
