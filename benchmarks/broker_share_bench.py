@@ -1,0 +1,149 @@
+"""What one Apache Kafka node spends on the forwarder's batches: its CPU a record, by the
+forwarder's merge size and the records' content.
+
+Not a test: prints figures. One Kafka node (clients connected directly), the forwarder in this
+process on a preloaded WAL of one-record batches (linger-0 clients, 4 partitions round robin),
+timed from its start until ``drain()`` returns; the broker's CPU over that span is sampled
+from /proc (``bench_brokers.CpuTrace``). Each repetition runs every variant once, in order:
+
+- ``1MB``: the default (``ForwarderConfig.max_merge_bytes``), the bench's records (a 12-byte
+  key, 200-byte value, timestamps of 2024, as ``forward_bench.make_batches`` makes them);
+- ``256KB``, ``64KB``: the same records, merges stopped there;
+- ``1MB-nokey``, ``1MB-now``: no key, or the current time, and
+  ``1MB-nokey-now``: both, as librdkafka's C producer in ``forward_bench.py`` sends them.
+
+The broker runs with the JVM options of Kafka's start script, as in ``forward_bench.py``.
+
+The first repetition warms the broker's JIT and costs it most: read the later ones.
+
+    .venv/bin/python benchmarks/broker_share_bench.py [--records 300000] [--reps 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from bench_brokers import BROKER_JVMS, Broker, CpuTrace  # noqa: E402
+from forward_bench import PARTITIONS, WARMUP_TOPIC, make_batches  # noqa: E402
+
+from durable_producer.buffer_agent.forward.config import ForwarderConfig  # noqa: E402
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore  # noqa: E402
+from durable_producer.buffer_agent.forward.forwarder import Forwarder  # noqa: E402
+from durable_producer.buffer_agent.process_tuning import prepare_to_serve  # noqa: E402
+from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog  # noqa: E402
+from support.batch_builder import SampleRecord, build_batch  # noqa: E402
+
+Payloads = list[tuple[int, bytes]]
+VARIANTS = (
+    ("1MB", 1_000_000, True, False),
+    ("256KB", 256 * 1024, True, False),
+    ("64KB", 64 * 1024, True, False),
+    ("1MB-nokey", 1_000_000, False, False),
+    ("1MB-now", 1_000_000, True, True),
+    ("1MB-nokey-now", 1_000_000, False, True),
+)
+"""(name, merge bytes, records with their key, at the current time)."""
+
+
+def payloads(records: int, keyed: bool, now: bool) -> Payloads:
+    """The bench's one-record batches, their keys dropped unless ``keyed``, their timestamps
+    the current time if ``now``."""
+    start = int(time.time() * 1000)
+    made = make_batches(records, 1)
+    return [
+        (
+            partition,
+            build_batch(
+                [
+                    SampleRecord(
+                        batch[0].key if keyed else None,
+                        batch[0].value,
+                        start + index if now else batch[0].timestamp_ms,
+                    )
+                ]
+            ),
+        )
+        for index, (partition, batch) in enumerate(made)
+    ]
+
+
+def forward(
+    broker: Broker, topic: str, batches: Payloads, merge: int
+) -> tuple[float, float, float]:
+    """(seconds, the broker's CPU seconds, this process's CPU seconds) to forward ``batches``."""
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        wal = WriteAheadLog.open(
+            directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
+        )
+        try:
+            for partition, payload in batches:
+                wal.append(topic, partition, payload, 1)
+            with CpuTrace(lambda: broker.usage().cpu_s) as trace:
+                started, cpu_started = time.perf_counter(), time.process_time()
+                forwarder = Forwarder(
+                    wal,
+                    {"bootstrap.servers": broker.bootstrap},
+                    dead_letters=DeadLetterStore(directory / "dead-letter"),
+                    state_dir=directory / "state",
+                    config=ForwarderConfig(max_merge_bytes=merge),
+                ).start()
+                summary = forwarder.drain(timeout_s=600)
+                ended, cpu = time.perf_counter(), time.process_time() - cpu_started
+            if not summary.complete:
+                raise SystemExit(f"{topic}: the forwarder did not finish: {summary}")
+            return ended - started, trace.between(started, ended), cpu
+        finally:
+            wal.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=300_000)
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+    if args.records < 1 or args.reps < 1:
+        raise SystemExit("--records and --reps: at least 1")
+    contents = {(keyed, now): payloads(args.records, keyed, now) for _, _, keyed, now in VARIANTS}
+    prepare_to_serve()  # as the agent once it serves (the bench's batches frozen with the heap)
+    gc.collect()
+    gc.freeze()
+    per_record = 1e6 / args.records
+    rows: dict[str, list[tuple[float, float, float]]] = {}
+    with Broker("kafka", BROKER_JVMS["kafka"], proxied=False) as broker:
+        print(f"broker: {broker.description}, pid {broker.pid}", flush=True)
+        broker.create_topic(WARMUP_TOPIC, 1)
+        for rep in range(args.reps):
+            for name, merge, keyed, now in VARIANTS:
+                topic = f"share-{name}-{rep}"
+                broker.create_topic(topic, PARTITIONS)
+                elapsed, broker_cpu, own_cpu = forward(broker, topic, contents[keyed, now], merge)
+                row = (args.records / elapsed, broker_cpu * per_record, own_cpu * per_record)
+                rows.setdefault(name, []).append(row)
+                print(
+                    f"rep {rep + 1} {name:14s} {row[0]:9.0f} records/s  broker {row[1]:5.2f}"
+                    f" CPU-us a record  forwarder {row[2]:5.2f}",
+                    flush=True,
+                )
+    later = slice(1, None) if args.reps > 1 else slice(None)
+    print(f"medians of repetitions {'2 on' if args.reps > 1 else '1'} ({args.records:,} records):")
+    for name, measured in rows.items():
+        kept = measured[later]
+        print(
+            f"{name:14s} {statistics.median(r[0] for r in kept):9.0f} records/s  broker"
+            f" {statistics.median(r[1] for r in kept):5.2f} CPU-us a record  forwarder"
+            f" {statistics.median(r[2] for r in kept):5.2f}"
+        )
+
+
+if __name__ == "__main__":
+    main()
