@@ -22,6 +22,7 @@ The first repetition warms the broker's JIT and costs it most: read the later on
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import statistics
 import sys
@@ -33,16 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 from bench_brokers import BROKER_JVMS, Broker, CpuTrace  # noqa: E402
-from forward_bench import PARTITIONS, WARMUP_TOPIC, make_batches  # noqa: E402
+from forward_bench import PARTITIONS, WARMUP_TOPIC, make_batches, run_forwarder  # noqa: E402
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig  # noqa: E402
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore  # noqa: E402
-from durable_producer.buffer_agent.forward.forwarder import Forwarder  # noqa: E402
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve  # noqa: E402
-from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog  # noqa: E402
-from support.batch_builder import SampleRecord, build_batch  # noqa: E402
+from support.batch_builder import SampleRecord  # noqa: E402
 
-Payloads = list[tuple[int, bytes]]
+Batches = list[tuple[int, list[SampleRecord]]]
 VARIANTS = (
     ("1MB", 1_000_000, True, False),
     ("256KB", 256 * 1024, True, False),
@@ -54,56 +52,40 @@ VARIANTS = (
 """(name, merge bytes, records with their key, at the current time)."""
 
 
-def payloads(records: int, keyed: bool, now: bool) -> Payloads:
+def one_record_batches(records: int, keyed: bool, now: bool) -> Batches:
     """The bench's one-record batches, their keys dropped unless ``keyed``, their timestamps
     the current time if ``now``."""
     start = int(time.time() * 1000)
-    made = make_batches(records, 1)
     return [
         (
             partition,
-            build_batch(
-                [
-                    SampleRecord(
-                        batch[0].key if keyed else None,
-                        batch[0].value,
-                        start + index if now else batch[0].timestamp_ms,
-                    )
-                ]
-            ),
+            [
+                dataclasses.replace(
+                    record,
+                    key=record.key if keyed else None,
+                    timestamp_ms=start + index if now else record.timestamp_ms,
+                )
+            ],
         )
-        for index, (partition, batch) in enumerate(made)
+        for index, (partition, (record,)) in enumerate(make_batches(records, 1))
     ]
 
 
-def forward(
-    broker: Broker, topic: str, batches: Payloads, merge: int
-) -> tuple[float, float, float]:
-    """(seconds, the broker's CPU seconds, this process's CPU seconds) to forward ``batches``."""
-    with tempfile.TemporaryDirectory() as scratch:
-        directory = Path(scratch)
-        wal = WriteAheadLog.open(
-            directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
+def forward(broker: Broker, topic: str, batches: Batches, merge: int) -> tuple[float, float, float]:
+    """(seconds, the broker's CPU seconds, this process's CPU seconds) to forward ``batches``
+    from a preloaded WAL (``forward_bench.run_forwarder``)."""
+    window: list[float] = []
+    with CpuTrace(lambda: broker.usage().cpu_s) as trace, tempfile.TemporaryDirectory() as scratch:
+        elapsed, cpu, _ = run_forwarder(
+            broker.bootstrap,
+            topic,
+            batches,
+            Path(scratch),
+            preloaded=True,
+            window=window,
+            config=ForwarderConfig(max_merge_bytes=merge),
         )
-        try:
-            for partition, payload in batches:
-                wal.append(topic, partition, payload, 1)
-            with CpuTrace(lambda: broker.usage().cpu_s) as trace:
-                started, cpu_started = time.perf_counter(), time.process_time()
-                forwarder = Forwarder(
-                    wal,
-                    {"bootstrap.servers": broker.bootstrap},
-                    dead_letters=DeadLetterStore(directory / "dead-letter"),
-                    state_dir=directory / "state",
-                    config=ForwarderConfig(max_merge_bytes=merge),
-                ).start()
-                summary = forwarder.drain(timeout_s=600)
-                ended, cpu = time.perf_counter(), time.process_time() - cpu_started
-            if not summary.complete:
-                raise SystemExit(f"{topic}: the forwarder did not finish: {summary}")
-            return ended - started, trace.between(started, ended), cpu
-        finally:
-            wal.close()
+    return elapsed, trace.between(*window), cpu
 
 
 def main() -> None:
@@ -113,7 +95,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.records < 1 or args.reps < 1:
         raise SystemExit("--records and --reps: at least 1")
-    contents = {(keyed, now): payloads(args.records, keyed, now) for _, _, keyed, now in VARIANTS}
+    contents = {
+        (keyed, now): one_record_batches(args.records, keyed, now) for _, _, keyed, now in VARIANTS
+    }
     prepare_to_serve()  # as the agent once it serves (the bench's batches frozen with the heap)
     gc.collect()
     gc.freeze()

@@ -175,6 +175,7 @@ def run_forwarder(
     preloaded: bool = False,
     security: dict[str, str] | None = None,
     window: list[float] | None = None,
+    config: ForwarderConfig | None = None,
 ) -> tuple[float, float, float]:
     """Time from the first append of the batches to the WAL until Kafka acknowledged all:
     (seconds, process CPU seconds, CPU seconds of the appending thread).
@@ -190,6 +191,7 @@ def run_forwarder(
     names), for a secured broker (``secured_forward_bench.py``). ``window``: given, the timed
     span's start and end are appended to it (``time.perf_counter``, the system's monotonic
     clock, which the parent reads too: it counts the broker's CPU over that span alone).
+    ``config``: the forwarder's settings (default ``ForwarderConfig()``).
     """
     wal = WriteAheadLog.open(
         directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
@@ -201,7 +203,7 @@ def run_forwarder(
             {"bootstrap.servers": bootstrap, **(security or {})},
             dead_letters=DeadLetterStore(directory / "dead-letter"),
             state_dir=directory / "state",
-            config=ForwarderConfig(),
+            config=config or ForwarderConfig(),
         ).start()
 
     try:
