@@ -18,7 +18,11 @@ idempotence, linger.ms=5; its untimed warm-up record goes to the warm-up topic; 
 one line without a C compiler or librdkafka's header: ``make bench-tools``), the forwarder of
 this checkout, and with ``--baseline-src DIR`` the forwarder of another checkout's ``src``
 (a child ``python`` with ``PYTHONPATH=DIR`` running this script with ``--side forwarder``,
-which prints one JSON line; the two forwarders swap order every round).
+which prints one JSON line; the two forwarders swap order every round). The forwarders'
+children start first in a round: they build their batches and WAL (untimed) and wait, so that
+the round's sides then run back to back (before 2026-12-04's third session each child built
+its WAL after the other sides had run, and its forwarder ran some 20 s after them: in a Kafka
+broker's slow episodes, which come and go over tens of seconds, more often than they did).
 
 ``--records-per-batch 1`` stands for clients with ``linger.ms=0``: one record a stored batch
 (the batch forwarder merges consecutive uncompressed batches of a partition); the Python loops
@@ -54,6 +58,7 @@ Catch-up after an outage: ``benchmarks/catch_up_bench.py``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import gc
 import json
@@ -65,7 +70,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from confluent_kafka import Producer
 
@@ -180,6 +185,7 @@ def run_forwarder(
     security: dict[str, str] | None = None,
     window: list[float] | None = None,
     config: ForwarderConfig | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> tuple[float, float, float]:
     """Time from the first append of the batches to the WAL until Kafka acknowledged all:
     (seconds, process CPU seconds, CPU seconds of the appending thread).
@@ -195,7 +201,8 @@ def run_forwarder(
     names), for a secured broker (``secured_forward_bench.py``). ``window``: given, the timed
     span's start and end are appended to it (``time.perf_counter``, the system's monotonic
     clock, which the parent reads too: it counts the broker's CPU over that span alone).
-    ``config``: the forwarder's settings (default ``ForwarderConfig()``).
+    ``config``: the forwarder's settings (default ``ForwarderConfig()``). ``ready``: called
+    (and waited for) once everything untimed is done, just before the forwarder starts.
     """
     wal = WriteAheadLog.open(
         directory / "wal", WalConfig(max_bytes=4 * 1024**3, fsync=FsyncPolicy.NEVER)
@@ -224,6 +231,8 @@ def run_forwarder(
             for partition, payload, count in payloads:
                 wal.append(topic, partition, payload, count)
             gc.collect()
+            if ready is not None:
+                ready()
             started, cpu_started = time.perf_counter(), time.process_time()
             forwarder = new_forwarder()
             summary = forwarder.drain(timeout_s=900)
@@ -232,6 +241,8 @@ def run_forwarder(
             if window is not None:
                 window += [started, ended]
             return ended - started, cpu, 0.0
+        if ready is not None:
+            ready()
         forwarder = new_forwarder()
         deadline = time.monotonic() + 30
         while forwarder.stats().watermark < 1 and time.monotonic() < deadline:
@@ -282,37 +293,110 @@ def run_c_producer(binary: Path, bootstrap: str, topic: str, records: int) -> Ti
     return elapsed, cpu, 0.0, time.perf_counter()
 
 
+class ForwarderChild:
+    """The forwarder of a checkout's ``src`` (this one's, or ``--baseline-src``): this script
+    in a child ``python`` with ``--side forwarder``, as an agent's process of its own. It
+    builds its own batches and (``preloaded``) its WAL, untimed, says ``ready``, and waits:
+    ``run`` lets it go and reads its one JSON line. A round starts its forwarders first and
+    runs its other sides once they are ready, so that every side runs within seconds of the
+    others (the broker's slow episodes come and go over tens of seconds: docs/benchmarks.md)."""
+
+    def __init__(
+        self,
+        source: Path,
+        bootstrap: str,
+        topic: str,
+        records: int,
+        per_batch: int,
+        preloaded: bool,
+    ) -> None:
+        self.source = source
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(
+            part for part in (str(source), env.get("PYTHONPATH", "")) if part
+        )
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--side",
+            "forwarder",
+            "--bootstrap",
+            bootstrap,
+            "--topic",
+            topic,
+            "--records",
+            str(records),
+            "--records-per-batch",
+            str(per_batch),
+        ] + (["--preloaded"] if preloaded else [])
+        # Its stderr, read only on failure (a pipe left unread could fill); closed by close().
+        self._errors = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        self._process = subprocess.Popen(
+            command,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._errors,
+            text=True,
+        )
+        assert self._process.stdout is not None
+        said = self._process.stdout.readline().strip()
+        if said != CHILD_READY:
+            self._fail(f"said {said!r} instead of {CHILD_READY!r}")
+
+    def run(self) -> Timed:
+        process = self._process
+        assert process.stdin is not None
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        try:
+            out, _ = process.communicate(timeout=900)
+        except subprocess.TimeoutExpired:
+            self._fail("did not finish within 900 s")
+        if process.returncode != 0:
+            self._fail(f"exited with {process.returncode}")
+        result = json.loads(out.strip().splitlines()[-1])
+        if not Path(result["source"]).resolve().is_relative_to(self.source.resolve()):
+            raise RuntimeError(
+                f"the child ran {result['source']}, not the code under {self.source}"
+            )
+        return result["elapsed"], result["cpu"], result["appends"], result["ended"]
+
+    def _fail(self, what: str) -> NoReturn:
+        if self._process.poll() is None:
+            self._process.kill()
+        self._process.wait()
+        self._errors.seek(0)
+        errors = self._errors.read().strip()[-1500:]
+        self.close()
+        raise RuntimeError(f"the forwarder of {self.source} {what}: {errors}")
+
+    def close(self) -> None:
+        if self._process.poll() is None:
+            self._process.kill()
+            self._process.wait()
+        self._errors.close()
+
+
+CHILD_READY = "ready"
+
+
 def run_forwarder_child(
     source: Path, bootstrap: str, topic: str, records: int, per_batch: int, preloaded: bool
 ) -> Timed:
-    """The forwarder of a checkout's ``src`` (this one's, or ``--baseline-src``): this script
-    in a child ``python`` with ``--side forwarder``, as an agent's process of its own; it
-    builds its own batches (untimed) and prints one JSON line."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        part for part in (str(source), env.get("PYTHONPATH", "")) if part
-    )
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--side",
-        "forwarder",
-        "--bootstrap",
-        bootstrap,
-        "--topic",
-        topic,
-        "--records",
-        str(records),
-        "--records-per-batch",
-        str(per_batch),
-    ] + (["--preloaded"] if preloaded else [])
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode != 0:
-        raise RuntimeError(f"the forwarder of {source} failed: {done.stderr.strip()[-1500:]}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    if not Path(result["source"]).resolve().is_relative_to(source.resolve()):
-        raise RuntimeError(f"the child ran {result['source']}, not the code under {source}")
-    return result["elapsed"], result["cpu"], result["appends"], result["ended"]
+    """A ``ForwarderChild`` let go as soon as it is ready."""
+    child = ForwarderChild(source, bootstrap, topic, records, per_batch, preloaded)
+    try:
+        return child.run()
+    finally:
+        child.close()
+
+
+def wait_for_go() -> None:
+    """The child's side of ``ForwarderChild``: ready, then wait for the parent's word."""
+    print(CHILD_READY, flush=True)
+    if sys.stdin.readline().strip() != "go":
+        raise SystemExit("forward_bench --side forwarder: the parent went away")
 
 
 def forwarder_side(args: argparse.Namespace) -> None:
@@ -331,6 +415,7 @@ def forwarder_side(args: argparse.Namespace) -> None:
             Path(scratch),
             preloaded=args.preloaded,
             window=window,
+            ready=wait_for_go,
         )
     source = str(Path(durable_producer.__file__).resolve().parent)
     result = {
@@ -387,49 +472,38 @@ def run_round(
                 lambda topic: run_c_producer(c_producer, broker.bootstrap, topic, records),
             )
         )
-    forwarders: list[Side] = [
-        (
-            FORWARD,
-            "forward",
-            lambda topic: run_forwarder_child(
-                ROOT / "src",
+    sources = [(FORWARD, "forward", ROOT / "src")]
+    if args.baseline_src is not None:
+        sources.append((BASELINE, "baseline", args.baseline_src))
+        if round_index % 2:
+            sources.reverse()  # the two forwarders alternate which goes first
+    with contextlib.ExitStack() as children:
+        forwarders: list[Side] = []
+        for name, prefix, source in sources:
+            # Started (batches built, WAL preloaded) before the other sides run: every side
+            # of the round then runs within seconds of the others.
+            child = ForwarderChild(
+                source,
                 broker.bootstrap,
-                topic,
+                f"{prefix}-{round_index}",
                 records,
                 args.records_per_batch,
                 args.preloaded,
-            ),
-        )
-    ]
-    if args.baseline_src is not None:
-        forwarders.append(
-            (
-                BASELINE,
-                "baseline",
-                lambda topic: run_forwarder_child(
-                    args.baseline_src,
-                    broker.bootstrap,
-                    topic,
-                    records,
-                    args.records_per_batch,
-                    args.preloaded,
-                ),
             )
-        )
-        if round_index % 2:
-            forwarders.reverse()  # the two forwarders alternate which goes first
-    for name, prefix, run in sides + forwarders:
-        topic = f"{prefix}-{round_index}"
-        broker.create_topic(topic, PARTITIONS)
-        before = broker.usage()
-        with CpuTrace(lambda: broker.usage().cpu_s) as trace:
-            elapsed, cpu, appends, ended = run(topic)
-        timed = trace.between(ended - elapsed, ended)
-        usage = f"{broker.usage().since(before)}, {timed:5.2f} s of its cpu in the timed span"
-        appended = broker.appended(topic, PARTITIONS)
-        if appended not in (-1, records):
-            raise RuntimeError(f"{name}: the broker has {appended} of {records} records")
-        results[name] = (elapsed, cpu, appends, usage)
+            children.callback(child.close)
+            forwarders.append((name, prefix, lambda _topic, child=child: child.run()))
+        for name, prefix, run in sides + forwarders:
+            topic = f"{prefix}-{round_index}"
+            broker.create_topic(topic, PARTITIONS)
+            before = broker.usage()
+            with CpuTrace(lambda: broker.usage().cpu_s) as trace:
+                elapsed, cpu, appends, ended = run(topic)
+            timed = trace.between(ended - elapsed, ended)
+            usage = f"{broker.usage().since(before)}, {timed:5.2f} s of its cpu in the timed span"
+            appended = broker.appended(topic, PARTITIONS)
+            if appended not in (-1, records):
+                raise RuntimeError(f"{name}: the broker has {appended} of {records} records")
+            results[name] = (elapsed, cpu, appends, usage)
     return results
 
 
