@@ -45,7 +45,6 @@ import argparse
 import dataclasses
 import datetime
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -64,6 +63,7 @@ from forward_bench import (  # noqa: E402
     PARTITIONS,
     RECORDS_PER_BATCH,
     WARMUP_TOPIC,
+    env_for_source,
     load_average,
     make_batches,
     run_forwarder,
@@ -227,10 +227,7 @@ def baseline_catch_up(
     log: Path,
 ) -> CatchUp:
     """One load for the forwarder of ``source``, in a child (``catch_up_side``)."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(
-        part for part in (str(source), env.get("PYTHONPATH", "")) if part
-    )
+    env = env_for_source(source)
     command = [
         sys.executable,
         str(Path(__file__).resolve()),

@@ -293,6 +293,15 @@ def run_c_producer(binary: Path, bootstrap: str, topic: str, records: int) -> Ti
     return elapsed, cpu, 0.0, time.perf_counter()
 
 
+def env_for_source(source: Path) -> dict[str, str]:
+    """This process's environment with ``source`` (a checkout's ``src``) first on the path."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        part for part in (str(source), env.get("PYTHONPATH", "")) if part
+    )
+    return env
+
+
 class ForwarderChild:
     """The forwarder of a checkout's ``src`` (this one's, or ``--baseline-src``): this script
     in a child ``python`` with ``--side forwarder``, as an agent's process of its own. It
@@ -311,10 +320,7 @@ class ForwarderChild:
         preloaded: bool,
     ) -> None:
         self.source = source
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(
-            part for part in (str(source), env.get("PYTHONPATH", "")) if part
-        )
+        env = env_for_source(source)
         command = [
             sys.executable,
             str(Path(__file__).resolve()),
