@@ -4,8 +4,8 @@ forwarder's merge size and the records' content.
 Not a test: prints figures. One Kafka node (clients connected directly), the forwarder in this
 process on a preloaded WAL of one-record batches (linger-0 clients, 4 partitions round robin),
 timed from its start until ``drain()`` returns; the broker's CPU over that span is sampled
-from /proc (``bench_brokers.CpuTrace``), and the share of it its kernel spent (writing the
-batches to the page cache, reading the sockets, page faults) is counted over the whole call.
+from /proc (``bench_brokers.CpuTrace``), and so is the share of it its kernel spent (writing
+the batches to the page cache, reading the sockets, page faults).
 Each repetition runs every variant once, in order:
 
 - ``1MB``: the default (``ForwarderConfig.max_merge_bytes``), the bench's records (a 12-byte
@@ -100,12 +100,14 @@ def forward(
     broker: Broker, topic: str, batches: Batches, merge: int
 ) -> tuple[float, float, float, float]:
     """(seconds, the broker's CPU seconds, of which its kernel's, this process's CPU seconds)
-    to forward ``batches`` from a preloaded WAL (``forward_bench.run_forwarder``). The
-    kernel's share is counted over the whole call (the preloading before the span does not
-    touch the broker)."""
+    to forward ``batches`` from a preloaded WAL (``forward_bench.run_forwarder``), the
+    broker's over the timed span alone."""
     window: list[float] = []
-    before = broker.usage()
-    with CpuTrace(lambda: broker.usage().cpu_s) as trace, tempfile.TemporaryDirectory() as scratch:
+    with (
+        CpuTrace(lambda: broker.usage().cpu_s) as trace,
+        CpuTrace(lambda: broker.usage().system_s) as kernel_trace,
+        tempfile.TemporaryDirectory() as scratch,
+    ):
         elapsed, cpu, _ = run_forwarder(
             broker.bootstrap,
             topic,
@@ -115,8 +117,7 @@ def forward(
             window=window,
             config=ForwarderConfig(max_merge_bytes=merge),
         )
-    kernel = broker.usage().system_s - before.system_s
-    return elapsed, trace.between(*window), kernel, cpu
+    return elapsed, trace.between(*window), kernel_trace.between(*window), cpu
 
 
 def main() -> None:
@@ -133,9 +134,9 @@ def main() -> None:
         raise SystemExit(f"--variants: no variant {', '.join(sorted(unknown))}")
     if args.records < 1 or args.reps < 1:
         raise SystemExit("--records and --reps: at least 1")
+    chosen = [variant for variant in VARIANTS if not wanted or variant[0] in wanted]
     contents = {
-        (keyed, now): one_record_batches(args.records, keyed, now)
-        for _, _, keyed, now, _ in VARIANTS
+        (keyed, now): one_record_batches(args.records, keyed, now) for _, _, keyed, now, _ in chosen
     }
     prepare_to_serve()  # as the agent once it serves (the bench's batches frozen with the heap)
     gc.collect()
@@ -146,9 +147,7 @@ def main() -> None:
         print(f"broker: {broker.description}, pid {broker.pid}", flush=True)
         broker.create_topic(WARMUP_TOPIC, 1)
         for rep in range(args.reps):
-            for name, merge, keyed, now, layout in VARIANTS:
-                if wanted and name not in wanted:
-                    continue
+            for name, merge, keyed, now, layout in chosen:
                 topic = f"share-{name}-{rep}"
                 partitions, batches = laid_out(contents[keyed, now], layout)
                 broker.create_topic(topic, partitions)

@@ -23,6 +23,10 @@ children start first in a round: they build their batches and WAL (untimed) and 
 the round's sides then run back to back (before 2026-12-04's third session each child built
 its WAL after the other sides had run, and its forwarder ran some 20 s after them: in a Kafka
 broker's slow episodes, which come and go over tens of seconds, more often than they did).
+Each round starts one side later in that order than the round before (round 1 the Python
+loop, round 2 the loop with reports, ...), so that no side always follows the same one; each
+ratio line gives the median of its rounds' ratios beside the ratio of the median rates: many
+short rounds (``--rounds 9 --records 300000``) measure it better than a few long ones.
 
 ``--records-per-batch 1`` stands for clients with ``linger.ms=0``: one record a stored batch
 (the batch forwarder merges consecutive uncompressed batches of a partition); the Python loops
@@ -434,6 +438,12 @@ def forwarder_side(args: argparse.Namespace) -> None:
     print(json.dumps(result), flush=True)
 
 
+def round_topic(prefix: str, round_index: int) -> str:
+    """The topic a side writes in a round: a new one each time (its high watermarks are the
+    side's records alone)."""
+    return f"{prefix}-{round_index}"
+
+
 def run_round(
     broker: Broker,
     round_index: int,
@@ -491,15 +501,17 @@ def run_round(
             child = ForwarderChild(
                 source,
                 broker.bootstrap,
-                f"{prefix}-{round_index}",
+                round_topic(prefix, round_index),
                 records,
                 args.records_per_batch,
                 args.preloaded,
             )
             children.callback(child.close)
             forwarders.append((name, prefix, lambda _topic, child=child: child.run()))
-        for name, prefix, run in sides + forwarders:
-            topic = f"{prefix}-{round_index}"
+        order = sides + forwarders
+        first = round_index % len(order)  # each side goes first in turn
+        for name, prefix, run in order[first:] + order[:first]:
+            topic = round_topic(prefix, round_index)
             broker.create_topic(topic, PARTITIONS)
             before = broker.usage()
             with CpuTrace(lambda: broker.usage().cpu_s) as trace:
@@ -565,12 +577,12 @@ def summarize(
     def ratio(top: str, bottom: str) -> None:
         if top not in runs or bottom not in runs:
             return
-        per_round = " ".join(
-            f"{low[0] / high[0]:.2f}" for high, low in zip(runs[top], runs[bottom], strict=True)
-        )
+        paired = [low[0] / high[0] for high, low in zip(runs[top], runs[bottom], strict=True)]
+        per_round = " ".join(f"{value:.2f}" for value in paired)
         label = f"{top.split(' (')[0]} / {bottom.split(' (')[0]}"
         print(
-            f"{label:46s} {rates[top] / rates[bottom]:6.2f}x  (per round: {per_round});"
+            f"{label:46s} {rates[top] / rates[bottom]:6.2f}x  (per round: {per_round};"
+            f" their median {statistics.median(paired):.2f});"
             f" cpu per record {cpus[top] / cpus[bottom]:.2f}x"
         )
 
