@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml setup.py src/durable_producer/buffer_agent/kafka/_recor
 		src/durable_producer/buffer_agent/kafka/_batch_merge.c \
 		src/durable_producer/buffer_agent/kafka/sole_batch.h \
 		src/durable_producer/buffer_agent/wal/_frame_scan.c \
-		src/durable_producer/buffer_agent/forward/_number_frames.c
+		src/durable_producer/buffer_agent/forward/_number_frames.c \
+		src/durable_producer/buffer_agent/_arena_cache.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

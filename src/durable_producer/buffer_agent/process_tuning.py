@@ -9,11 +9,21 @@ import ctypes
 import gc
 import logging
 import platform
+from types import ModuleType
 
 log = logging.getLogger(__name__)
 
+_arena_cache: ModuleType | None
+try:  # built from _arena_cache.c by the package's build (optional: needs a C compiler)
+    from . import _arena_cache
+except ImportError:
+    _arena_cache = None
+
 RETAINED_FREE_HEAP_BYTES = 64 << 20
 """Free heap glibc keeps for reuse before it returns pages to the kernel."""
+RETAINED_FREE_ARENA_BYTES = 64 << 20
+"""Freed arenas of CPython's small-object allocator (1 MiB each) kept for reuse
+(``keep_freed_arenas``): about what the forwarder's read-ahead of one-record frames fills."""
 HEAP_ALLOCATION_LIMIT_BYTES = 16 << 20
 """Blocks up to this size (every produce request the default limits allow) come from the heap."""
 TRIM_AFTER_PEAK_BYTES = 16 << 20
@@ -32,6 +42,8 @@ def prepare_to_serve() -> None:
     """Process-wide settings applied once the agent serves (benchmarks apply them too)."""
     if not keep_freed_memory():
         log.info("not a glibc process: freed request buffers go back to the allocator's default")
+    if not keep_freed_arenas():
+        log.info("no _arena_cache module (built without a C compiler): freed arenas are unmapped")
     freeze_startup_heap()
     collect_less_often()
 
@@ -57,14 +69,35 @@ def keep_freed_memory() -> bool:
     )
 
 
+def keep_freed_arenas() -> bool:
+    """Make CPython reuse the arenas of small objects it frees instead of unmapping them.
+
+    CPython serves every object of up to 512 bytes from 1 MiB arenas and unmaps an arena once
+    its last object is freed. The forwarder reads ahead thousands of one-record frames (a
+    tuple, an int and the batch's bytes each) and frees them as Kafka acknowledges them:
+    whole arenas went back to the kernel, and the next read faulted every page of new ones in
+    again, about a third of a one-record frame's forwarding work on the benchmark VMs
+    (docs/benchmarks.md). The cost: up to RETAINED_FREE_ARENA_BYTES of freed arenas stay in
+    the process until ``release_free_memory``. False without the compiled ``_arena_cache``.
+    """
+    if _arena_cache is None:
+        return False
+    _arena_cache.keep(RETAINED_FREE_ARENA_BYTES)
+    return True
+
+
 def release_free_memory() -> bool:
-    """Hand free heap pages back to the kernel now (glibc's ``malloc_trim``).
+    """Hand free memory back to the kernel now: the freed arenas ``keep_freed_arenas`` holds,
+    and free heap pages (glibc's ``malloc_trim``).
 
     ``keep_freed_memory`` makes glibc keep freed request buffers for reuse; after a burst
     that will not come back (hundreds of connections closed, a request-memory peak; the
     forwarder's read-ahead after a catch-up) the ingest and the forwarder call this so the
-    process returns near its baseline. False where the C library is not glibc.
+    process returns near its baseline. False where the C library is not glibc (the arenas
+    are released all the same).
     """
+    if _arena_cache is not None:
+        _arena_cache.release()
     if platform.libc_ver()[0] != "glibc":
         return False
     ctypes.CDLL(None).malloc_trim(0)

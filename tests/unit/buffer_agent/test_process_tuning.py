@@ -58,6 +58,28 @@ def test_freed_request_buffers_are_reused_without_page_faults() -> None:
     assert kept < default // 20, f"{kept} faults with freed memory kept, {default} without"
 
 
+REFAULTS_AFTER_FREEING_SMALL_OBJECTS = textwrap.dedent(
+    """
+    import resource, sys
+    from durable_producer.buffer_agent.process_tuning import keep_freed_arenas
+
+    if sys.argv[1] == "keep":
+        assert keep_freed_arenas()
+
+    def faults():
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+    def read_ahead():  # one-record frames as the forwarder holds them: about 40 MB
+        return [(n + 10**6, bytes(270), n + 5_000) for n in range(100_000)]
+
+    frames = read_ahead()
+    del frames  # acknowledged
+    before = faults()
+    frames = read_ahead()  # the next read-ahead
+    print(faults() - before)
+    """
+)
+
 COLLECTIONS_WHILE_READING_AHEAD = textwrap.dedent(
     """
     import gc, json, sys
@@ -89,3 +111,36 @@ def test_a_read_ahead_of_frames_costs_few_collections_once_serving() -> None:
     young, _, full = collections_while_reading_ahead("serving")
     assert young <= 100_000 // YOUNG_COLLECTION_THRESHOLD + 1, f"{young} young collections"
     assert full == 0, f"{full} full collections while reading ahead"
+
+
+def test_freed_small_object_arenas_are_reused_without_page_faults() -> None:
+    # CPython unmaps an arena once its last object is freed: the next read-ahead faults
+    # ~40 MB of pages in again (~10,000 faults); with the freed arenas kept, it reuses them.
+    pytest.importorskip("durable_producer.buffer_agent._arena_cache")
+    default = int(printed_by(REFAULTS_AFTER_FREEING_SMALL_OBJECTS, "default"))
+    kept = int(printed_by(REFAULTS_AFTER_FREEING_SMALL_OBJECTS, "keep"))
+    assert default > 5_000, f"expected freed arenas to be unmapped and refaulted, saw {default}"
+    assert kept < default // 20, f"{kept} faults with freed arenas kept, {default} without"
+
+
+def test_released_arenas_go_back_to_the_kernel() -> None:
+    # release_free_memory (after a burst) empties the cache: the memory leaves the process.
+    pytest.importorskip("durable_producer.buffer_agent._arena_cache")
+    script = textwrap.dedent(
+        """
+        from durable_producer.buffer_agent import _arena_cache
+        from durable_producer.buffer_agent.process_tuning import (
+            keep_freed_arenas, release_free_memory,
+        )
+
+        assert keep_freed_arenas()
+        frames = [(n, bytes(270)) for n in range(100_000)]
+        del frames
+        print(_arena_cache.held())
+        release_free_memory()
+        print(_arena_cache.held())
+        """
+    )
+    held, after = (int(line) for line in printed_by(script, "").split())
+    assert held >= 16 << 20, f"only {held} bytes of freed arenas held"
+    assert after == 0, f"{after} bytes still held after release_free_memory"
