@@ -241,13 +241,31 @@ class PartitionQueue:
         if self.in_flight < len(self.batches):  # sent again after a failure, in order
             batch = self.batches[self.in_flight]
         elif self.frames:
-            batch = Batch(self._take_run(max_bytes), self.producer_id, self.epoch)
+            batch = self._new_batch(max_bytes)
             self.batches.append(batch)
         else:
             return None
         batch.sent = True
         self.in_flight += 1
         return batch
+
+    def _new_batch(self, max_bytes: int) -> Batch:
+        """The next frames as one batch of at most ``max_bytes`` (or the first frame alone).
+        ``take_run`` judges a merge by its parts' lengths, but the merge rewrites every
+        record's offset and timestamp deltas, which grow as a record lies further from the
+        batch's start (2-4 bytes a record for small records from a backlog): a batch that
+        came out larger is made again from fewer frames, as many as the overshoot allows.
+        Kafka would refuse it, and the same frames merged the same way for ever."""
+        budget = max_bytes
+        while True:
+            run = self._take_run(budget)
+            batch = Batch(run, self.producer_id, self.epoch)
+            taken = run[0]
+            if batch.size <= max_bytes or len(taken) == 1:
+                return batch
+            self.frames.extendleft(reversed(taken))
+            estimate = run[3] - MERGE_SPARE * (len(taken) - 1)  # what take_run counted
+            budget = estimate * max_bytes // batch.size  # below it: fewer frames next time
 
     def _take_run(self, max_bytes: int) -> Run:
         """The frames of the next batch: the first, and those merged with it (``take_run``)."""

@@ -1,0 +1,83 @@
+"""A partition's merged batches stay within the size they were merged for.
+
+``take_run`` judges a merge by the lengths of its parts, but the merge rewrites each record's
+offset and timestamp deltas, which grow as a record lies further from the merged batch's
+start. A backlog of small records from batching clients (100 records a batch, batches 20 s
+apart) once merged into 1,111,905-byte batches planned at 1,000,000: above Kafka's default
+``max.message.bytes``, refused, and merged again the same way for ever (a review's finding).
+"""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from durable_producer.buffer_agent.forward.partition_queue import OFFSET, PartitionQueue
+from durable_producer.buffer_agent.kafka import batch_stamp
+from durable_producer.buffer_agent.kafka.record_batch import iter_batches
+from support.batch_builder import SampleRecord, build_batch
+
+KEY = ("t", 0)
+START_MS = 1_700_000_000_000
+
+
+def client_batch(index: int, records: int, apart_ms: int, value: int) -> bytes:
+    """A batching client's batch: ``records`` small records of one millisecond."""
+    base = START_MS + index * apart_ms
+    return build_batch([SampleRecord(None, b"v" * value, base) for _ in range(records)])
+
+
+def queue_with(batches: list[tuple[bytes, int]]) -> PartitionQueue:
+    queue = PartitionQueue(KEY, 7, 0, 0)
+    queue.confirmed = True
+    for offset, (batch, records) in enumerate(batches):
+        queue.add(offset, batch, records, 0, 0, False)
+    return queue
+
+
+def sent_batches(queue: PartitionQueue, max_bytes: int) -> list[tuple[list[int], int, int]]:
+    """Every batch of the queue as the sender takes them (acknowledged at once): (its frames'
+    offsets, its size, its records as Kafka reads them)."""
+    sent = []
+    while (batch := queue.next_batch(0.0, max_bytes)) is not None:
+        body = b"".join(bytes(part) for part in batch.parts)
+        (header, _), *rest = list(iter_batches(body, check_crc=True))
+        assert not rest and len(body) == batch.size
+        sent.append(([frame[OFFSET] for frame in batch.frames], batch.size, header.record_count))
+        queue.succeeded(batch)
+    return sent
+
+
+def test_a_backlog_of_small_records_merges_within_the_limit() -> None:
+    assert batch_stamp.can_merge, "the merge is compiled in this build"
+    batches = [(client_batch(index, 100, 20_000, 20), 100) for index in range(600)]
+    sent = sent_batches(queue_with(batches), 1_000_000)
+    assert max(size for _, size, _ in sent) <= 1_000_000, [size for _, size, _ in sent]
+    assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(600))
+    assert sum(records for _, _, records in sent) == 60_000
+    assert len(sent) < 100, "still merged: a batch of many frames, not one a frame"
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shapes=st.lists(
+        # records, ms after the previous batch, value bytes
+        st.tuples(st.integers(1, 120), st.integers(0, 3_600_000), st.integers(0, 60)),
+        min_size=1,
+        max_size=80,
+    ),
+    max_bytes=st.integers(2_000, 200_000),
+)
+def test_no_batch_of_several_frames_exceeds_the_size_it_was_merged_for(
+    shapes: list[tuple[int, int, int]], max_bytes: int
+) -> None:
+    batches, base = [], START_MS
+    for records, gap_ms, value in shapes:
+        base += gap_ms
+        records_of = [SampleRecord(None, b"v" * value, base) for _ in range(records)]
+        batches.append((build_batch(records_of), records))
+    sent = sent_batches(queue_with(batches), max_bytes)
+    for offsets, size, _ in sent:
+        assert len(offsets) == 1 or size <= max_bytes, (offsets, size, max_bytes)
+    assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(len(shapes)))
+    assert sum(records for _, _, records in sent) == sum(records for records, _, _ in shapes)
