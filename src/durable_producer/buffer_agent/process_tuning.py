@@ -13,11 +13,11 @@ from types import ModuleType
 
 log = logging.getLogger(__name__)
 
-_arena_cache: ModuleType | None
+_arenas: ModuleType | None
 try:  # built from _arena_cache.c by the package's build (optional: needs a C compiler)
-    from . import _arena_cache
+    from . import _arena_cache as _arenas
 except ImportError:
-    _arena_cache = None
+    _arenas = None
 
 RETAINED_FREE_HEAP_BYTES = 64 << 20
 """Free heap glibc keeps for reuse before it returns pages to the kernel."""
@@ -80,9 +80,9 @@ def keep_freed_arenas() -> bool:
     (docs/benchmarks.md). The cost: up to RETAINED_FREE_ARENA_BYTES of freed arenas stay in
     the process until ``release_free_memory``. False without the compiled ``_arena_cache``.
     """
-    if _arena_cache is None:
+    if _arenas is None:
         return False
-    _arena_cache.keep(RETAINED_FREE_ARENA_BYTES)
+    _arenas.keep(RETAINED_FREE_ARENA_BYTES)
     return True
 
 
@@ -96,8 +96,8 @@ def release_free_memory() -> bool:
     process returns near its baseline. False where the C library is not glibc (the arenas
     are released all the same).
     """
-    if _arena_cache is not None:
-        _arena_cache.release()
+    if _arenas is not None:
+        _arenas.release()
     if platform.libc_ver()[0] != "glibc":
         return False
     ctypes.CDLL(None).malloc_trim(0)
