@@ -110,7 +110,12 @@ NOT_APPENDED = (
     )
 )
 """Answers that say the broker did not append the batch (checked before the append). Not
-REQUEST_TIMED_OUT nor NOT_ENOUGH_REPLICAS_AFTER_APPEND: appended, not replicated in time."""
+REQUEST_TIMED_OUT nor NOT_ENOUGH_REPLICAS_AFTER_APPEND: ``MAYBE_APPENDED``."""
+MAYBE_APPENDED = frozenset(
+    int(code) for code in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append)
+)
+"""Answers that say the leader appended the batch but could not replicate it in time: a copy
+may be in Kafka (or be truncated away with a leader change)."""
 
 
 def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:

@@ -48,6 +48,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     INDEX,
     OFFSET,
     RECORDS,
+    UNKNOWN,
     PartitionQueue,
     Pending,
     Settled,
@@ -652,6 +653,8 @@ class Forwarder:
             )
         else:
             reason = f"refused by Kafka with {error_name(code)} for {window:g} s"
+        if frame[UNKNOWN]:
+            reason += "; an earlier send's answer never came: it may be in Kafka as well"
         try:
             self._dead_letters.add_batch(
                 wal_offset=offset,
@@ -665,7 +668,10 @@ class Forwarder:
         except OSError as error:
             self._letter_failed(error)
             return False
+        gap = queue.gap
         taken = settled_frames([queue.drop_head(code, asyncio.get_running_loop().time())])
+        if queue.gap and not gap:  # it may be in Kafka: the frames after it take a new epoch
+            self._keep_gap(queue)
         self._tracker.settled(queue, taken)
         self._unacked_bytes -= taken[2]
         self._count_letter(error_name(code), records)

@@ -332,16 +332,19 @@ class PartitionQueue:
         *,
         unknown: bool = False,
         not_appended: bool = False,
+        maybe_appended: bool = False,
     ) -> None:
         """``batch`` was not taken (``unknown``: no answer came, it may have been;
-        ``not_appended``: the broker said it did not append it)."""
+        ``not_appended``: the broker said it did not append it; ``maybe_appended``: it said
+        it appended it but could not replicate it in time, so a copy may be in Kafka)."""
         if batch not in self.batches or not batch.sent:
             return
         batch.sent = False
         batch.not_appended = not_appended
         self.in_flight -= 1
-        if unknown:
+        if unknown or maybe_appended:
             batch.frames = [_with(frame, frame[SEQUENCE], True) for frame in batch.frames]
+        if unknown:
             self.refresh_first = True
             self.losses += 1
         self.halted = True
@@ -401,10 +404,16 @@ class PartitionQueue:
 
     def drop_head(self, code: int, now: float) -> Pending:
         """Take the first frame out (dead-lettered, refused with ``code``): the frames after
-        it take its numbers (only with nothing in flight)."""
+        it take its numbers (only with nothing in flight). Unless a copy of it may be in
+        Kafka (``UNKNOWN``): the leader would take the next frame, sent under its sequence,
+        for that copy (DUPLICATE_SEQUENCE_NUMBER) and never store it. Then the frames after
+        it go under a new epoch (``gap``)."""
         self.unbatch()
         dropped = self.frames.popleft()
-        self._number_from(dropped[SEQUENCE], keep_unknown=True)
+        if dropped[UNKNOWN]:
+            self.gap = True
+        else:
+            self._number_from(dropped[SEQUENCE], keep_unknown=True)
         self.failing_since = None
         self.last_error = 0  # the next frame has not been refused
         self.lettered = (code, now)

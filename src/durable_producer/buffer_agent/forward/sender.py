@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.failure_policy import (
+    MAYBE_APPENDED,
     NETWORK,
     NOT_APPENDED,
     NOT_AUTHORIZED,
@@ -283,7 +284,13 @@ class Sender:
         detail = f"{name} for {topic}/{partition}" + (f": {message}" if message else "")
         if head or code != OUT_OF_ORDER:  # behind a refused batch it only says that one was
             self._on_error("delivery", code, name, detail + acl_hint(code))
-        queue.failed(batch, code, now, not_appended=code in NOT_APPENDED)
+        queue.failed(
+            batch,
+            code,
+            now,
+            not_appended=code in NOT_APPENDED,
+            maybe_appended=code in MAYBE_APPENDED,
+        )
         queue.retry_after(now, self._backoff_after(queue.failures))
         if verdict is AnswerVerdict.RESOLVE:
             queue.resolve = True
