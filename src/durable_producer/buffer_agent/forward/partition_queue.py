@@ -402,18 +402,20 @@ class PartitionQueue:
         self._number_from(0)
         return unknown
 
-    def drop_head(self, code: int, now: float) -> Pending:
-        """Take the first frame out (dead-lettered, refused with ``code``): the frames after
-        it take its numbers (only with nothing in flight). Unless a copy of it may be in
-        Kafka (``UNKNOWN``): the leader would take the next frame, sent under its sequence,
-        for that copy (DUPLICATE_SEQUENCE_NUMBER) and never store it. Then the frames after
-        it go under a new epoch (``gap``)."""
+    def drop_heads(self, count: int, code: int, now: float) -> list[Pending]:
+        """Take the first ``count`` frames out (dead-lettered, refused with ``code``, or
+        their topic gone): the frames after them take their numbers, in one pass (only with
+        nothing in flight). Unless a copy of one may be in Kafka (``UNKNOWN``): the leader
+        would take the next frame, sent under its sequence, for that copy
+        (DUPLICATE_SEQUENCE_NUMBER) and never store it. Then the frames after them go under
+        a new epoch (``gap``)."""
         self.unbatch()
-        dropped = self.frames.popleft()
-        if dropped[UNKNOWN]:
+        frames = self.frames
+        dropped = [frames.popleft() for _ in range(min(count, len(frames)))]
+        if any(frame[UNKNOWN] for frame in dropped):
             self.gap = True
-        else:
-            self._number_from(dropped[SEQUENCE], keep_unknown=True)
+        elif dropped:
+            self._number_from(dropped[0][SEQUENCE], keep_unknown=True)
         self.failing_since = None
         self.last_error = 0  # the next frame has not been refused
         self.lettered = (code, now)

@@ -2,7 +2,7 @@
 
 The tracker reads the watermark from the partition queues that hold the frames in flight;
 these tests use real queues, real record batches and the queues' own acknowledgement
-(``next_batch``, ``succeeded``, ``drop_head``)."""
+(``next_batch``, ``succeeded``, ``drop_heads``)."""
 
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ def test_a_dead_lettered_head_leaves_like_a_delivered_one() -> None:
     parts.read(0, 0, 3)
     parts.read(1, 0, 1)
     queue = parts.queues[("t", 0)]
-    taken = settled_frames([queue.drop_head(0, 0.0)])
+    taken = settled_frames(queue.drop_heads(1, 0, 0.0))
     assert taken[1] == 3
     parts.tracker.settled(queue, taken)
     assert parts.tracker.watermark == 1

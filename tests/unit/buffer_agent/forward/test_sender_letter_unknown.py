@@ -127,7 +127,7 @@ def dead_letter_a_frame_kafka_may_hold(first_answer: int | None) -> tuple[list[i
         sender._answered(queue, retry, DENIED, None, now)
         now += DEAD_LETTER_AFTER_S + 1
         assert sender.refused_for_good(queue, now, DEAD_LETTER_AFTER_S)
-        dropped = queue.drop_head(DENIED, now)  # as Forwarder._letter_for_head does
+        (dropped,) = queue.drop_heads(1, DENIED, now)  # as Forwarder._letter_for_heads does
         assert dropped[OFFSET] == 1
         sender.maintain(now)  # the ACL back; a new epoch for what follows, if asked
         await asyncio.sleep(0.01)
@@ -163,7 +163,7 @@ def test_a_frame_refused_before_any_copy_gives_its_numbers_to_the_next() -> None
     batch = queue.next_batch(0.0, 10**6)
     assert batch is not None
     queue.failed(batch, DENIED, 0.0, not_appended=True)
-    dropped = queue.drop_head(DENIED, 200.0)
+    (dropped,) = queue.drop_heads(1, DENIED, 200.0)
     assert dropped[OFFSET] == 0 and not queue.gap
     follower = queue.next_batch(200.0, 10**6)
     assert (

@@ -229,7 +229,7 @@ def test_the_next_batch_refused_alike_after_a_dead_letter_waits_no_window_of_its
     refused_head(queue, 100.0)
     assert not sender.refused_for_good(queue, 100.0 + WINDOW_S - 1, WINDOW_S)
     assert sender.refused_for_good(queue, 100.0 + WINDOW_S, WINDOW_S)
-    queue.drop_head(TOO_LARGE, 100.0 + WINDOW_S)  # dead-lettered
+    queue.drop_heads(1, TOO_LARGE, 100.0 + WINDOW_S)  # dead-lettered
     assert not sender.refused_for_good(queue, 100.0 + WINDOW_S, WINDOW_S), "not tried yet"
     assert queue.last_error == 0, "the next batch is not counted as refused before it is"
     assert queue.ready_at == 100.0 + WINDOW_S, "the next frames go at once: no backoff"
