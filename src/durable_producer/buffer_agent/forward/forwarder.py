@@ -685,11 +685,11 @@ class Forwarder:
         if lettered:
             # Taken out in one pass: one at a time renumbered every frame left each time
             # (a deleted topic's backlog of 100,000 frames took half an hour).
-            gap = queue.gap
             now = asyncio.get_running_loop().time()
             taken = settled_frames(queue.drop_heads(lettered, code, now))
-            if queue.gap and not gap:  # one may be in Kafka: those after it take a new epoch
-                self._keep_gap(queue)
+            # The frames after them numbered anew, or a new epoch to come (``gap``: one may be
+            # in Kafka): on the volume before any of them is sent, or acknowledged.
+            self._write_identity(sync=True)
             self._tracker.settled(queue, taken)
             self._unacked_bytes -= taken[2]
             self._count_letter(error_name(code), taken[1])
