@@ -16,6 +16,20 @@ from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
 
 
+class OneLeader:
+    """A stand-in cluster client: node 1 leads partition 0 of topic ``t``; a refresh finds
+    the topic's id ``topic_id`` ("" none)."""
+
+    def __init__(self, topic_id: str = "") -> None:
+        self.leaders = {("t", 0): 1}
+        self.topic_errors: dict[str, int] = {}
+        self.partition_counts = {"t": 1}
+        self.topic_ids: dict[str, str] = {"t": topic_id} if topic_id else {}
+
+    async def refresh(self, topics: set[str]) -> None:
+        return None
+
+
 def sender_for(
     client: object,
     queues: dict[tuple[str, int], PartitionQueue],

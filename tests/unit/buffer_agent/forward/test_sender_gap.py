@@ -29,25 +29,12 @@ from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.cluster_client import ProducerOnPartition
 from durable_producer.buffer_agent.kafka.record_batch import parse_batch_header
 from support.batch_builder import SampleRecord, build_batch
-from support.sender_stand_ins import sender_for
+from support.sender_stand_ins import OneLeader, sender_for
 
 KEY = ("t", 0)
 BATCH = build_batch([SampleRecord(None, b"v", 1000)])
 UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
 TIMED_OUT = int(ErrorCode.request_timed_out)
-
-
-class Leader:
-    """Node 1 leads ``KEY``; a refresh finds the topic's id ``topic_id``."""
-
-    def __init__(self, topic_id: str = "") -> None:
-        self.leaders = {KEY: 1}
-        self.topic_errors: dict[str, int] = {}
-        self.partition_counts = {"t": 1}
-        self.topic_ids: dict[str, str] = {"t": topic_id} if topic_id else {}
-
-    async def refresh(self, topics: set[str]) -> None:
-        return None
 
 
 def answered(
@@ -70,7 +57,7 @@ def answered(
 
     async def scenario() -> None:
         sender: Sender = sender_for(
-            Leader(),
+            OneLeader(),
             {KEY: queue},
             on_new_identity=lambda _, unknown: handed.append(unknown),
             on_gap=lambda gapped: (kept if kept is not None else []).append(gapped.gap),
@@ -129,7 +116,7 @@ def _sender_over(
     handed over under a new epoch go to ``handed``, the partitions whose gap is kept to
     ``kept``."""
     return sender_for(
-        Leader(topic_id),
+        OneLeader(topic_id),
         {KEY: queue},
         on_new_identity=lambda _, unknown: handed.append(unknown),
         on_gap=None if kept is None else kept.append,
@@ -191,7 +178,7 @@ def test_a_resolution_under_way_when_the_topic_is_created_again_acknowledges_not
     queue.resolve, queue.resolve_code = True, 0
     acknowledged: list[int] = []
 
-    class Recreated(Leader):
+    class Recreated(OneLeader):
         async def describe_producers(
             self, node_id: int, topic: str, partitions: list[int], producer_id: int
         ) -> dict[int, ProducerOnPartition | int | None]:
@@ -261,8 +248,8 @@ def test_the_same_topic_after_the_refresh_gets_the_batch_again_as_it_was() -> No
     assert (header.producer_epoch, header.base_sequence) == (0, 5)
 
 
-class GatedLeader(Leader):
-    """``Leader``, whose refresh ends when ``gate`` is set."""
+class GatedLeader(OneLeader):
+    """``OneLeader``, whose refresh ends when ``gate`` is set."""
 
     def __init__(self) -> None:
         super().__init__("aa")

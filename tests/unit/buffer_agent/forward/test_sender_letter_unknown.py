@@ -31,7 +31,7 @@ from durable_producer.buffer_agent.forward.partition_queue import (
 from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.record_batch import parse_batch_header
 from support.batch_builder import SampleRecord, build_batch
-from support.sender_stand_ins import sender_for
+from support.sender_stand_ins import OneLeader, sender_for
 
 KEY = ("t", 0)
 BATCH = build_batch([SampleRecord(None, b"v", 1000)])
@@ -41,19 +41,6 @@ NOT_REPLICATED = int(ErrorCode.not_enough_replicas_after_append)
 DUPLICATE = int(ErrorCode.duplicate_sequence_number)
 OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
 DEAD_LETTER_AFTER_S = 120.0
-
-
-class Leader:
-    """Node 1 leads ``KEY``."""
-
-    def __init__(self) -> None:
-        self.leaders = {KEY: 1}
-        self.topic_errors: dict[str, int] = {}
-        self.partition_counts = {"t": 1}
-        self.topic_ids: dict[str, str] = {}
-
-    async def refresh(self, topics: set[str]) -> None:
-        return None
 
 
 class IdempotentLog:
@@ -103,7 +90,7 @@ def dead_letter_a_frame_kafka_may_hold(first_answer: int | None) -> tuple[list[i
         return None
 
     async def scenario() -> None:
-        sender: Sender = sender_for(Leader(), {KEY: queue}, on_new_identity=handed)
+        sender: Sender = sender_for(OneLeader(), {KEY: queue}, on_new_identity=handed)
         sender._on_acked = acked
         now = asyncio.get_running_loop().time()
 
