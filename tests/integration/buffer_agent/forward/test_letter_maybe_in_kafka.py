@@ -1,0 +1,228 @@
+"""A batch dead-lettered while a copy of it is in Kafka, against Apache Kafka.
+
+Batch B is appended by the leader but its answer is lost; B's retries are then refused for
+good (the topic's ``max.message.bytes`` lowered below B's size: Kafka checks the size in
+``UnifiedLog.analyzeAndValidateRecords``, before its producer-state duplicate check), and B
+is dead-lettered after ``dead_letter_after_s``. The next frame C used to take B's sequence
+number: the leader, which holds B under it, answered DUPLICATE_SEQUENCE_NUMBER, which the
+forwarder takes as success, so C was acknowledged and checkpointed but never stored. Now the
+frames after B go under a new producer epoch (``PartitionQueue.drop_heads``,
+``Forwarder._letter_for_heads``) and C is stored.
+
+The fault proxy is needed because Apache Kafka cannot be made to append a batch and lose its
+answer on demand: in ``ANSWERS_LOST`` mode the proxy lets the Produce request reach the
+broker and drops the answer on its way back, as a connection lost mid-answer would. The
+broker is read and reconfigured at its own address (the proxy's is the advertised one), by
+requests written here on the wire, so neither depends on the proxy's mode.
+
+The steps: a warm-up frame first (with every answer lost the forwarder would not get the
+topic's metadata or its producer id), then B with the answers lost until Kafka's end offset
+shows B appended; the proxy cut while the limit is lowered (a retry reaching Kafka first would
+be answered DUPLICATE_SEQUENCE_NUMBER, B acknowledged); then B's retries are refused as too
+large until B is dead-lettered, and C is written to the WAL after that.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import struct
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kio.serial import entity_reader
+
+from durable_producer.buffer_agent.figures.metrics import AgentMetrics
+from durable_producer.buffer_agent.forward.config import ForwarderConfig
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.kafka.protocol import (
+    build,
+    nested_schema,
+    request_schema,
+    response_schema,
+)
+from durable_producer.buffer_agent.kafka.record_batch import COMPRESSION_GZIP
+from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.batch_builder import SampleRecord, build_batch
+from support.broker import ProxiedBroker, consume_all
+from support.kafka_fixtures import TopicFactory
+from support.kafka_wire import encode_request, recv_exactly
+from support.raw_fetch import high_watermark
+from support.waiting import wait_for
+from support.wal_helpers import forwarding_wal
+
+pytestmark = pytest.mark.integration
+
+API_INCREMENTAL_ALTER_CONFIGS = 44
+API_DESCRIBE_CONFIGS = 32
+TOPIC_RESOURCE = 2
+SET = 0
+LIMIT = 10_000
+"""The topic's ``max.message.bytes`` once lowered: below B's size, above C's."""
+DEAD_LETTER_AFTER_S = 3.0
+CONFIG = ForwarderConfig(
+    checkpoint_interval_s=0.2,
+    hint_interval_s=0.1,
+    request_timeout_s=2.0,
+    dead_letter_after_s=DEAD_LETTER_AFTER_S,
+    retry_backoff_s=0.05,
+    retry_backoff_max_s=0.3,
+    metadata_interval_s=1.0,
+)
+
+_random = random.Random(20261205)
+WARM = [SampleRecord(b"w", b"warm-up", 1_000, ())]
+B_RECORDS = [SampleRecord(b"b-%d" % n, _random.randbytes(3_000), 2_000 + n, ()) for n in range(10)]
+B = build_batch(B_RECORDS, compression=COMPRESSION_GZIP)
+"""About 30 kB stored (random values do not compress); never merged with a neighbour."""
+C_VALUE = b"C: the frame after the dead-lettered one"
+C = build_batch([SampleRecord(b"c", C_VALUE, 3_000, ())])
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
+
+
+@pytest.fixture
+def wal(data_dir: Path) -> Iterator[WriteAheadLog]:
+    with forwarding_wal(data_dir / "wal") as log:
+        yield log
+
+
+def _ask(address: str, api_key: int, version: int, body: object) -> object:
+    """One request to the broker at ``address`` itself (no metadata: the proxy is bypassed)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(encode_request(api_key, version, 1, body))
+        (size,) = struct.unpack(">i", recv_exactly(sock, 4))
+        frame = recv_exactly(sock, size)
+    schema = response_schema(api_key, version)
+    _, header_size = entity_reader(schema.__header_schema__)(frame, 0)
+    answer, _ = entity_reader(schema)(frame, header_size)
+    return answer
+
+
+def _set_max_message_bytes(address: str, topic: str, limit: int) -> None:
+    schema = request_schema(API_INCREMENTAL_ALTER_CONFIGS, 0)
+    config = build(
+        nested_schema(schema, "AlterableConfig"),
+        name="max.message.bytes",
+        config_operation=SET,
+        value=str(limit),
+    )
+    resource = build(
+        nested_schema(schema, "AlterConfigsResource"),
+        resource_type=TOPIC_RESOURCE,
+        resource_name=topic,
+        configs=(config,),
+    )
+    body = build(schema, resources=(resource,), validate_only=False)
+    answer = _ask(address, API_INCREMENTAL_ALTER_CONFIGS, 0, body)
+    (result,) = answer.responses  # type: ignore[attr-defined]
+    assert result.error_code.value == 0, f"alter configs: {result.error_code}"
+
+
+def _max_message_bytes(address: str, topic: str) -> int:
+    schema = request_schema(API_DESCRIBE_CONFIGS, 1)
+    resource = build(
+        nested_schema(schema, "DescribeConfigsResource"),
+        resource_type=TOPIC_RESOURCE,
+        resource_name=topic,
+        configuration_keys=("max.message.bytes",),
+    )
+    answer = _ask(address, API_DESCRIBE_CONFIGS, 1, build(schema, resources=(resource,)))
+    (result,) = answer.results  # type: ignore[attr-defined]
+    (entry,) = result.configs
+    return int(entry.value)
+
+
+def _errors(metrics: AgentMetrics, name: str) -> float:
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name.endswith("kafka_errors_total") and sample.labels.get("error") == name
+    )
+
+
+def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_acknowledged(
+    proxied_broker: ProxiedBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    started = time.monotonic()
+    proxy = proxied_broker.proxy
+    direct = proxied_broker.direct_address
+    topic = new_topic(1, bootstrap=proxied_broker.bootstrap)
+    assert len(B) > LIMIT and len(C) < LIMIT, (len(B), len(C))
+    wal.append(topic, 0, build_batch(WARM), 1)
+    metrics = AgentMetrics()
+    forwarder = Forwarder(
+        wal,
+        {"bootstrap.servers": proxied_broker.bootstrap},
+        dead_letters=DeadLetterStore(data_dir / "dead-letter"),
+        state_dir=data_dir / "state",
+        metrics=metrics,
+        config=CONFIG,
+    ).start()
+    try:
+        # The metadata and the producer id come through first: in ANSWERS_LOST the forwarder
+        # would hear neither.
+        wait_for(lambda: wal.checkpoint_offset == 1, 30, what="the warm-up frame delivered")
+        proxy.lose_answers()
+        wal.append(topic, 0, B, len(B_RECORDS))
+        wait_for(
+            lambda: high_watermark(direct, topic, 0) == 1 + len(B_RECORDS),
+            15,
+            interval=0.05,
+            what="B appended by Kafka, its answer lost",
+        )
+        proxy.cut()  # nothing reaches Kafka while its limit is lowered
+        _set_max_message_bytes(direct, topic, LIMIT)
+        wait_for(lambda: _max_message_bytes(direct, topic) == LIMIT, 10, what="the limit lowered")
+        assert wal.checkpoint_offset == 1 and forwarder.stats().forwarded_records == 1
+        proxy.restore()
+        wait_for(
+            lambda: _errors(metrics, "MESSAGE_TOO_LARGE") >= 1,
+            10,
+            interval=0.02,
+            what="a retry of B refused as too large",
+        )
+        wait_for(
+            lambda: len(list_dead_letters(data_dir / "dead-letter")) == 1,
+            DEAD_LETTER_AFTER_S + 15,
+            interval=0.05,
+            what="B dead-lettered",
+        )
+        # C comes after the letter: the next sequence is B's. In the WAL while B was retried,
+        # C would go with a retry (after a refusal the queue sends its batches again in order
+        # and those after them too): the leader takes C, which follows B's copy, refuses B,
+        # and the forwarder moves to a new epoch before B is dead-lettered.
+        wait_for(lambda: wal.checkpoint_offset == 2, 10, what="the checkpoint past B")
+        wal.append(topic, 0, C, 1)
+        summary = forwarder.drain(timeout_s=20)
+        stats = forwarder.stats()
+    finally:
+        forwarder.stop()
+
+    assert summary.complete, summary
+    assert wal.checkpoint_offset == 3, "the checkpoint passed B and C"
+    assert stats.forwarded_records == 2 and stats.dead_letters == len(B_RECORDS), stats
+    values = Counter(record.value for record in consume_all(direct, topic, timeout=20))
+    assert values[C_VALUE] == 1, (
+        f"C was acknowledged (checkpoint {wal.checkpoint_offset}) but Kafka does not hold it:"
+        f" {high_watermark(direct, topic, 0)} records stored"
+    )
+    assert values == Counter([WARM[0].value, C_VALUE, *(r.value for r in B_RECORDS)]), (
+        "B once (its first append), the warm-up and C once each"
+    )
+    (letter,) = list_dead_letters(data_dir / "dead-letter")
+    assert letter.wal_offset == 1 and letter.payload == B
+    assert letter.error_code == "MESSAGE_TOO_LARGE"
+    assert "it may be in Kafka as well" in letter.reason, letter.reason
+    assert _errors(metrics, "MESSAGE_TOO_LARGE") >= 1, "B's retries were refused as too large"
+    assert stats.producer_resets >= 1, "C went under a new epoch"
+    print(f"letter: {letter.reason}; {time.monotonic() - started:.1f} s")
