@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,22 +33,10 @@ from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
 from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic
 from support.kafka_fixtures import TopicFactory
 from support.waiting import wait_for
-from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
 FAST = ForwarderConfig(checkpoint_interval_s=0.2, hint_interval_s=0.1)
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def wal(data_dir: Path) -> Iterator[WriteAheadLog]:
-    with forwarding_wal(data_dir / "wal") as log:
-        yield log
 
 
 def _forwarder(

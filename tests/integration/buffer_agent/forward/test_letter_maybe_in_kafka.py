@@ -29,7 +29,6 @@ import socket
 import struct
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,7 +52,6 @@ from support.kafka_fixtures import TopicFactory
 from support.kafka_wire import encode_request, recv_exactly
 from support.raw_fetch import high_watermark
 from support.waiting import wait_for
-from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
@@ -81,17 +79,6 @@ B = build_batch(B_RECORDS, compression=COMPRESSION_GZIP)
 """About 30 kB stored (random values do not compress); never merged with a neighbour."""
 C_VALUE = b"C: the frame after the dead-lettered one"
 C = build_batch([SampleRecord(b"c", C_VALUE, 3_000, ())])
-
-
-@pytest.fixture
-def data_dir(tmp_path: Path) -> Path:
-    return tmp_path / "data"
-
-
-@pytest.fixture
-def wal(data_dir: Path) -> Iterator[WriteAheadLog]:
-    with forwarding_wal(data_dir / "wal") as log:
-        yield log
 
 
 def _ask(address: str, api_key: int, version: int, body: object) -> object:

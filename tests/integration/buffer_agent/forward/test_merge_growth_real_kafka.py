@@ -17,7 +17,6 @@ once, in order, soon, with nothing refused as too large and nothing dead-lettere
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,7 +31,6 @@ from support.batch_builder import SampleRecord, build_batch
 from support.broker import KafkaBroker, consume_all
 from support.kafka_fixtures import TopicFactory
 from support.raw_fetch import high_watermark, stored_batches
-from support.wal_helpers import forwarding_wal
 
 pytestmark = pytest.mark.integration
 
@@ -46,12 +44,6 @@ APART_MS = 20_000
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 DELIVERED_WITHIN_S = 60.0
 CONFIG = ForwarderConfig(checkpoint_interval_s=0.2)
-
-
-@pytest.fixture
-def wal(tmp_path: Path) -> Iterator[WriteAheadLog]:
-    with forwarding_wal(tmp_path / "wal") as log:
-        yield log
 
 
 def _value(partition: int, batch: int, index: int) -> bytes:
