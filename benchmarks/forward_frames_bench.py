@@ -18,7 +18,8 @@ It calls the forwarder's private methods: a change of them may need a change her
 first on the path, alternating with this checkout's, and prints the ratio.
 
     .venv/bin/python benchmarks/forward_frames_bench.py [--frames 200000] [--reps 5]
-        [--partitions 4] [--only-read] [--baseline-src /tmp/fwd-baseline/src]
+        [--partitions 4] [--records-per-frame 1] [--only-read]
+        [--baseline-src /tmp/fwd-baseline/src]
 
 More partitions make each partition's share of a read shorter (fewer frames a merge, more
 queues a pass): ``--partitions 1, 4, 64, 1000`` shows how the cost a frame depends on it.
@@ -107,14 +108,16 @@ def one_run(payloads: list[tuple[int, bytes, int]], directory: Path, only_read: 
         wal.close()
 
 
-def measure(frames: int, reps: int, partitions: int, only_read: bool) -> list[float]:
-    """Microseconds of CPU a frame, one figure a repetition."""
+def measure(
+    frames: int, reps: int, partitions: int, only_read: bool, per_frame: int = 1
+) -> list[float]:
+    """Microseconds of CPU a frame (of ``per_frame`` records), one figure a repetition."""
     from durable_producer.buffer_agent.process_tuning import prepare_to_serve
 
     prepare_to_serve()  # as the agent does once it serves
     payloads = [
         (partition, build_batch(records), len(records))
-        for partition, records in make_batches(frames, 1, partitions)
+        for partition, records in make_batches(frames * per_frame, per_frame, partitions)
     ]
     figures = []
     for _ in range(reps):
@@ -123,9 +126,10 @@ def measure(frames: int, reps: int, partitions: int, only_read: bool) -> list[fl
     return figures
 
 
-def in_child(source: Path, frames: int, partitions: int, only_read: bool) -> float:
+def in_child(source: Path, frames: int, partitions: int, only_read: bool, per_frame: int) -> float:
     command = [sys.executable, __file__, "--frames", str(frames), "--reps", "1", "--side"]
-    command += ["--partitions", str(partitions)] + (["--only-read"] if only_read else [])
+    command += ["--partitions", str(partitions), "--records-per-frame", str(per_frame)]
+    command += ["--only-read"] if only_read else []
     environment = dict(os.environ, PYTHONPATH=str(source))
     done = subprocess.run(command, capture_output=True, text=True, env=environment, timeout=900)
     if done.returncode != 0:
@@ -139,6 +143,12 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--partitions", type=int, default=PARTITIONS)
     parser.add_argument(
+        "--records-per-frame",
+        type=int,
+        default=1,
+        help="records a stored batch (1: a linger.ms=0 client's; 100: a batching client's)",
+    )
+    parser.add_argument(
         "--only-read", action="store_true", help="time the WAL reads alone (reader.poll)"
     )
     parser.add_argument("--baseline-src", type=Path)
@@ -146,8 +156,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.partitions < 1:
         raise SystemExit(f"--partitions {args.partitions}: give 1 or more")
+    if args.records_per_frame < 1:
+        raise SystemExit(f"--records-per-frame {args.records_per_frame}: give 1 or more")
+    per_frame = args.records_per_frame
     if args.side:
-        figure = measure(args.frames, 1, args.partitions, args.only_read)[0]
+        figure = measure(args.frames, 1, args.partitions, args.only_read, per_frame)[0]
         print(json.dumps({"us_per_frame": figure}))
         return
     if args.baseline_src is not None and not (args.baseline_src / "durable_producer").is_dir():
@@ -156,13 +169,15 @@ def main() -> None:
     ours: list[float] = []
     theirs: list[float] = []
     for rep in range(args.reps):
-        ours.append(in_child(this_src, args.frames, args.partitions, args.only_read))
+        ours.append(in_child(this_src, args.frames, args.partitions, args.only_read, per_frame))
         if args.baseline_src is not None:
-            theirs.append(in_child(args.baseline_src, args.frames, args.partitions, args.only_read))
+            theirs.append(
+                in_child(args.baseline_src, args.frames, args.partitions, args.only_read, per_frame)
+            )
         line = f"rep {rep + 1}: this checkout {ours[-1]:.2f} us a frame"
         print(line + (f", baseline {theirs[-1]:.2f}" if theirs else ""), flush=True)
     print(
-        f"frames              {args.frames:,} one-record frames (200 B values),"
+        f"frames              {args.frames:,} frames of {per_frame} records (200 B values),"
         f" {args.partitions} partitions" + (", the reads alone" if args.only_read else "")
     )
     print(

@@ -184,6 +184,9 @@ class PartitionQueue:
         self.topic_id = ""
         """The id of the topic this numbering was taken for ("" unknown): the cluster's
         Metadata gives it; another id is the topic deleted and created again."""
+        self.merge_growth = (1, 1)
+        """(what ``take_run`` counted, the bytes the merge made) of the last merged batch:
+        the next merge is planned that much smaller (``_new_batch``)."""
 
     # ----------------------------------------------------------------- numbering
     def add(
@@ -255,17 +258,21 @@ class PartitionQueue:
         record's offset and timestamp deltas, which grow as a record lies further from the
         batch's start (2-4 bytes a record for small records from a backlog): a batch that
         came out larger is made again from fewer frames, as many as the overshoot allows.
-        Kafka would refuse it, and the same frames merged the same way for ever."""
-        budget = max_bytes
+        Kafka would refuse it, and the same frames merged the same way for ever. The growth
+        of the last merge plans the next (``merge_growth``): a backlog of many-record batches
+        was merged twice a batch, the first time always above the limit."""
         while True:
-            run = self._take_run(budget)
+            planned, made = self.merge_growth
+            run = self._take_run(max_bytes * planned // made if made > planned else max_bytes)
             batch = Batch(run, self.producer_id, self.epoch)
             taken = run[0]
-            if batch.size <= max_bytes or len(taken) == 1:
+            if len(taken) == 1:
                 return batch
+            self.merge_growth = (run[3] - MERGE_SPARE * (len(taken) - 1), batch.size)
+            if batch.size <= max_bytes:
+                return batch
+            # Fewer frames next time: the budget is now below what take_run counted.
             self.frames.extendleft(reversed(taken))
-            estimate = run[3] - MERGE_SPARE * (len(taken) - 1)  # what take_run counted
-            budget = estimate * max_bytes // batch.size  # below it: fewer frames next time
 
     def _take_run(self, max_bytes: int) -> Run:
         """The frames of the next batch: the first, and those merged with it (``take_run``)."""

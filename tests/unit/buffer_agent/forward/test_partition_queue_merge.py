@@ -9,6 +9,7 @@ apart) once merged into 1,111,905-byte batches planned at 1,000,000: above Kafka
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +57,24 @@ def test_a_backlog_of_small_records_merges_within_the_limit() -> None:
     assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(600))
     assert sum(records for _, _, records in sent) == 60_000
     assert len(sent) < 100, "still merged: a batch of many frames, not one a frame"
+
+
+def test_a_backlog_of_batching_clients_batches_is_merged_once_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the partition's first merge, the next is planned with the growth that one showed:
+    the backlog of a batching client (100 records a batch, 1 ms apart) was merged twice a
+    batch, the first time always above the limit (19 merges for 10 batches)."""
+    assert batch_stamp.can_merge, "the merge is compiled in this build"
+    merges = []
+    merge = batch_stamp.merge
+    monkeypatch.setattr(batch_stamp, "merge", lambda parts: merges.append(1) or merge(parts))
+    batches = [(client_batch(index, 100, 100, 20), 100) for index in range(3_000)]
+    sent = sent_batches(queue_with(batches), 1_000_000)
+    assert max(size for _, size, _ in sent) <= 1_000_000
+    assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(3_000))
+    assert len(sent) <= 1.1 * 3_000 * len(batches[0][0]) / 1_000_000 + 1, "batches well filled"
+    assert len(merges) <= len(sent) + 1, f"{len(merges)} merges for {len(sent)} batches"
 
 
 @settings(max_examples=60, deadline=None)
