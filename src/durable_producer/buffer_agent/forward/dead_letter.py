@@ -11,8 +11,10 @@ written by the per-record forwarder of earlier versions (one record each) are st
 and re-sent.
 
 Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
-bytes as base64, fsynced on every append: dead letters are rare) and ``resent.jsonl`` (ids
-re-sent successfully). A torn last line after a crash is ignored on reading.
+bytes as base64, fsynced on every append; the letters of one pass, such as a deleted topic's
+whole backlog, are appended together, one fsync for each ``LETTERS_WRITE_BYTES``) and
+``resent.jsonl`` (ids re-sent successfully). A torn last line after a crash is ignored on
+reading.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,22 @@ from durable_producer.buffer_agent.volume.atomic_file import fsync_directory
 
 DEAD_LETTERS_FILE = "dead-letters.jsonl"
 RESENT_FILE = "resent.jsonl"
+LETTERS_WRITE_BYTES = 8 * 1024 * 1024
+"""Letters appended (and fsynced) together at most, beyond the first: a deleted topic's
+backlog of 100,000 batches was 100,000 fsyncs, the forwarding loop waiting on each."""
+
+
+@dataclass(frozen=True, slots=True)
+class RefusedBatch:
+    """A batch to keep as a dead letter: where it was stored, why Kafka refused it."""
+
+    wal_offset: int
+    topic: str
+    partition: int
+    payload: bytes | memoryview
+    reason: str
+    error_code: str
+    index: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,35 +111,59 @@ class DeadLetterStore:
         index: int = 0,
     ) -> None:
         """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
-        (nothing is written then). The budget counts every byte of the letter's line; a letter
-        that cannot fit is refused before its batch is encoded (the forwarder retries it)."""
-        letter = DeadLetter(
-            id=f"{wal_offset}-{index}",
-            recorded_ms=int(time.time() * 1000),
-            wal_offset=wal_offset,
-            topic=topic,
-            partition=partition,
-            record_index=None,
-            reason=reason,
-            error_code=error_code,
-            payload=b"",
-        )
-        length = len(_line(_to_json(letter))) + _b64_length(len(payload))
+        (nothing is written then)."""
+        refused = RefusedBatch(wal_offset, topic, partition, payload, reason, error_code, index)
+        _, error = self.add_batches([refused])
+        if error is not None:
+            raise error
+
+    def add_batches(self, batches: Iterable[RefusedBatch]) -> tuple[int, OSError | None]:
+        """Store refused batches whole, in order: (how many were stored, the first ones; why
+        the next was not, None if all were). The budget counts every byte of a letter's line;
+        a letter that cannot fit is refused before its batch is encoded (the forwarder
+        retries it); an append the disk has no room for is cut back whole."""
         budget = self.max_bytes
-        if budget is not None:
-            if length > budget:
-                raise DeadLetterBudgetExhausted(
-                    errno.ENOSPC,
-                    f"a letter of {length} bytes (a {len(payload)}-byte batch) is larger"
-                    f" than the whole dead-letter budget, {budget} bytes"
-                    " (--dead-letter-max-bytes): raise the budget above the largest batch"
-                    " clients send (4/3 of the topics' max.message.bytes)",
-                )
-            held = self.size_bytes()
-            if held + length > budget:
-                raise _no_room(held, budget, length)  # and checked again under the lock
-        letter = replace(letter, payload=bytes(payload))
-        self._append(DEAD_LETTERS_FILE, _line(_to_json(letter)), budget)
+        held = self.size_bytes() if budget is not None else 0
+        recorded_ms = int(time.time() * 1000)
+        lines: list[bytes] = []
+        pending = stored = 0
+        refusal: OSError | None = None
+        for refused in batches:
+            letter = DeadLetter(
+                id=f"{refused.wal_offset}-{refused.index}",
+                recorded_ms=recorded_ms,
+                wal_offset=refused.wal_offset,
+                topic=refused.topic,
+                partition=refused.partition,
+                record_index=None,
+                reason=refused.reason,
+                error_code=refused.error_code,
+                payload=b"",
+            )
+            size = len(refused.payload)
+            length = len(_line(_to_json(letter))) + _b64_length(size)
+            refusal = _over_budget(budget, held + pending, length, size)
+            if refusal is not None:
+                break  # and the budget is checked again under the lock
+            if lines and pending + length > LETTERS_WRITE_BYTES:
+                try:
+                    stored += self._write(lines, budget)
+                except OSError as failure:
+                    return stored, failure
+                held, pending, lines = held + pending, 0, []
+            lines.append(_line(_to_json(replace(letter, payload=bytes(refused.payload)))))
+            pending += length
+        try:
+            stored += self._write(lines, budget)
+        except OSError as failure:
+            return stored, failure
+        return stored, refusal
+
+    def _write(self, lines: list[bytes], budget: int | None) -> int:
+        """Append ``lines`` in one write and one fsync: how many."""
+        if lines:
+            self._append(DEAD_LETTERS_FILE, b"".join(lines), budget)
+        return len(lines)
 
     def _append(self, name: str, line: bytes, budget: int | None = None) -> None:
         """Append ``line`` to ``name`` (fsynced), if the file stays within ``budget``."""
@@ -144,6 +186,24 @@ class DeadLetterStore:
 
     def mark_resent(self, letter_id: str) -> None:
         self._append(RESENT_FILE, _line({"id": letter_id, "resent_ms": int(time.time() * 1000)}))
+
+
+def _over_budget(
+    budget: int | None, held: int, length: int, size: int
+) -> DeadLetterBudgetExhausted | None:
+    """Why a letter of ``length`` bytes (a ``size``-byte batch) does not fit beside ``held``
+    bytes, or None: it does."""
+    if budget is None or held + length <= budget:
+        return None
+    if length > budget:
+        return DeadLetterBudgetExhausted(
+            errno.ENOSPC,
+            f"a letter of {length} bytes (a {size}-byte batch) is larger"
+            f" than the whole dead-letter budget, {budget} bytes"
+            " (--dead-letter-max-bytes): raise the budget above the largest batch"
+            " clients send (4/3 of the topics' max.message.bytes)",
+        )
+    return _no_room(held, budget, length)
 
 
 def _no_room(size: int, budget: int, length: int) -> DeadLetterBudgetExhausted:

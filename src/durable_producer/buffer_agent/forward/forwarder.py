@@ -29,7 +29,7 @@ from typing import Any
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.ack_tracker import AckTracker
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, RefusedBatch
 from durable_producer.buffer_agent.forward.failure_policy import (
     PERMANENT,
     UNKNOWN_TOPIC,
@@ -653,36 +653,24 @@ class Forwarder:
             )
         else:
             reason = f"refused by Kafka with {error_name(code)} for {window:g} s"
-        lettered = 0
-        written = True
-        for frame in itertools.islice(queue.frames, None if every else 1):
-            why = reason
-            if frame[UNKNOWN]:
-                why += "; an earlier send's answer never came: it may be in Kafka as well"
-            try:
-                self._dead_letters.add_batch(
-                    wal_offset=frame[OFFSET],
-                    topic=topic,
-                    partition=partition,
-                    payload=frame[BATCH],
-                    reason=why,
-                    error_code=error_name(code),
-                    index=frame[INDEX],
-                )
-            except OSError as error:
-                self._letter_failed(error)
-                written = False
-                break
-            lettered += 1
-            log.error(
-                "batch of %d records of WAL frame %d (%s/%d) moved to the dead-letter area: %s",
-                frame[RECORDS],
+        maybe_in_kafka = "; an earlier send's answer never came: it may be in Kafka as well"
+        frames = list(itertools.islice(queue.frames, None if every else 1))
+        lettered, error = self._dead_letters.add_batches(
+            RefusedBatch(
                 frame[OFFSET],
                 topic,
                 partition,
-                why,
+                frame[BATCH],
+                reason + maybe_in_kafka if frame[UNKNOWN] else reason,
+                error_name(code),
+                frame[INDEX],
             )
+            for frame in frames
+        )
+        if error is not None:
+            self._letter_failed(error)
         if lettered:
+            _log_letters(frames[:lettered], queue.key, reason, maybe_in_kafka)
             # Taken out in one pass: one at a time renumbered every frame left each time
             # (a deleted topic's backlog of 100,000 frames took half an hour).
             now = asyncio.get_running_loop().time()
@@ -693,7 +681,7 @@ class Forwarder:
             self._tracker.settled(queue, taken)
             self._unacked_bytes -= taken[2]
             self._count_letter(error_name(code), taken[1])
-        return written
+        return error is None
 
     def _letter_for_frame(self, frame: Frame, reason: str) -> None:
         """A frame that is no record batch (never acknowledged by a current agent)."""
@@ -728,3 +716,27 @@ class Forwarder:
         )
         if self._metrics is not None:
             self._metrics.write_errors.labels(file="dead_letter").inc()
+
+
+def _log_letters(
+    frames: list[Pending], key: tuple[str, int], reason: str, maybe_in_kafka: str
+) -> None:
+    """One line for the frames of a pass (a deleted topic's backlog was a line a frame)."""
+    unknown = sum(1 for frame in frames if frame[UNKNOWN])
+    if len(frames) == 1:
+        where = f"batch of {frames[0][RECORDS]} records of WAL frame {frames[0][OFFSET]}"
+    else:
+        records = sum(frame[RECORDS] for frame in frames)
+        where = (
+            f"{len(frames)} batches of {records} records, WAL frames {frames[0][OFFSET]}"
+            f" to {frames[-1][OFFSET]},"
+        )
+    if unknown and len(frames) > 1:
+        maybe_in_kafka = f"; {unknown} of them sent before without an answer: may be in Kafka"
+    log.error(
+        "%s (%s/%d) moved to the dead-letter area: %s%s",
+        where,
+        *key,
+        reason,
+        maybe_in_kafka if unknown else "",
+    )

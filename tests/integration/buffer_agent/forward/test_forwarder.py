@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka.admin import AdminClient, ConfigResource
 
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
-from durable_producer.buffer_agent.forward import partition_queue
+from durable_producer.buffer_agent.forward import dead_letter, partition_queue
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
@@ -425,9 +425,11 @@ def test_a_missing_partitions_backlog_is_dead_lettered_in_one_pass(
     wal: WriteAheadLog,
     data_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # One frame at a time, every frame left was numbered again at each (a review measured a
-    # deleted topic's backlog of 100,000 frames at half an hour, the forwarder stalled).
+    # deleted topic's backlog of 100,000 frames at half an hour, the forwarder stalled), and
+    # each letter was fsynced and logged on its own (2,000 fsyncs, 2,000 error lines).
     topic, backlog = new_topic(1), 2_000
     for index in range(backlog):
         wal.append(topic, 7, build_batch([SampleRecord(b"k", b"%d" % index, 5, ())]), 1)
@@ -439,18 +441,33 @@ def test_a_missing_partitions_backlog_is_dead_lettered_in_one_pass(
         "_with",
         lambda *args: renumbered.append(1) or numbered_anew(*args),
     )
+    appends = []
+    append_whole = dead_letter._append_whole
+    monkeypatch.setattr(
+        dead_letter, "_append_whole", lambda *args: appends.append(1) or append_whole(*args)
+    )
     config = ForwarderConfig(
         checkpoint_interval_s=0.2, unknown_topic_wait_s=1.0, retry_backoff_s=0.2
     )
     forwarder = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config)
 
-    summary = forwarder.drain(timeout_s=60)
+    with caplog.at_level("ERROR", logger="durable_producer.buffer_agent.forward.forwarder"):
+        summary = forwarder.drain(timeout_s=60)
 
     assert summary.complete and wal.checkpoint_offset == backlog + 1
     letters = list_dead_letters(data_dir / "dead-letter")
     assert [letter.wal_offset for letter in letters] == list(range(backlog))
     assert {letter.error_code for letter in letters} == {"UNKNOWN_TOPIC_OR_PARTITION"}
     assert len(renumbered) <= backlog, f"{len(renumbered)} frames numbered again"
+    # A pass takes every frame read by then (the read-ahead takes all 2,000 at once): one
+    # append (one fsync) and one line a pass.
+    said = [r.getMessage() for r in caplog.records if "dead-letter area" in r.getMessage()]
+    assert 1 <= len(appends) == len(said) <= 3, (len(appends), said)
+    ends = f"({topic}/7) moved to the dead-letter area: partition {topic}/7 does not exist"
+    assert all(ends in line for line in said), said
+    assert said[0].startswith("2000 batches of 2000 records, WAL frames 0 to 1999,") or (
+        len(said) > 1  # the reads came in parts
+    ), said
     assert [r.value for r in consume_all(kafka_broker.bootstrap, topic)] == [b"fine"]
 
 

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent.forward import dead_letter
 from durable_producer.buffer_agent.forward.dead_letter import (
     DEAD_LETTERS_FILE,
     DeadLetterBudgetExhausted,
     DeadLetterStore,
+    RefusedBatch,
     list_dead_letters,
 )
 
@@ -149,3 +151,64 @@ def test_a_letter_that_cannot_fit_is_refused_before_its_batch_is_encoded(
     _add(just, 2, b"z" * size)
     assert (tmp_path / DEAD_LETTERS_FILE).stat().st_size == 2 * exact
     assert [letter.payload for letter in list_dead_letters(tmp_path)] == [b"z" * size] * 2
+
+
+def _refused(wal_offset: int, payload: bytes = b"z" * 100) -> RefusedBatch:
+    return RefusedBatch(
+        wal_offset=wal_offset,
+        topic="orders",
+        partition=2,
+        payload=payload,
+        reason="partition orders/2 does not exist (for 60 s)",
+        error_code="UNKNOWN_TOPIC_OR_PARTITION",
+    )
+
+
+def test_a_pass_of_letters_is_appended_together(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deleted topic's backlog: one append and one fsync for each LETTERS_WRITE_BYTES, not
+    one a letter (100,000 fsyncs, the forwarding loop waiting on each)."""
+    fsyncs = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd) or real_fsync(fd))
+    monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 100_000)
+    store = DeadLetterStore(tmp_path)
+    stored, error = store.add_batches(_refused(offset) for offset in range(1_000))
+    assert (stored, error) == (1_000, None)
+    letters = list_dead_letters(tmp_path)
+    assert [letter.wal_offset for letter in letters] == list(range(1_000))
+    assert {letter.payload for letter in letters} == {b"z" * 100}
+    per_append = 100_000 // (store.size_bytes() // 1_000 + 1)
+    appends = -(-1_000 // per_append)
+    assert len(fsyncs) <= appends + 1, f"{len(fsyncs)} fsyncs"  # + the directory's, once
+
+
+def test_a_pass_stores_the_letters_the_budget_has_room_for(tmp_path: Path) -> None:
+    store = DeadLetterStore(tmp_path, max_bytes=2_000)  # letters of ~450 bytes
+    stored, error = store.add_batches(_refused(offset) for offset in range(10))
+    assert isinstance(error, DeadLetterBudgetExhausted) and "does not fit" in str(error)
+    assert 0 < stored < 10
+    assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == list(range(stored))
+    assert store.size_bytes() <= 2_000
+
+
+def test_a_pass_the_disk_fills_during_keeps_the_appends_made_before(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 1_000)  # two letters an append
+    real_write = os.write
+    writes = []
+
+    def full_at_the_third(fd: int, data: bytes) -> int:
+        writes.append(len(data))
+        if len(writes) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_at_the_third)
+    stored, error = DeadLetterStore(tmp_path).add_batches(_refused(o) for o in range(10))
+    monkeypatch.undo()
+    assert isinstance(error, OSError) and error.errno == errno.ENOSPC
+    assert stored == 4
+    assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 1, 2, 3]
