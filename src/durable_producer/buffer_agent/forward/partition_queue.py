@@ -173,6 +173,8 @@ class PartitionQueue:
         producer expired), seen as a batch taken although an earlier one was refused, or as a
         new topic id. The unacknowledged batches go again under a new epoch (``renumber``);
         nothing is sent before. Kept on the volume (a restart takes the new epoch too)."""
+        self.gap_why = ""
+        """Why ``gap`` was set, where not for the leader's forgetting ("": it was)."""
         self.refresh_first = False
         """A batch's answer never came: nothing is sent until a metadata refresh begun since
         has ended (the topic may have been created again, and its new leader would take the
@@ -405,6 +407,7 @@ class PartitionQueue:
         self.producer_id, self.epoch = producer_id, epoch
         self.confirmed = False
         self.gap = False
+        self.gap_why = ""
         unknown = [frame for frame in self.frames if frame[UNKNOWN]]
         self._number_from(0)
         return unknown
@@ -421,6 +424,10 @@ class PartitionQueue:
         dropped = [frames.popleft() for _ in range(min(count, len(frames)))]
         if any(frame[UNKNOWN] for frame in dropped):
             self.gap = True
+            self.gap_why = (
+                "a dead-lettered batch may be in Kafka: the frames after it must not take"
+                " its sequence numbers"
+            )
         elif dropped:
             self._number_from(dropped[0][SEQUENCE], keep_unknown=True)
         self.failing_since = None

@@ -597,7 +597,8 @@ class Sender:
         (``PartitionQueue.gap``; never a resolution: the leader's last sequence would
         acknowledge batches it refused, or that went to the topic deleted before)."""
         try:
-            await self._new_epoch(queue, None, "its leader does not know this producer")
+            why = queue.gap_why or "its leader does not know this producer"
+            await self._new_epoch(queue, None, why)
         finally:
             self._resolving.discard(queue.key)
 

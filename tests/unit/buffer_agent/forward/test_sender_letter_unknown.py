@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from durable_producer.buffer_agent.forward.partition_queue import (
@@ -126,10 +127,16 @@ def dead_letter_a_frame_kafka_may_hold(first_answer: int | None) -> tuple[list[i
     return acknowledged, log.stored
 
 
-def test_a_frame_after_one_lost_in_flight_and_dead_lettered_is_stored_before_it_is_acked() -> None:
-    acknowledged, stored = dead_letter_a_frame_kafka_may_hold(None)
+def test_a_frame_after_one_lost_in_flight_and_dead_lettered_is_stored_before_it_is_acked(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING", logger="durable_producer.buffer_agent.forward.sender"):
+        acknowledged, stored = dead_letter_a_frame_kafka_may_hold(None)
     assert 2 in acknowledged
     assert set(acknowledged) <= set(stored), f"acknowledged {acknowledged}, stored {stored}"
+    # The new epoch says why: not the leader's forgetting (the wording it had).
+    (epoch,) = [r.getMessage() for r in caplog.records if "goes on with epoch" in r.getMessage()]
+    assert "a dead-lettered batch may be in Kafka" in epoch, epoch
 
 
 def test_an_answer_saying_not_replicated_in_time_counts_as_maybe_in_kafka() -> None:
