@@ -49,7 +49,6 @@ from durable_producer.buffer_agent.forward.partition_queue import (
     INDEX,
     OFFSET,
     RECORDS,
-    UNKNOWN,
     PartitionQueue,
     Pending,
     Settled,
@@ -90,6 +89,8 @@ LETTER_RETRY_S = 1.0
 """Seconds between attempts to write a dead letter the disk or the budget had no room for."""
 _IDLE_WAIT_S = 0.05
 _BUSY_WAIT_S = 0.002
+MAYBE_IN_KAFKA = "; an earlier send's answer never came: it may be in Kafka as well"
+"""Said of a lettered batch a copy of which Kafka may hold (a re-send would store it twice)."""
 
 
 class Forwarder:
@@ -653,7 +654,6 @@ class Forwarder:
             )
         else:
             reason = f"refused by Kafka with {error_name(code)} for {window:g} s"
-        maybe_in_kafka = "; an earlier send's answer never came: it may be in Kafka as well"
         frames = list(itertools.islice(queue.frames, None if every else 1))
         lettered, error = self._dead_letters.add_batches(
             RefusedBatch(
@@ -661,7 +661,7 @@ class Forwarder:
                 topic,
                 partition,
                 frame[BATCH],
-                reason + maybe_in_kafka if frame[UNKNOWN] else reason,
+                reason + MAYBE_IN_KAFKA if queue.may_be_in_kafka(frame) else reason,
                 error_name(code),
                 frame[INDEX],
             )
@@ -670,7 +670,8 @@ class Forwarder:
         if error is not None:
             self._letter_failed(error)
         if lettered:
-            _log_letters(frames[:lettered], queue.key, reason, maybe_in_kafka)
+            copies = sum(1 for frame in frames[:lettered] if queue.may_be_in_kafka(frame))
+            _log_letters(frames[:lettered], queue.key, reason, copies)
             # Taken out in one pass: one at a time renumbered every frame left each time
             # (a deleted topic's backlog of 100,000 frames took half an hour).
             now = asyncio.get_running_loop().time()
@@ -718,25 +719,23 @@ class Forwarder:
             self._metrics.write_errors.labels(file="dead_letter").inc()
 
 
-def _log_letters(
-    frames: list[Pending], key: tuple[str, int], reason: str, maybe_in_kafka: str
-) -> None:
-    """One line for the frames of a pass (a deleted topic's backlog was a line a frame)."""
-    unknown = sum(1 for frame in frames if frame[UNKNOWN])
+def _log_letters(frames: list[Pending], key: tuple[str, int], reason: str, copies: int) -> None:
+    """One line for the frames of a pass (a deleted topic's backlog was a line a frame);
+    ``copies`` of them may be in Kafka as well."""
     if len(frames) == 1:
         where = f"batch of {frames[0][RECORDS]} records of WAL frame {frames[0][OFFSET]}"
+        maybe_in_kafka = MAYBE_IN_KAFKA
     else:
         records = sum(frame[RECORDS] for frame in frames)
         where = (
             f"{len(frames)} batches of {records} records, WAL frames {frames[0][OFFSET]}"
             f" to {frames[-1][OFFSET]},"
         )
-    if unknown and len(frames) > 1:
-        maybe_in_kafka = f"; {unknown} of them sent before without an answer: may be in Kafka"
+        maybe_in_kafka = f"; {copies} of them sent before without an answer: may be in Kafka"
     log.error(
         "%s (%s/%d) moved to the dead-letter area: %s%s",
         where,
         *key,
         reason,
-        maybe_in_kafka if unknown else "",
+        maybe_in_kafka if copies else "",
     )

@@ -175,6 +175,11 @@ class PartitionQueue:
         nothing is sent before. Kept on the volume (a restart takes the new epoch too)."""
         self.gap_why = ""
         """Why ``gap`` was set, where not for the leader's forgetting ("": it was)."""
+        self.copied_before: set[tuple[int, int]] = set()
+        """(offset, index) of frames numbered anew while a copy of them may be in Kafka (under
+        an earlier identity: not ``UNKNOWN`` any more, counted as possible duplicates), for
+        their letters' reason; forgotten once they left the queue (at the next renumbering or
+        letter). Not kept on the volume."""
         self.refresh_first = False
         """A batch's answer never came: nothing is sent until a metadata refresh begun since
         has ended (the topic may have been created again, and its new leader would take the
@@ -409,8 +414,22 @@ class PartitionQueue:
         self.gap = False
         self.gap_why = ""
         unknown = [frame for frame in self.frames if frame[UNKNOWN]]
+        self._forget_copies()
+        self.copied_before.update((frame[OFFSET], frame[INDEX]) for frame in unknown)
         self._number_from(0)
         return unknown
+
+    def may_be_in_kafka(self, frame: Pending) -> bool:
+        """A copy of the frame may be in Kafka: its answer never came, under this identity
+        or an earlier one."""
+        return frame[UNKNOWN] or (frame[OFFSET], frame[INDEX]) in self.copied_before
+
+    def _forget_copies(self) -> None:
+        """Drop the marks of frames no longer in the queue (they are in WAL order)."""
+        if self.copied_before:
+            first = self.first_unacknowledged()
+            below = float("inf") if first is None else first[OFFSET]
+            self.copied_before = {key for key in self.copied_before if key[0] >= below}
 
     def drop_heads(self, count: int, code: int, now: float) -> list[Pending]:
         """Take the first ``count`` frames out (dead-lettered, refused with ``code``, or
@@ -422,7 +441,7 @@ class PartitionQueue:
         self.unbatch()
         frames = self.frames
         dropped = [frames.popleft() for _ in range(min(count, len(frames)))]
-        if any(frame[UNKNOWN] for frame in dropped):
+        if any(frame[UNKNOWN] for frame in dropped):  # under this identity
             self.gap = True
             self.gap_why = (
                 "a dead-lettered batch may be in Kafka: the frames after it must not take"
@@ -434,6 +453,7 @@ class PartitionQueue:
         self.last_error = 0  # the next frame has not been refused
         self.lettered = (code, now)
         self.ready_at = now  # no backoff: the frames after it were not refused themselves
+        self._forget_copies()
         return dropped
 
     def _number_from(self, sequence: int, *, keep_unknown: bool = False) -> None:

@@ -137,9 +137,18 @@ def _errors(metrics: AgentMetrics, name: str) -> float:
     )
 
 
+@pytest.mark.parametrize("c_waiting", [False, True], ids=["c-after-the-letter", "c-behind-b"])
 def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_acknowledged(
-    proxied_broker: ProxiedBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
+    proxied_broker: ProxiedBroker,
+    new_topic: TopicFactory,
+    wal: WriteAheadLog,
+    data_dir: Path,
+    c_waiting: bool,
 ) -> None:
+    """``c_waiting``: C is written while B's retries are refused, so it goes behind one of
+    them; the leader takes it (it follows B's copy) and the forwarder moves to a new epoch
+    before B is lettered, which numbers B anew: its letter still says it may be in Kafka
+    (it did not: the mark was of the old epoch)."""
     started = time.monotonic()
     proxy = proxied_broker.proxy
     direct = proxied_broker.direct_address
@@ -178,18 +187,21 @@ def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_a
             interval=0.02,
             what="a retry of B refused as too large",
         )
+        if c_waiting:
+            wal.append(topic, 0, C, 1)
         wait_for(
             lambda: len(list_dead_letters(data_dir / "dead-letter")) == 1,
             DEAD_LETTER_AFTER_S + 15,
             interval=0.05,
             what="B dead-lettered",
         )
-        # C comes after the letter: the next sequence is B's. In the WAL while B was retried,
-        # C would go with a retry (after a refusal the queue sends its batches again in order
-        # and those after them too): the leader takes C, which follows B's copy, refuses B,
-        # and the forwarder moves to a new epoch before B is dead-lettered.
-        wait_for(lambda: wal.checkpoint_offset == 2, 10, what="the checkpoint past B")
-        wal.append(topic, 0, C, 1)
+        # C comes after the letter: the next sequence is B's. In the WAL while B was retried
+        # (``c_waiting``), C goes with a retry (after a refusal the queue sends its batches
+        # again in order and those after them too): the leader takes C, which follows B's
+        # copy, refuses B, and the forwarder moves to a new epoch before B is dead-lettered.
+        if not c_waiting:
+            wait_for(lambda: wal.checkpoint_offset == 2, 10, what="the checkpoint past B")
+            wal.append(topic, 0, C, 1)
         summary = forwarder.drain(timeout_s=20)
         stats = forwarder.stats()
     finally:
