@@ -77,6 +77,20 @@ def test_a_backlog_of_batching_clients_batches_is_merged_once_a_batch(
     assert len(merges) <= len(sent) + 1, f"{len(merges)} merges for {len(sent)} batches"
 
 
+def test_a_plan_from_small_records_does_not_keep_larger_frames_apart() -> None:
+    """The growth learnt from small records' merges (about 1.15) planned every later batch of
+    470 kB frames at 0.87 MB: one frame a batch for good, where 1 MB takes two (a review's
+    case; 20 batches for 20 frames before)."""
+    assert batch_stamp.can_merge, "the merge is compiled in this build"
+    small = [(client_batch(index, 100, 20_000, 20), 100) for index in range(600)]
+    large = [(client_batch(600 + index, 100, 1, 4_700), 100) for index in range(20)]
+    sent = sent_batches(queue_with(small + large), 1_000_000)
+    assert max(size for _, size, _ in sent) <= 1_000_000
+    of_large = [offsets for offsets, _, _ in sent if offsets[-1] >= 600]
+    assert [offset for offsets in of_large for offset in offsets][-20:] == list(range(600, 620))
+    assert len(of_large) <= 12, f"{len(of_large)} batches for 20 frames of 470 kB"
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     shapes=st.lists(
