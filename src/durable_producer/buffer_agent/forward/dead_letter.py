@@ -92,6 +92,9 @@ class DeadLetterStore:
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._synced: set[str] = set()
+        """Files whose directory entry this store has fsynced (once: a file created by an
+        append that failed after it must not miss it)."""
 
     def size_bytes(self) -> int:
         try:
@@ -146,33 +149,44 @@ class DeadLetterStore:
             if refusal is not None:
                 break  # and the budget is checked again under the lock
             if lines and pending + length > LETTERS_WRITE_BYTES:
-                try:
-                    stored += self._write(lines, budget)
-                except OSError as failure:
+                written, failure = self._write(lines, budget)
+                stored += written
+                if failure is not None:
                     return stored, failure
                 held, pending, lines = held + pending, 0, []
             lines.append(_line(_to_json(replace(letter, payload=bytes(refused.payload)))))
             pending += length
-        try:
-            stored += self._write(lines, budget)
-        except OSError as failure:
-            return stored, failure
-        return stored, refusal
+        written, failure = self._write(lines, budget)
+        return stored + written, failure if failure is not None else refusal
 
-    def _write(self, lines: list[bytes], budget: int | None) -> int:
-        """Append ``lines`` in one write and one fsync: how many."""
-        if lines:
-            self._append(DEAD_LETTERS_FILE, b"".join(lines), budget)
-        return len(lines)
+    def _write(self, lines: list[bytes], budget: int | None) -> tuple[int, OSError | None]:
+        """Append ``lines`` in one write and one fsync; if the disk or the budget has no room
+        for all, one at a time as far as they fit (as letters were written before they went
+        together): (how many, why the next was not)."""
+        try:
+            if lines:
+                self._append(DEAD_LETTERS_FILE, b"".join(lines), budget)
+            return len(lines), None
+        except OSError as failure:
+            if len(lines) == 1:
+                return 0, failure
+        for count, line in enumerate(lines):
+            try:
+                self._append(DEAD_LETTERS_FILE, line, budget)
+            except OSError as failure:
+                return count, failure
+        return len(lines), None
 
     def _append(self, name: str, line: bytes, budget: int | None = None) -> None:
         """Append ``line`` to ``name`` (fsynced), if the file stays within ``budget``."""
         with self._lock:
             self.directory.mkdir(parents=True, exist_ok=True)
             path = self.directory / name
-            created = not path.exists()
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
+                if name not in self._synced:  # the file's entry, before any line of it
+                    fsync_directory(self.directory)
+                    self._synced.add(name)
                 size = os.fstat(fd).st_size
                 if size and os.pread(fd, 1, size - 1) != b"\n":
                     line = b"\n" + line  # close a line torn by a crash, keep this one whole
@@ -181,8 +195,6 @@ class DeadLetterStore:
                 _append_whole(fd, line, size)
             finally:
                 os.close(fd)
-            if created:
-                fsync_directory(self.directory)
 
     def mark_resent(self, letter_id: str) -> None:
         self._append(RESENT_FILE, _line({"id": letter_id, "resent_ms": int(time.time() * 1000)}))

@@ -728,8 +728,8 @@ def _log_letters(frames: list[Pending], key: tuple[str, int], reason: str, copie
     else:
         records = sum(frame[RECORDS] for frame in frames)
         where = (
-            f"{len(frames)} batches of {records} records, WAL frames {frames[0][OFFSET]}"
-            f" to {frames[-1][OFFSET]},"
+            f"{len(frames)} batches of {records} records of WAL frames {frames[0][OFFSET]}"
+            f" to {frames[-1][OFFSET]}"
         )
         maybe_in_kafka = f"; {copies} of them sent before without an answer: may be in Kafka"
     log.error(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import errno
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -193,22 +194,42 @@ def test_a_pass_stores_the_letters_the_budget_has_room_for(tmp_path: Path) -> No
     assert store.size_bytes() <= 2_000
 
 
-def test_a_pass_the_disk_fills_during_keeps_the_appends_made_before(
+def test_a_pass_the_disk_fills_during_stores_as_many_as_one_at_a_time_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A disk with room for 5 letters and a half, 2 letters an append: the third append has no
+    room; cut back whole, the pass went no further and was retried unchanged, where letters
+    written one at a time took 5 (a review's finding)."""
     monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 1_000)  # two letters an append
+    store = DeadLetterStore(tmp_path / "probe")
+    store.add_batch(**asdict(_refused(0)))
+    letter = store.size_bytes()
+    room = int(5.5 * letter)
     real_write = os.write
-    writes = []
 
-    def full_at_the_third(fd: int, data: bytes) -> int:
-        writes.append(len(data))
-        if len(writes) == 3:
+    def disk_of(fd: int, data: bytes) -> int:
+        if os.fstat(fd).st_size + len(data) > room:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_write(fd, data)
 
-    monkeypatch.setattr(os, "write", full_at_the_third)
+    monkeypatch.setattr(os, "write", disk_of)
     stored, error = DeadLetterStore(tmp_path).add_batches(_refused(o) for o in range(10))
     monkeypatch.undo()
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
-    assert stored == 4
-    assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 1, 2, 3]
+    assert stored == 5
+    assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 1, 2, 3, 4]
+
+
+def test_a_pass_at_the_budgets_edge_after_a_torn_line_stores_what_fits(tmp_path: Path) -> None:
+    """A torn last line (a crash mid-append) costs the next append a newline: a pass of two
+    letters planned to fit exactly did not, and none was written, every retry."""
+    store = DeadLetterStore(tmp_path)
+    store.add_batch(**asdict(_refused(0)))
+    letter = store.size_bytes()
+    with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
+        file.write(b'{"id": "1-0", "recor')
+    budget = store.size_bytes() + 2 * letter
+    stored, error = DeadLetterStore(tmp_path, budget).add_batches(_refused(o) for o in (2, 3))
+    assert stored == 1 and isinstance(error, DeadLetterBudgetExhausted), (stored, error)
+    assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 2]
+    assert DeadLetterStore(tmp_path).size_bytes() <= budget
