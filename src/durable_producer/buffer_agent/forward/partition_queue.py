@@ -460,11 +460,11 @@ class PartitionQueue:
         frames = self.frames
         dropped = [frames.popleft() for _ in range(min(count, len(frames)))]
         if any(frame[UNKNOWN] for frame in dropped):  # under this identity
-            self.gap = True
-            self.gap_why = (
+            self.gap_why = self.gap_why if self.gap else (
                 "a dead-lettered batch may be in Kafka: the frames after it must not take"
                 " its sequence numbers"
             )
+            self.gap = True
         elif dropped:
             self._number_from(dropped[0][SEQUENCE], keep_unknown=True)
         self.failing_since = None

@@ -145,8 +145,8 @@ def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_a
     data_dir: Path,
     c_waiting: bool,
 ) -> None:
-    """``c_waiting``: C is written while B's retries are refused, so it goes behind one of
-    them; the leader takes it (it follows B's copy) and the forwarder moves to a new epoch
+    """``c_waiting``: C is written before B's retries reach Kafka, so it goes behind the
+    first; the leader takes it (it follows B's copy) and the forwarder moves to a new epoch
     before B is lettered, which numbers B anew: its letter still says it may be in Kafka
     (it did not: the mark was of the old epoch)."""
     started = time.monotonic()
@@ -180,6 +180,8 @@ def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_a
         _set_max_message_bytes(direct, topic, LIMIT)
         wait_for(lambda: _max_message_bytes(direct, topic) == LIMIT, 10, what="the limit lowered")
         assert wal.checkpoint_offset == 1 and forwarder.stats().forwarded_records == 1
+        if c_waiting:  # queued behind B, sent with B's first retry, well within B's window
+            wal.append(topic, 0, C, 1)
         proxy.restore()
         wait_for(
             lambda: _errors(metrics, "MESSAGE_TOO_LARGE") >= 1,
@@ -187,8 +189,6 @@ def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_a
             interval=0.02,
             what="a retry of B refused as too large",
         )
-        if c_waiting:
-            wal.append(topic, 0, C, 1)
         wait_for(
             lambda: len(list_dead_letters(data_dir / "dead-letter")) == 1,
             DEAD_LETTER_AFTER_S + 15,
@@ -224,4 +224,6 @@ def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_a
     assert "it may be in Kafka as well" in letter.reason, letter.reason
     assert _errors(metrics, "MESSAGE_TOO_LARGE") >= 1, "B's retries were refused as too large"
     assert stats.producer_resets >= 1, "C went under a new epoch"
+    if c_waiting:  # B numbered anew under the new epoch, its copy counted (not lettered first)
+        assert stats.possible_duplicates == len(B_RECORDS), stats
     print(f"letter: {letter.reason}; {time.monotonic() - started:.1f} s")

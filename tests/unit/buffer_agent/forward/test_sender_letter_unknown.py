@@ -165,3 +165,26 @@ def test_a_frame_refused_before_any_copy_gives_its_numbers_to_the_next() -> None
         and follower.frames[0][SEQUENCE] == 0
         and follower.frames[0][OFFSET] == 1
     )
+
+
+def test_a_frame_numbered_anew_while_a_copy_may_be_in_kafka_keeps_the_mark_for_its_letter() -> None:
+    # Frame 0's answer was lost (a copy may be in Kafka); the partition then moves to a new
+    # epoch (a frame taken past its refusal), which numbers it anew and clears its UNKNOWN:
+    # that copy is of the old epoch. Its letter must still say it may be in Kafka.
+    queue = PartitionQueue(KEY, 7, 0, 0)
+    queue.confirmed = True
+    queue.isolate = True
+    for offset in range(3):
+        queue.add(offset, BATCH, 1, 0, 0, False)
+    batch = queue.next_batch(0.0, 10**6)
+    assert batch is not None
+    queue.failed(batch, 0, 0.0, unknown=True)
+    possible = queue.renumber(7, 1)
+    assert [frame[OFFSET] for frame in possible] == [0]
+    head = queue.frames[0]
+    assert not head[UNKNOWN] and head[SEQUENCE] == 0, "no copy under the new epoch"
+    assert queue.may_be_in_kafka(head), "a copy under the old one"
+    assert not queue.may_be_in_kafka(queue.frames[1])
+    (dropped,) = queue.drop_heads(1, DENIED, 200.0)
+    assert dropped[OFFSET] == 0 and not queue.gap, "the new epoch's leader holds no copy"
+    assert not queue.copied_before, "forgotten once it left the queue"
