@@ -268,18 +268,21 @@ class PartitionQueue:
         Kafka would refuse it, and the same frames merged the same way for ever. The growth
         of the last merge plans the next (``merge_growth``): a backlog of many-record batches
         was merged twice a batch, the first time always above the limit. A plan that let one
-        frame through where ``max_bytes`` would have let two is forgotten (the next batch is
-        planned at ``max_bytes``): the growth of small records' merges would otherwise keep
-        larger frames from merging for good."""
+        frame through is taken again at ``max_bytes`` (the same rule, ``take_run``), and a
+        merge there replaces the growth: the growth of small records' merges would otherwise
+        keep larger frames from merging for good."""
         retry = False
         while True:
             planned, made = self.merge_growth
-            run = self._take_run(max_bytes * planned // made if made > planned else max_bytes)
-            batch = Batch(run, self.producer_id, self.epoch)
+            budget = max_bytes * planned // made if made > planned else max_bytes
+            run = self._take_run(budget)
             taken = run[0]
+            if len(taken) == 1 and budget < max_bytes and not retry:
+                self.frames.appendleft(taken[0])
+                run = self._take_run(max_bytes)
+                taken = run[0]
+            batch = Batch(run, self.producer_id, self.epoch)
             if len(taken) == 1:
-                if not retry and made > planned and self._would_merge(taken[0], max_bytes):
-                    self.merge_growth = (1, 1)
                 return batch
             self.merge_growth = (run[3] - MERGE_SPARE * (len(taken) - 1), batch.size)
             if batch.size <= max_bytes:
@@ -287,17 +290,6 @@ class PartitionQueue:
             # Fewer frames next time: the budget is now below what take_run counted.
             self.frames.extendleft(reversed(taken))
             retry = True
-
-    def _would_merge(self, first: Pending, max_bytes: int) -> bool:
-        """The next frame would have been merged with ``first`` at ``max_bytes``."""
-        frames = self.frames
-        return (
-            bool(frames)
-            and not self.isolate
-            and frames[0][ATTRIBUTES] == first[ATTRIBUTES]
-            and batch_stamp.mergeable(first[ATTRIBUTES])
-            and len(first[BATCH]) + len(frames[0][BATCH]) - MERGE_SPARE <= max_bytes
-        )
 
     def _take_run(self, max_bytes: int) -> Run:
         """The frames of the next batch: the first, and those merged with it (``take_run``)."""
