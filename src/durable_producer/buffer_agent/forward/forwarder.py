@@ -655,23 +655,23 @@ class Forwarder:
         else:
             reason = f"refused by Kafka with {error_name(code)} for {window:g} s"
         frames = list(itertools.islice(queue.frames, None if every else 1))
+        copies = [queue.may_be_in_kafka(frame) for frame in frames]
         lettered, error = self._dead_letters.add_batches(
             RefusedBatch(
                 frame[OFFSET],
                 topic,
                 partition,
                 frame[BATCH],
-                reason + MAYBE_IN_KAFKA if queue.may_be_in_kafka(frame) else reason,
+                reason + MAYBE_IN_KAFKA if copy else reason,
                 error_name(code),
                 frame[INDEX],
             )
-            for frame in frames
+            for frame, copy in zip(frames, copies, strict=True)
         )
         if error is not None:
             self._letter_failed(error)
         if lettered:
-            copies = sum(1 for frame in frames[:lettered] if queue.may_be_in_kafka(frame))
-            _log_letters(frames[:lettered], queue.key, reason, copies)
+            _log_letters(frames[:lettered], queue.key, reason, sum(copies[:lettered]))
             # Taken out in one pass: one at a time renumbered every frame left each time
             # (a deleted topic's backlog of 100,000 frames took half an hour).
             now = asyncio.get_running_loop().time()
