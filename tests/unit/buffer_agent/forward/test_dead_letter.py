@@ -199,7 +199,9 @@ def test_a_pass_the_disk_fills_during_stores_as_many_as_one_at_a_time_would(
 ) -> None:
     """A disk with room for 5 letters and a half, 2 letters an append: the third append has no
     room; cut back whole, the pass went no further and was retried unchanged, where letters
-    written one at a time took 5 (a review's finding)."""
+    written one at a time took 5 (a review's finding). ``os.write`` stands in for the disk so
+    that this runs without root, the limit at an exact byte; the same on a real filesystem:
+    tests/integration/buffer_agent/forward/test_dead_letter_disk_full.py."""
     monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 1_000)  # two letters an append
     store = DeadLetterStore(tmp_path / "probe")
     store.add_batch(**asdict(_refused(0)))
