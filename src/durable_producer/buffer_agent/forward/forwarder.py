@@ -431,7 +431,13 @@ class Forwarder:
         for key, queue in self._queues.items():
             offset, sequence = queue.anchor(next_offset)
             anchors[key] = Anchor(
-                queue.producer_id, queue.epoch, offset, sequence, queue.topic_id, queue.gap
+                queue.producer_id,
+                queue.epoch,
+                offset,
+                sequence,
+                queue.topic_id,
+                queue.gap,
+                queue.gap_why,
             )
         return IdentityRecord(
             self._producer_id,
@@ -566,7 +572,7 @@ class Forwarder:
                 # all) under that id and epoch, from the anchor's sequence.
                 producer_id, epoch = self._producer_id, self._epoch
             queue = PartitionQueue(key, producer_id, epoch, anchor.sequence)
-            queue.topic_id, queue.gap = anchor.topic_id, anchor.gap
+            queue.topic_id, queue.gap, queue.gap_why = anchor.topic_id, anchor.gap, anchor.gap_why
         else:
             if offset < self._replay_until and not self._fresh_identity:
                 # The previous run sent frames of this partition but left no numbering for

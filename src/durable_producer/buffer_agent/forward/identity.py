@@ -12,8 +12,9 @@ holds one ``IdentityRecord``:
 - ``partitions``: per topic and partition, its producer id and epoch and an *anchor*: its
   first frame at or after ``offset`` is numbered ``sequence``, and its frames below ``offset``
   are in Kafka. Every partition with a frame below ``sent_below`` is listed;
-- ``topic_ids``, ``gaps``: per partition, the id of the topic its numbering was taken for,
-  and whether its leader was found not to know the producer (kept apart from
+- ``topic_ids``, ``gaps``, ``gap_reasons``: per partition, the id of the topic its numbering
+  was taken for, and whether its leader was found not to know the producer, or a new epoch is
+  due for another reason (a dead-lettered batch may be in Kafka), and which (kept apart from
   ``partitions``, which an agent from before them reads): either makes the next run take a
   new epoch for it instead of asking its leader (``Anchor``);
 - ``written_ms``: wall-clock time of the write (a broker forgets an idle producer after
@@ -75,6 +76,8 @@ class Anchor:
     again, and a new epoch is taken instead of asking its leader."""
     gap: bool = False
     """Its leader took a batch past one it refused (``PartitionQueue.gap``): a new epoch."""
+    gap_why: str = ""
+    """Why, where not for the leader's forgetting (``PartitionQueue.gap_why``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +112,9 @@ class IdentityRecord:
                     if a.topic_id
                 ],
                 "gaps": [list(key) for key, a in self.partitions.items() if a.gap],
+                "gap_reasons": [
+                    [*key, a.gap_why] for key, a in self.partitions.items() if a.gap and a.gap_why
+                ],
             },
             separators=(",", ":"),
         ).encode()
@@ -118,6 +124,7 @@ class IdentityRecord:
         entry = json.loads(data)
         topic_ids = {(str(t), int(p)): str(i) for t, p, i in entry.get("topic_ids", [])}
         gaps = {(str(t), int(p)) for t, p in entry.get("gaps", [])}
+        why = {(str(t), int(p)): str(w) for t, p, w in entry.get("gap_reasons", [])}
         return IdentityRecord(
             producer_id=int(entry["producer_id"]),
             epoch=int(entry["epoch"]),
@@ -133,6 +140,7 @@ class IdentityRecord:
                     int(sequence),
                     topic_ids.get((str(t), int(p)), ""),
                     (str(t), int(p)) in gaps,
+                    why.get((str(t), int(p)), ""),
                 )
                 for t, p, pid, epoch, offset, sequence in entry["partitions"]
             },

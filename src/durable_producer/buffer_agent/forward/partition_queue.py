@@ -174,12 +174,14 @@ class PartitionQueue:
         new topic id. The unacknowledged batches go again under a new epoch (``renumber``);
         nothing is sent before. Kept on the volume (a restart takes the new epoch too)."""
         self.gap_why = ""
-        """Why ``gap`` was set, where not for the leader's forgetting ("": it was)."""
+        """Why ``gap`` was set, where not for the leader's forgetting ("": it was); kept on
+        the volume with it."""
         self.copied_before: set[tuple[int, int]] = set()
         """(offset, index) of frames numbered anew while a copy of them may be in Kafka (under
         an earlier identity: not ``UNKNOWN`` any more, counted as possible duplicates), for
         their letters' reason; forgotten once they left the queue (at the next renumbering or
-        letter). Not kept on the volume."""
+        letter). Not kept on the volume: they were sent, so they lie below ``sent_below``, and
+        the next run reads them again as ``UNKNOWN`` (replayed)."""
         self.refresh_first = False
         """A batch's answer never came: nothing is sent until a metadata refresh begun since
         has ended (the topic may have been created again, and its new leader would take the

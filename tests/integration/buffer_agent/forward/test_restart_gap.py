@@ -167,3 +167,37 @@ def test_a_gap_kept_on_the_volume_takes_a_new_epoch_after_a_restart(
     )
     _, after = _restarted_past_a_landed_batch(wal, bootstrap, data, topic, second)
     assert not after.gap and after.epoch == anchor.epoch + 1
+
+
+def test_the_reason_for_a_new_epoch_kept_on_the_volume_is_given_after_a_restart(
+    kafka_broker: KafkaBroker,
+    new_topic: TopicFactory,
+    wal: WriteAheadLog,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A new epoch due because a dead-lettered batch may be in Kafka, the agent stopped
+    before it: the next run said its leader had forgotten the producer."""
+    bootstrap = kafka_broker.bootstrap
+    data = tmp_path / "data"
+    topic = new_topic(1)
+    _append(wal, topic, range(5))
+    assert _drain(wal, bootstrap, data) == (5 * RECORDS, 0)
+    second = _append(wal, topic, range(5, 10))
+    record, _ = load_identity(data / "state")
+    assert record is not None
+    anchor = record.partitions[(topic, 0)]
+    why = "a dead-lettered batch may be in Kafka: the frames after it must not take its numbers"
+    gapped = {(topic, 0): replace(anchor, gap=True, gap_why=why)}
+    file = IdentityFile(data / "state")
+    assert file.write(replace(record, partitions=gapped), sync=True)
+    file.close()
+
+    with caplog.at_level("WARNING", logger="durable_producer.buffer_agent.forward.sender"):
+        assert _drain(wal, bootstrap, data) == (5 * RECORDS, 0)
+    (line,) = [r.getMessage() for r in caplog.records if "goes on with epoch" in r.getMessage()]
+    assert line == f"{topic}/0: {why}; producer {anchor.producer_id} goes on with epoch" + (
+        f" {anchor.epoch + 1} from sequence 0"
+    )
+    consumed = {record.value for record in consume_all(bootstrap, topic, timeout=30)}
+    assert second <= consumed
