@@ -5,9 +5,9 @@ Every frame read with records to deliver waits in its partition's queue
 in WAL order (the broker appends a producer's batches in sequence; a dead-lettered frame
 leaves from the head; a batch taken past a refused one, from further on, which leaves the
 head where it was). So the lowest WAL offset not yet fully delivered is the lowest offset
-at the head of any queue; with every queue empty, one past the last frame read. A frame with
-records outside every queue (one that is no record batch, while it is dead-lettered) is
-*held* here until it is released. ``wal.checkpoint(tracker.watermark)`` never skips an
+at the head of any queue; with every queue empty, one past the last frame read. A frame that
+is no record batch is dead-lettered before it counts as read (``passed`` once its letter is
+on the volume). ``wal.checkpoint(tracker.watermark)`` never skips an
 undelivered record, whatever order Kafka acknowledges partitions in.
 
 Nothing is kept per frame: a ``linger.ms=0`` client stores one record a frame and the
@@ -43,9 +43,7 @@ class AckTracker:
         self.delivered_high = start_offset
         """One past the highest fully delivered frame (delivery need not be contiguous)."""
         self.pending_records = 0
-        """Records read and not yet settled (held frames count one each)."""
-        self._held: dict[int, int] = {}
-        """Offset -> appended_ms of frames with records outside every queue."""
+        """Records read and not yet settled."""
 
     def read(self, end: int, records: int = 0) -> None:
         """Every frame below ``end`` is read, and ``records`` more records wait in queues."""
@@ -74,32 +72,15 @@ class AckTracker:
         if offset >= self.delivered_high:
             self.delivered_high = offset + 1
 
-    def hold(self, offset: int, appended_ms: int) -> None:
-        """The frame at ``offset`` (counted as one record) is outside every queue until
-        :meth:`release`; the watermark stays at or below it."""
-        self.read(offset + 1)
-        if offset not in self._held:
-            self._held[offset] = appended_ms
-            self.pending_records += 1
-
-    def release(self, offset: int) -> None:
-        if self._held.pop(offset, None) is not None:
-            self.pending_records -= 1
-            self._delivered(offset)
-
     def _oldest(self) -> tuple[int, int] | None:
         """(offset, appended_ms) of the lowest frame not yet delivered, if any: the lowest
-        head of any queue, or a held frame below it."""
+        head of any queue."""
         lowest: Pending | None = None
         for queue in self._queues.values():
             head = queue.first_unacknowledged()
             if head is not None and (lowest is None or head[OFFSET] < lowest[OFFSET]):
                 lowest = head
-        oldest = None if lowest is None else (lowest[OFFSET], lowest[APPENDED])
-        for offset, appended_ms in self._held.items():
-            if oldest is None or offset < oldest[0]:
-                oldest = (offset, appended_ms)
-        return oldest
+        return None if lowest is None else (lowest[OFFSET], lowest[APPENDED])
 
     @property
     def watermark(self) -> int:

@@ -557,7 +557,6 @@ class Forwarder:
                 for header, view in iter_batches(frame.payload, check_crc=False)
             ]
         except InvalidRecordBatch as error:
-            self._tracker.hold(frame.offset, frame.appended_ms)
             self._letter_for_frame(frame, str(error))
             return None
 
@@ -705,7 +704,7 @@ class Forwarder:
             self._letter_failed(error)
             raise WalClosedError(f"cannot dead-letter undecodable frame {frame.offset}") from error
         self._count_letter("INVALID_RECORD_BATCH", 1)
-        self._tracker.release(frame.offset)
+        self._tracker.passed(frame.offset)
 
     def _count_letter(self, reason: str, records: int) -> None:
         """Counted in records (an undecodable frame counts as one)."""

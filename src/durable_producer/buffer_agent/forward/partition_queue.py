@@ -538,17 +538,6 @@ def number_frames_python(
     return len(frames), records, size
 
 
-def take_run(frames: deque[Pending], max_bytes: int, spare: int) -> Run:
-    """The first of ``frames`` and those after it merged with it into one batch: their
-    attributes are the first's and the merged size stays within ``max_bytes`` (the first's
-    length, and each next one's less ``spare``); popped from ``frames``. Compiled
-    (``_number_frames.c``) where the package's build could: taking a one-record frame in
-    Python was a tenth of the forwarder's own work a frame (docs/benchmarks.md)."""
-    if _compiled_take_run is None:
-        return take_run_python(frames, max_bytes, spare)
-    return _compiled_take_run(frames, max_bytes, spare)
-
-
 def take_run_python(frames: deque[Pending], max_bytes: int, spare: int) -> Run:
     """``take_run`` in Python: the reference for the compiled one."""
     first = frames.popleft()
@@ -566,7 +555,6 @@ def take_run_python(frames: deque[Pending], max_bytes: int, spare: int) -> Run:
 
 
 _compiled_number_frames: Callable[..., tuple[int, int, int]] | None
-_compiled_take_run: Callable[[deque[Pending], int, int], Run] | None
 _compiled: ModuleType | None
 try:  # built from _number_frames.c by the package's build (optional: needs a C compiler)
     from durable_producer.buffer_agent.forward import _number_frames as _compiled
@@ -575,7 +563,13 @@ except ImportError:
 # Each entry on its own: a module built from an older _number_frames.c keeps number_frames
 # (its entry was number_frames, which took the sole_batch to call: not this one's arguments).
 _compiled_number_frames = getattr(_compiled, "number_sole_batches", None)
-_compiled_take_run = getattr(_compiled, "take_run", None)
+take_run: Callable[[deque[Pending], int, int], Run] = getattr(
+    _compiled, "take_run", take_run_python
+)
+"""The first of ``frames`` and those after it merged with it into one batch (their attributes
+the first's, the merged size within ``max_bytes``: the first's length and each next one's less
+``spare``), popped from ``frames``; compiled where the package's build could (taking a
+one-record frame in Python was a tenth of the forwarder's own work a frame)."""
 
 
 def _not_after(frame: Pending, held: int) -> bool:

@@ -93,21 +93,6 @@ def test_gaps_in_wal_offsets_are_skipped() -> None:
     assert parts.tracker.watermark == 10
 
 
-def test_a_held_frame_keeps_the_watermark_until_released() -> None:
-    parts = Partitions(start=0)
-    parts.read(0, 0, 1, appended_ms=5)
-    parts.tracker.hold(1, appended_ms=6)  # no record batch: being dead-lettered
-    parts.read(2, 1, 1)
-    parts.deliver_next(0)
-    parts.deliver_next(1)
-    assert parts.tracker.watermark == 1
-    assert parts.tracker.oldest_pending_appended_ms == 6
-    assert not parts.tracker.idle
-    parts.tracker.release(1)
-    assert parts.tracker.watermark == 3
-    assert parts.tracker.idle
-
-
 def test_a_dead_lettered_head_leaves_like_a_delivered_one() -> None:
     parts = Partitions(start=0)
     parts.read(0, 0, 3)

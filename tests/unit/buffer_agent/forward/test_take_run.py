@@ -71,7 +71,7 @@ def test_compiled_take_matches_the_reference(
 def test_the_queue_takes_runs_with_the_compiled_code_where_built() -> None:
     from durable_producer.buffer_agent.forward import partition_queue
 
-    assert partition_queue._compiled_take_run is compiled.take_run
+    assert partition_queue.take_run is compiled.take_run
     frames = deque([pending(0, 100, 1, 0, False), pending(1, 100, 1, 0, False)])
     assert [frame[0] for frame in take_run(frames, 1 << 20, MERGE_SPARE)[0]] == [0, 1]
 
