@@ -12,7 +12,7 @@ import pytest
 from confluent_kafka import Producer
 
 from durable_producer import shutdown_record
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, RefusedBatch
 from durable_producer.local.agent_process import AgentProcess
 from durable_producer.local.broker import KafkaBroker
 from durable_producer.local.topics import consume_all
@@ -103,10 +103,9 @@ def test_a_drain_does_not_call_a_volume_with_dead_letters_empty(
             "--termination-message-path", str(message_file)]) as agent:
         produce(agent, topic)
         assert agent.stop() == 0, agent.log_tail()
-    DeadLetterStore(volume / "dead-letter").add_batch(
-        wal_offset=0, topic=topic, partition=0,
-        payload=record_batch([b"refused-once"]), reason="record too large",
-        error_code="MESSAGE_TOO_LARGE")
+    letter = RefusedBatch(0, topic, 0, record_batch([b"refused-once"]), "record too large",
+                          "MESSAGE_TOO_LARGE")
+    assert DeadLetterStore(volume / "dead-letter").add_batches([letter]) == (1, None)
 
     kept = drain(volume, kafka_broker.bootstrap)
     print(f"\n{kept.stderr.strip().splitlines()[-1]}")

@@ -102,24 +102,6 @@ class DeadLetterStore:
         except OSError:
             return 0
 
-    def add_batch(
-        self,
-        *,
-        wal_offset: int,
-        topic: str,
-        partition: int,
-        payload: bytes | memoryview,
-        reason: str,
-        error_code: str,
-        index: int = 0,
-    ) -> None:
-        """Store one refused batch whole; ``OSError`` if the disk or the budget has no room
-        (nothing is written then)."""
-        refused = RefusedBatch(wal_offset, topic, partition, payload, reason, error_code, index)
-        _, error = self.add_batches([refused])
-        if error is not None:
-            raise error
-
     def add_batches(self, batches: Iterable[RefusedBatch]) -> tuple[int, OSError | None]:
         """Store refused batches whole, in order: (how many were stored, the first ones; why
         the next was not, None if all were). The budget counts every byte of a letter's line;

@@ -689,21 +689,15 @@ class Forwarder:
             self._count_letter(error_name(code), taken[1])
         return error is None
 
-    def _letter_for_frame(self, frame: Frame, reason: str) -> None:
+    def _letter_for_frame(self, frame: Frame, why: str) -> None:
         """A frame that is no record batch (never acknowledged by a current agent)."""
-        try:
-            self._dead_letters.add_batch(
-                wal_offset=frame.offset,
-                topic=frame.topic,
-                partition=frame.partition,
-                payload=frame.payload,
-                reason=reason,
-                error_code="INVALID_RECORD_BATCH",
-            )
-        except OSError as error:
+        code = "INVALID_RECORD_BATCH"
+        letter = RefusedBatch(frame.offset, frame.topic, frame.partition, frame.payload, why, code)
+        _, error = self._dead_letters.add_batches([letter])
+        if error is not None:
             self._letter_failed(error)
             raise WalClosedError(f"cannot dead-letter undecodable frame {frame.offset}") from error
-        self._count_letter("INVALID_RECORD_BATCH", 1)
+        self._count_letter(code, 1)
         self._tracker.passed(frame.offset)
 
     def _count_letter(self, reason: str, records: int) -> None:

@@ -396,6 +396,38 @@ def test_oversized_batch_goes_to_dead_letters_whole_and_can_be_resent(
     assert consumed[2].timestamp_ms == 2_001 and consumed[2].headers == (("why", b"too big"),)
 
 
+def test_an_undecodable_frame_whose_letter_fails_is_not_checkpointed_past(
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    """The dead-letter area has no room for the frame that is no record batch: the forwarder
+    stops there, the checkpoint stays below it (the frames before it are delivered), and the
+    next run with room letters it and delivers the rest."""
+    topic = new_topic(1)
+    wal.append(topic, 0, build_batch([SampleRecord(b"a", b"before", 1_000, ())]), 1)
+    wal.append(topic, 0, b"garbage that is not a record batch", 1)
+    wal.append(topic, 0, build_batch([SampleRecord(b"b", b"after", 2_000, ())]), 1)
+    config = ForwarderConfig(checkpoint_interval_s=0.2)
+    full = Forwarder(
+        wal,
+        {"bootstrap.servers": kafka_broker.bootstrap},
+        dead_letters=DeadLetterStore(data_dir / "dead-letter", max_bytes=10),
+        state_dir=data_dir / "state",
+        config=config,
+    )
+    summary = full.drain(timeout_s=10)
+    assert not summary.complete and summary.dead_letters == 0, summary
+    assert wal.checkpoint_offset <= 1, "not past the frame that has no letter"
+    assert list_dead_letters(data_dir / "dead-letter") == []
+
+    summary = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config).drain(30)
+    assert summary.complete and summary.dead_letters == 1 and wal.checkpoint_offset == 3
+    letters = list_dead_letters(data_dir / "dead-letter")
+    assert [(item.id, item.error_code) for item in letters] == [("1-0", "INVALID_RECORD_BATCH")]
+    assert letters[0].payload == b"garbage that is not a record batch"
+    values = [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=2)]
+    assert values == [b"before", b"after"]
+
+
 def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
 ) -> None:

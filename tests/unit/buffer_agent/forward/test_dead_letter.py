@@ -6,7 +6,6 @@ from __future__ import annotations
 import base64
 import errno
 import os
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -22,14 +21,12 @@ from durable_producer.buffer_agent.forward.dead_letter import (
 
 
 def _add(store: DeadLetterStore, wal_offset: int, payload: bytes = b"\x00\xffbatch" * 3) -> None:
-    store.add_batch(
-        wal_offset=wal_offset,
-        topic="orders",
-        partition=2,
-        payload=payload,
-        reason="refused by Kafka with MESSAGE_TOO_LARGE for 120 s",
-        error_code="MESSAGE_TOO_LARGE",
-    )
+    """One letter; the store's refusal raised."""
+    reason = "refused by Kafka with MESSAGE_TOO_LARGE for 120 s"
+    letter = RefusedBatch(wal_offset, "orders", 2, payload, reason, "MESSAGE_TOO_LARGE")
+    _, error = store.add_batches([letter])
+    if error is not None:
+        raise error
 
 
 def test_batches_round_trip_exactly(tmp_path: Path) -> None:
@@ -204,7 +201,7 @@ def test_a_pass_the_disk_fills_during_stores_as_many_as_one_at_a_time_would(
     tests/integration/buffer_agent/forward/test_dead_letter_disk_full.py."""
     monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 1_000)  # two letters an append
     store = DeadLetterStore(tmp_path / "probe")
-    store.add_batch(**asdict(_refused(0)))
+    assert store.add_batches([_refused(0)]) == (1, None)
     letter = store.size_bytes()
     room = int(5.5 * letter)
     real_write = os.write
@@ -226,7 +223,7 @@ def test_a_pass_at_the_budgets_edge_after_a_torn_line_stores_what_fits(tmp_path:
     """A torn last line (a crash mid-append) costs the next append a newline: a pass of two
     letters planned to fit exactly did not, and none was written, every retry."""
     store = DeadLetterStore(tmp_path)
-    store.add_batch(**asdict(_refused(0)))
+    assert store.add_batches([_refused(0)]) == (1, None)
     letter = store.size_bytes()
     with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
         file.write(b'{"id": "1-0", "recor')
