@@ -63,7 +63,8 @@ def sender_for(
         on_error=on_error or ignore,
         on_new_identity=on_new_identity or ignore,
         new_producer_id=no_producer_id,
+        topic_max_bytes=None,
         on_topic_max_bytes=on_topic_max_bytes,
-        on_gap=on_gap,
-        on_sending=on_sending,
+        on_gap=on_gap or ignore,
+        on_sending=on_sending or ignore,
     )

@@ -69,19 +69,22 @@ PERMANENT = (
     )
 )
 UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
-_REFRESH = frozenset(
+_NO_LEADER_HERE = frozenset(
     int(code)
     for code in (
         ErrorCode.not_leader_or_follower,
         ErrorCode.leader_not_available,
         ErrorCode.unknown_topic_or_partition,
-        ErrorCode.kafka_storage_error,
         ErrorCode.fenced_leader_epoch,
         ErrorCode.unknown_leader_epoch,
-        ErrorCode.network_exception,
-        ErrorCode.replica_not_available,
     )
 )
+"""The partition's leader is not where the metadata said (refused before the append)."""
+_REFRESH = _NO_LEADER_HERE | {
+    int(ErrorCode.kafka_storage_error),
+    int(ErrorCode.network_exception),
+    int(ErrorCode.replica_not_available),
+}
 OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
 _PRODUCER_STATE = frozenset(
     int(code)
@@ -96,18 +99,8 @@ _DONE = frozenset({0, int(ErrorCode.duplicate_sequence_number)})
 NOT_APPENDED = (
     PERMANENT
     | _PRODUCER_STATE
-    | {OUT_OF_ORDER}
-    | frozenset(
-        int(code)
-        for code in (
-            ErrorCode.unknown_topic_or_partition,
-            ErrorCode.not_leader_or_follower,
-            ErrorCode.leader_not_available,
-            ErrorCode.not_enough_replicas,
-            ErrorCode.fenced_leader_epoch,
-            ErrorCode.unknown_leader_epoch,
-        )
-    )
+    | _NO_LEADER_HERE
+    | {OUT_OF_ORDER, int(ErrorCode.not_enough_replicas)}
 )
 """Answers that say the broker did not append the batch (checked before the append). Not
 REQUEST_TIMED_OUT nor NOT_ENOUGH_REPLICAS_AFTER_APPEND: ``MAYBE_APPENDED``."""

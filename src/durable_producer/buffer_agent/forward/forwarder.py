@@ -463,7 +463,7 @@ class Forwarder:
     def _checkpoint(self) -> None:
         """The identity first (a checkpoint past its watermark would make it unusable)."""
         self._write_identity()
-        self._progress.checkpoint(self._tracker, self._sent_below, durable_hint=True)
+        self._progress.checkpoint(self._tracker, self._sent_below)
 
     # ----------------------------------------------------------------- reading
     async def _read(self, reader: WalReader) -> bool:

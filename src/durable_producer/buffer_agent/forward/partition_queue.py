@@ -479,26 +479,18 @@ class PartitionQueue:
         self.next_sequence = sequence
 
 
-NumberFrames = Callable[
-    [list[Frame], int, dict[tuple[str, int], PartitionQueue], int], tuple[int, int, int]
-]
-"""``number_frames``'s signature (``number_all`` takes the reference in tests)."""
-
-
 def number_all(
     frames: list[Frame],
     queues: dict[tuple[str, int], PartitionQueue],
     plain_from: int,
     take: Callable[[Frame], None],
-    number: NumberFrames | None = None,
 ) -> tuple[int, int]:
-    """Number every frame: the main line's runs with ``number`` (``number_frames``), each
-    frame that stops a run with ``take`` (which may add its partition's queue to
-    ``queues``). (records, bytes) of the frames numbered on the main line."""
-    number = number or number_frames
+    """Number every frame: the main line's runs with ``number_frames``, each frame that
+    stops a run with ``take`` (which may add its partition's queue to ``queues``). (records,
+    bytes) of the frames numbered on the main line."""
     records = size = index = 0
     while index < len(frames):
-        index, run_records, run_size = number(frames, index, queues, plain_from)
+        index, run_records, run_size = number_frames(frames, index, queues, plain_from)
         records += run_records
         size += run_size
         if index < len(frames):

@@ -116,7 +116,7 @@ class Progress:
         """The replayed frames are all delivered but not yet checkpointed."""
         return self._wal.checkpoint_offset < self.replay_until <= tracker.watermark
 
-    def checkpoint(self, tracker: AckTracker, sent_below: int, *, durable_hint: bool) -> bool:
+    def checkpoint(self, tracker: AckTracker, sent_below: int) -> bool:
         """Checkpoint the WAL at the watermark if it moved, then write the hint (``sent_below``:
         no frame at or above it was sent); True if the checkpoint moved. A write that fails is
         logged and retried next time."""
@@ -131,7 +131,7 @@ class Progress:
                 self._write_failed("checkpoint", error)
             if moved and not hook_done:
                 self._run_before_checkpoint()
-        self.write_hint(tracker, sent_below, durable=durable_hint)
+        self.write_hint(tracker, sent_below, durable=True)
         if self._metrics is not None:
             self._metrics.checkpoint_offset.set(self._wal.checkpoint_offset)
         return moved

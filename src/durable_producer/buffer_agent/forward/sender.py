@@ -94,10 +94,10 @@ class Sender:
         on_error: Callable[[str, int, str, str], None],
         on_new_identity: Callable[[PartitionQueue, list[Pending]], None],
         new_producer_id: Callable[[], Awaitable[tuple[int, int]]],
-        topic_max_bytes: Callable[[str], int | None] | None = None,
-        on_sending: Callable[[int], None] | None = None,
-        on_topic_max_bytes: Callable[[str, int], None] | None = None,
-        on_gap: Callable[[PartitionQueue], None] | None = None,
+        topic_max_bytes: Callable[[str], int | None] | None,
+        on_sending: Callable[[int], None],
+        on_topic_max_bytes: Callable[[str, int], None] | None,
+        on_gap: Callable[[PartitionQueue], None],
     ) -> None:
         self.client = client
         self.queues = queues
@@ -184,7 +184,7 @@ class Sender:
                     break
                 self._requests[node] = self._requests.get(node, 0) + 1
                 outgoing.append((node, batches, below))
-        if outgoing and self._on_sending is not None:
+        if outgoing:
             connected = self.client.open_connection
             sent_below = max(
                 (below for node, _, below in outgoing if connected(node) is not None), default=0
@@ -213,8 +213,7 @@ class Sender:
             except (BrokerUnreachable, OSError, ValueError) as error:
                 self._transport_failed(batches, error, sent=False)
                 return
-            if self._on_sending is not None:
-                self._on_sending(below)  # told already unless it had to connect: then now
+            self._on_sending(below)  # told already unless it had to connect: then now
             timeout_ms = int(self.settings.request_timeout_s * 1000)
             topics: dict[str, list[tuple[int, list[bytes | memoryview]]]] = {}
             for queue, batch in batches:
@@ -247,8 +246,7 @@ class Sender:
         (a restart in between must not ask the leader, whose last sequence would acknowledge
         the batches it never took)."""
         log.warning("%s/%d: %s", *queue.key, why)
-        if self._on_gap is not None:
-            self._on_gap(queue)
+        self._on_gap(queue)
 
     def _transport_failed(
         self, batches: list[tuple[PartitionQueue, Batch]], error: BaseException, *, sent: bool

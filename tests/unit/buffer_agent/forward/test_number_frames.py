@@ -28,7 +28,6 @@ from hypothesis import strategies as st
 from durable_producer.buffer_agent.forward import partition_queue
 from durable_producer.buffer_agent.forward.partition_queue import (
     SEQUENCE_LIMIT,
-    NumberFrames,
     PartitionQueue,
     Pending,
     number_all,
@@ -61,14 +60,17 @@ Queues = dict[tuple[str, int], PartitionQueue]
 
 
 def run_all(
-    number: NumberFrames, frames: list[Frame], queues: Queues, plain_from: int
+    number: Callable[..., tuple[int, int, int]],
+    frames: list[Frame],
+    queues: Queues,
+    plain_from: int,
 ) -> tuple[list[int], int, int]:
-    """As ``Forwarder._read`` drives it (``number_all``); the offsets of the frames that
-    stopped a run, which the forwarder's ``_take`` gets, instead of taking them."""
+    """As ``Forwarder._read`` drives it (``number_all``, its runs numbered by ``number``);
+    the offsets of the frames that stopped a run, which the forwarder's ``_take`` gets,
+    instead of taking them."""
     stops: list[int] = []
-    records, size = number_all(
-        frames, queues, plain_from, lambda frame: stops.append(frame.offset), number
-    )
+    with patch.object(partition_queue, "number_frames", number):
+        records, size = number_all(frames, queues, plain_from, lambda f: stops.append(f.offset))
     return stops, records, size
 
 

@@ -47,7 +47,7 @@ def test_the_hint_is_kept_in_place_and_replaces_a_legacy_one(
     (state / LEGACY_HINT_FILES[0]).write_text(json.dumps({"sent_high": 6, "delivered_high": 4}))
     progress = Progress(wal, state, None, None)
     assert progress.replay_until == 6, "an older agent's hint is still read"
-    assert progress.checkpoint(delivered_up_to(8), 8, durable_hint=True)
+    assert progress.checkpoint(delivered_up_to(8), 8)
     progress.write_hint(delivered_up_to(9), 9, durable=False)
     progress.close()
     assert read_hint(state) == {"sent_high": 9, "delivered_high": 9}
@@ -69,15 +69,15 @@ def test_failed_writes_are_counted_and_retried_never_raised(
         raise WalError("could not write checkpoint")
 
     monkeypatch.setattr(SlotFile, "__init__", full)
-    assert progress.checkpoint(delivered_up_to(5), 5, durable_hint=True), "the WAL checkpoint moved"
+    assert progress.checkpoint(delivered_up_to(5), 5), "the WAL checkpoint moved"
     monkeypatch.undo()
     monkeypatch.setattr(wal, "checkpoint", broken_checkpoint)
-    assert not progress.checkpoint(delivered_up_to(7), 7, durable_hint=True)
+    assert not progress.checkpoint(delivered_up_to(7), 7)
     monkeypatch.undo()
     errors = metrics.write_errors
     assert errors.labels(file="hint")._value.get() == 1
     assert errors.labels(file="checkpoint")._value.get() == 1
-    assert progress.checkpoint(delivered_up_to(7), 7, durable_hint=True)
+    assert progress.checkpoint(delivered_up_to(7), 7)
     assert read_hint(tmp_path / "state")["delivered_high"] == 7
     progress.close()
 
@@ -93,6 +93,6 @@ def test_a_failed_hook_runs_again_once_the_checkpoint_freed_space(
             raise OSError(errno.ENOSPC, "No space left on device")
 
     progress = Progress(wal, tmp_path / "state", None, snapshot)
-    assert progress.checkpoint(delivered_up_to(6), 6, durable_hint=False)
+    assert progress.checkpoint(delivered_up_to(6), 6)
     assert calls == [0, 6], "before the checkpoint, and again after it deleted segments"
     progress.close()
