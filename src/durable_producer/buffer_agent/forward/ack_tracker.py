@@ -44,19 +44,24 @@ class AckTracker:
         """One past the highest fully delivered frame (delivery need not be contiguous)."""
         self.pending_records = 0
         """Records read and not yet settled."""
+        self.pending_bytes = 0
+        """Their frames' bytes (the read-ahead budget's measure)."""
 
-    def read(self, end: int, records: int = 0) -> None:
-        """Every frame below ``end`` is read, and ``records`` more records wait in queues."""
+    def read(self, end: int, records: int = 0, size: int = 0) -> None:
+        """Every frame below ``end`` is read, and ``records`` more records (``size`` bytes of
+        frames) wait in queues."""
         if end > self.next_offset:
             self.next_offset = end
         self.pending_records += records
+        self.pending_bytes += size
 
     def settled(self, queue: PartitionQueue, taken: Settled) -> None:
         """Frames left ``queue`` (``Settled``), with the records and bytes they held."""
-        frames, records, _ = taken
+        frames, records, size = taken
         if records > self.pending_records:
             raise ValueError(f"{records} records settled, {self.pending_records} pending")
         self.pending_records -= records
+        self.pending_bytes -= size
         last = frames[-1][OFFSET]
         head = queue.first_unacknowledged()
         if head is None or head[OFFSET] != last:  # (not a frame of several batches, in part)

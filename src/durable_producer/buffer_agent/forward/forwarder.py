@@ -155,7 +155,6 @@ class Forwarder:
         self._fresh_identity = False
         """The previous run's identity could not be used: its frames are sent again under a
         new producer id (possible duplicates)."""
-        self._unacked_bytes = 0
         self._released_at_bytes = 0
         """``forwarded_bytes`` when freed memory was last released."""
         self._next_release = 0.0
@@ -312,7 +311,7 @@ class Forwarder:
                 self._release_after_burst(mono)
             # Woken by an answer, a refresh's end, a new frame (when it could be read), or
             # when a retry is due; at most _IDLE_WAIT_S apart for the housekeeping above.
-            room = self._unacked_bytes < config.max_in_flight_bytes
+            room = self._tracker.pending_bytes < config.max_in_flight_bytes
             watching = room and not self._letters_waiting
             appended = self._wal.watch_appends(appended_before) if watching else None
             if watching and appended is None:  # frames came while this pass ran
@@ -469,11 +468,10 @@ class Forwarder:
     async def _read(self, reader: WalReader) -> bool:
         """Read and number frames while the read-ahead budget allows; True if any were."""
         config = self._config
-        if self._letters_waiting or self._unacked_bytes >= config.max_in_flight_bytes:
+        room = config.max_in_flight_bytes - self._tracker.pending_bytes
+        if self._letters_waiting or room <= 0:
             return False
-        frames = reader.poll(
-            config.read_batch_frames, max_bytes=config.max_in_flight_bytes - self._unacked_bytes
-        )
+        frames = reader.poll(config.read_batch_frames, max_bytes=room)
         if not frames:
             return False
         # A frame's main line: one client batch, of a partition that has its queue, new to
@@ -481,9 +479,7 @@ class Forwarder:
         # partition) goes through _take. The queue is the frame's only record until Kafka
         # holds it (ack_tracker).
         taken_records, taken_bytes = number_all(frames, self._queues, self._plain_from, self._take)
-        self._unacked_bytes += taken_bytes
-        end = frames[-1].offset + 1
-        self._tracker.read(end, taken_records)
+        self._tracker.read(frames[-1].offset + 1, taken_records, taken_bytes)
         return True
 
     def _sending(self, sent_below: int) -> None:
@@ -538,8 +534,7 @@ class Forwarder:
             for index, (count, attributes, view) in enumerate(batches):
                 queue.add(offset, view, count, attributes, appended_ms, replayed, index)
                 records += count
-        self._tracker.read(offset + 1, records)
-        self._unacked_bytes += len(payload)
+        self._tracker.read(offset + 1, records, len(payload))
         if replayed:
             if self._fresh_identity:
                 self._counts.possible["restart"] += records
@@ -588,7 +583,6 @@ class Forwarder:
         """Kafka holds the frames ``taken`` from ``queue``."""
         self._tracker.settled(queue, taken)
         _, records, size = taken
-        self._unacked_bytes -= size
         counts = self._counts
         counts.forwarded_records += records
         counts.forwarded_bytes += size
@@ -685,7 +679,6 @@ class Forwarder:
             # in Kafka): on the volume before any of them is sent, or acknowledged.
             self._write_identity(sync=True)
             self._tracker.settled(queue, taken)
-            self._unacked_bytes -= taken[2]
             self._count_letter(error_name(code), taken[1])
         return error is None
 

@@ -32,8 +32,9 @@ class Partitions:
 
     def read(self, offset: int, partition: int, records: int, appended_ms: int = 0) -> None:
         queue = self.queues[("t", partition)]
-        queue.add(offset, batch_of(records), records, 0, appended_ms, False)
-        self.tracker.read(offset + 1, records)
+        batch = batch_of(records)
+        queue.add(offset, batch, records, 0, appended_ms, False)
+        self.tracker.read(offset + 1, records, len(batch))
 
     def deliver_next(self, partition: int) -> list[int]:
         """The partition's next batch is sent and Kafka takes it: the offsets it settled."""
@@ -60,13 +61,16 @@ def test_watermark_waits_for_the_oldest_frame_of_any_partition() -> None:
     parts.read(10, 0, 2, appended_ms=1000)
     parts.read(11, 1, 1, appended_ms=2000)
     assert parts.tracker.pending_records == 3
+    assert parts.tracker.pending_bytes == len(batch_of(2)) + len(batch_of(1))
     assert parts.deliver_next(1) == [11]
+    assert parts.tracker.pending_bytes == len(batch_of(2))
     assert parts.tracker.watermark == 10
     assert parts.tracker.oldest_pending_appended_ms == 1000
     assert parts.tracker.delivered_high == 12
     assert parts.deliver_next(0) == [10]
     assert parts.tracker.watermark == 12
     assert parts.tracker.idle and parts.tracker.pending_records == 0
+    assert parts.tracker.pending_bytes == 0
     assert parts.tracker.oldest_pending_appended_ms is None
 
 
