@@ -29,6 +29,7 @@ import socket
 import struct
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,8 @@ from kio.serial import entity_reader
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
-from durable_producer.buffer_agent.forward.forwarder import Forwarder
+from durable_producer.buffer_agent.forward.forwarder import MAYBE_IN_KAFKA, Forwarder
+from durable_producer.buffer_agent.forward.identity import load_identity
 from durable_producer.buffer_agent.kafka.protocol import (
     build,
     nested_schema,
@@ -47,7 +49,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
 from durable_producer.buffer_agent.kafka.record_batch import COMPRESSION_GZIP
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
-from support.broker import ProxiedBroker, consume_all
+from support.broker import KafkaBroker, ProxiedBroker, consume_all
 from support.kafka_fixtures import TopicFactory
 from support.kafka_wire import encode_request, recv_exactly
 from support.raw_fetch import high_watermark
@@ -227,3 +229,47 @@ def test_the_frame_after_a_letter_kafka_holds_a_copy_of_is_stored_before_it_is_a
     if c_waiting:  # B numbered anew under the new epoch, its copy counted (not lettered first)
         assert stats.possible_duplicates == len(B_RECORDS), stats
     print(f"letter: {letter.reason}; {time.monotonic() - started:.1f} s")
+
+
+def test_a_letter_after_a_restart_says_a_batch_sent_before_it_may_be_in_kafka(
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
+) -> None:
+    """Which frames' answers never came is not kept on the volume (``copied_before`` nor
+    ``UNKNOWN``): after a restart every frame the previous run sent is read again as one
+    whose copy may be in Kafka, so its letter says so. Here the copy is not in fact in Kafka
+    (the refusal came before the restart, and the volume does not keep answers): the hint
+    errs on the side that never lets a re-send of the letter store it twice unwarned."""
+    topic = new_topic(1, config={"max.message.bytes": "20000"})
+    wal.append(topic, 0, build_batch(WARM), 1)
+    big = build_batch([SampleRecord(b"big", b"H" * 50_000, 3_000, ())])
+    wal.append(topic, 0, big, 1)
+
+    def forwarder(dead_letter_after_s: float) -> Forwarder:
+        return Forwarder(
+            wal,
+            {"bootstrap.servers": kafka_broker.bootstrap},
+            dead_letters=DeadLetterStore(data_dir / "dead-letter"),
+            state_dir=data_dir / "state",
+            config=replace(CONFIG, dead_letter_after_s=dead_letter_after_s),
+        )
+
+    def sent_below() -> int:
+        record, _ = load_identity(data_dir / "state")
+        return 0 if record is None else record.sent_below
+
+    first = forwarder(3600)  # the big frame sent, refused, retried: no letter yet
+    first.start()
+    try:
+        wait_for(lambda: sent_below() == 2, 60, what="the big frame sent")
+    finally:
+        first.stop(flush_timeout_s=1.0)
+    assert first.stats().dead_letters == 0
+
+    second = forwarder(0).drain(timeout_s=30)
+    assert second.complete and second.dead_letters == 1, second
+    (letter,) = list_dead_letters(data_dir / "dead-letter")
+    assert letter.wal_offset == 1 and letter.payload == big
+    assert letter.reason.endswith(MAYBE_IN_KAFKA), letter.reason
+    assert [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=1)] == [
+        b"warm-up"
+    ]
