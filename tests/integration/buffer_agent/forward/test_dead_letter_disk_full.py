@@ -16,9 +16,9 @@ from durable_producer.buffer_agent.forward import dead_letter
 from durable_producer.buffer_agent.forward.dead_letter import (
     DEAD_LETTERS_FILE,
     DeadLetterStore,
-    RefusedBatch,
     list_dead_letters,
 )
+from support.dead_letters import refused
 from support.volumes import fill, free_bytes, mounted_tmpfs
 
 pytestmark = pytest.mark.integration
@@ -26,20 +26,9 @@ pytestmark = pytest.mark.integration
 FIRST_OFFSET = 100  # offsets of one width: every letter the same length
 
 
-def _refused(wal_offset: int, payload: bytes) -> RefusedBatch:
-    return RefusedBatch(
-        wal_offset=wal_offset,
-        topic="orders",
-        partition=2,
-        payload=payload,
-        reason="partition orders/2 does not exist (for 60 s)",
-        error_code="UNKNOWN_TOPIC_OR_PARTITION",
-    )
-
-
 def _letter_length(directory: Path, payload: bytes) -> int:
     probe = DeadLetterStore(directory)
-    assert probe.add_batches([_refused(FIRST_OFFSET, payload)]) == (1, None)
+    assert probe.add_batches([refused(FIRST_OFFSET, payload)]) == (1, None)
     return probe.size_bytes()
 
 
@@ -71,7 +60,7 @@ def test_a_pass_on_a_nearly_full_disk_stores_as_many_letters_as_fit(
         fits = room // letter  # 9: an odd number tells the two ways apart
         store = DeadLetterStore(volume / "letters")
         stored, error = store.add_batches(
-            _refused(FIRST_OFFSET + index, payload) for index in range(fits + 3)
+            refused(FIRST_OFFSET + index, payload) for index in range(fits + 3)
         )
         assert isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT), error
         assert stored == fits
@@ -82,7 +71,7 @@ def test_a_pass_on_a_nearly_full_disk_stores_as_many_letters_as_fit(
 
         # Room made (the application's file removed): the rest go, none twice.
         filler.unlink()
-        rest = [_refused(FIRST_OFFSET + index, payload) for index in range(fits, fits + 3)]
+        rest = [refused(FIRST_OFFSET + index, payload) for index in range(fits, fits + 3)]
         assert store.add_batches(rest) == (3, None)
         offsets = [item.wal_offset for item in list_dead_letters(volume / "letters")]
         assert offsets == [FIRST_OFFSET + index for index in range(fits + 3)]

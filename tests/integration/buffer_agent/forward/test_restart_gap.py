@@ -120,6 +120,25 @@ def _restarted_past_a_landed_batch(
     return consumed, record.partitions[(topic, 0)]
 
 
+def _stopped_with_a_gap(
+    wal: WriteAheadLog, bootstrap: str, data: Path, topic: str, why: str
+) -> tuple[set[bytes], Anchor]:
+    """Five frames delivered, five more stored, and the partition's gap (a new epoch due, for
+    ``why``) kept on the volume as a run stopped before the new epoch leaves it: (the values
+    of the five stored, the partition's anchor)."""
+    _append(wal, topic, range(5))
+    assert _drain(wal, bootstrap, data) == (5 * RECORDS, 0)
+    second = _append(wal, topic, range(5, 10))
+    record, _ = load_identity(data / "state")
+    assert record is not None
+    anchor = record.partitions[(topic, 0)]
+    gapped = {(topic, 0): replace(anchor, gap=True, gap_why=why)}
+    file = IdentityFile(data / "state")
+    assert file.write(replace(record, partitions=gapped), sync=True)
+    file.close()
+    return second, anchor
+
+
 def test_frames_for_a_topic_created_again_are_all_delivered_after_a_restart(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, tmp_path: Path
 ) -> None:
@@ -149,16 +168,7 @@ def test_a_gap_kept_on_the_volume_takes_a_new_epoch_after_a_restart(
     bootstrap = forgetful_broker.bootstrap
     data = tmp_path / "data"
     topic = new_topic(1, bootstrap=bootstrap)
-    _append(wal, topic, range(5))
-    assert _drain(wal, bootstrap, data) == (5 * RECORDS, 0)
-    second = _append(wal, topic, range(5, 10))
-    record, _ = load_identity(data / "state")
-    assert record is not None
-    anchor = record.partitions[(topic, 0)]
-    gapped = {(topic, 0): replace(anchor, gap=True)}
-    file = IdentityFile(data / "state")
-    assert file.write(replace(record, partitions=gapped), sync=True)
-    file.close()
+    second, anchor = _stopped_with_a_gap(wal, bootstrap, data, topic, "")
 
     wait_for(
         lambda: not knows_producer(bootstrap, topic, anchor.producer_id),
@@ -181,17 +191,8 @@ def test_the_reason_for_a_new_epoch_kept_on_the_volume_is_given_after_a_restart(
     bootstrap = kafka_broker.bootstrap
     data = tmp_path / "data"
     topic = new_topic(1)
-    _append(wal, topic, range(5))
-    assert _drain(wal, bootstrap, data) == (5 * RECORDS, 0)
-    second = _append(wal, topic, range(5, 10))
-    record, _ = load_identity(data / "state")
-    assert record is not None
-    anchor = record.partitions[(topic, 0)]
     why = "a dead-lettered batch may be in Kafka: the frames after it must not take its numbers"
-    gapped = {(topic, 0): replace(anchor, gap=True, gap_why=why)}
-    file = IdentityFile(data / "state")
-    assert file.write(replace(record, partitions=gapped), sync=True)
-    file.close()
+    second, anchor = _stopped_with_a_gap(wal, bootstrap, data, topic, why)
 
     with caplog.at_level("WARNING", logger="durable_producer.buffer_agent.forward.sender"):
         assert _drain(wal, bootstrap, data) == (5 * RECORDS, 0)

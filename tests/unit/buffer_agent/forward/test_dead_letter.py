@@ -18,6 +18,7 @@ from durable_producer.buffer_agent.forward.dead_letter import (
     RefusedBatch,
     list_dead_letters,
 )
+from support.dead_letters import refused
 
 
 def _add(store: DeadLetterStore, wal_offset: int, payload: bytes = b"\x00\xffbatch" * 3) -> None:
@@ -151,17 +152,6 @@ def test_a_letter_that_cannot_fit_is_refused_before_its_batch_is_encoded(
     assert [letter.payload for letter in list_dead_letters(tmp_path)] == [b"z" * size] * 2
 
 
-def _refused(wal_offset: int, payload: bytes = b"z" * 100) -> RefusedBatch:
-    return RefusedBatch(
-        wal_offset=wal_offset,
-        topic="orders",
-        partition=2,
-        payload=payload,
-        reason="partition orders/2 does not exist (for 60 s)",
-        error_code="UNKNOWN_TOPIC_OR_PARTITION",
-    )
-
-
 def test_a_pass_of_letters_is_appended_together(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -172,7 +162,7 @@ def test_a_pass_of_letters_is_appended_together(
     monkeypatch.setattr(os, "fsync", lambda fd: fsyncs.append(fd) or real_fsync(fd))
     monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 100_000)
     store = DeadLetterStore(tmp_path)
-    stored, error = store.add_batches(_refused(offset) for offset in range(1_000))
+    stored, error = store.add_batches(refused(offset) for offset in range(1_000))
     assert (stored, error) == (1_000, None)
     letters = list_dead_letters(tmp_path)
     assert [letter.wal_offset for letter in letters] == list(range(1_000))
@@ -184,7 +174,7 @@ def test_a_pass_of_letters_is_appended_together(
 
 def test_a_pass_stores_the_letters_the_budget_has_room_for(tmp_path: Path) -> None:
     store = DeadLetterStore(tmp_path, max_bytes=2_000)  # letters of ~450 bytes
-    stored, error = store.add_batches(_refused(offset) for offset in range(10))
+    stored, error = store.add_batches(refused(offset) for offset in range(10))
     assert isinstance(error, DeadLetterBudgetExhausted) and "does not fit" in str(error)
     assert 0 < stored < 10
     assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == list(range(stored))
@@ -201,7 +191,7 @@ def test_a_pass_the_disk_fills_during_stores_as_many_as_one_at_a_time_would(
     tests/integration/buffer_agent/forward/test_dead_letter_disk_full.py."""
     monkeypatch.setattr(dead_letter, "LETTERS_WRITE_BYTES", 1_000)  # two letters an append
     store = DeadLetterStore(tmp_path / "probe")
-    assert store.add_batches([_refused(0)]) == (1, None)
+    assert store.add_batches([refused(0)]) == (1, None)
     letter = store.size_bytes()
     room = int(5.5 * letter)
     real_write = os.write
@@ -212,7 +202,7 @@ def test_a_pass_the_disk_fills_during_stores_as_many_as_one_at_a_time_would(
         return real_write(fd, data)
 
     monkeypatch.setattr(os, "write", disk_of)
-    stored, error = DeadLetterStore(tmp_path).add_batches(_refused(o) for o in range(10))
+    stored, error = DeadLetterStore(tmp_path).add_batches(refused(o) for o in range(10))
     monkeypatch.undo()
     assert isinstance(error, OSError) and error.errno == errno.ENOSPC
     assert stored == 5
@@ -223,12 +213,12 @@ def test_a_pass_at_the_budgets_edge_after_a_torn_line_stores_what_fits(tmp_path:
     """A torn last line (a crash mid-append) costs the next append a newline: a pass of two
     letters planned to fit exactly did not, and none was written, every retry."""
     store = DeadLetterStore(tmp_path)
-    assert store.add_batches([_refused(0)]) == (1, None)
+    assert store.add_batches([refused(0)]) == (1, None)
     letter = store.size_bytes()
     with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
         file.write(b'{"id": "1-0", "recor')
     budget = store.size_bytes() + 2 * letter
-    stored, error = DeadLetterStore(tmp_path, budget).add_batches(_refused(o) for o in (2, 3))
+    stored, error = DeadLetterStore(tmp_path, budget).add_batches(refused(o) for o in (2, 3))
     assert stored == 1 and isinstance(error, DeadLetterBudgetExhausted), (stored, error)
     assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 2]
     assert DeadLetterStore(tmp_path).size_bytes() <= budget
