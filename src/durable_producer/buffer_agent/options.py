@@ -246,3 +246,10 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text} must be positive")
     return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(_number(text, float))
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
+    return value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -11,9 +12,12 @@ import pytest
 from durable_producer.buffer_agent.options import (
     add_options,
     host_port,
+    non_negative_float,
+    non_negative_int,
     one_of,
     option,
     options_of,
+    positive_float,
     positive_int,
     reference_table,
     values_of,
@@ -97,3 +101,24 @@ def test_help_and_reference_show_the_fields_defaults() -> None:
 def test_help_words() -> None:
     assert one_of(("A", "B", "C")) == "A, B or C"
     assert one_of(("A",)) == "A"
+
+
+@pytest.mark.parametrize(
+    ("parse", "text", "said"),
+    [
+        (non_negative_float, "abc", "'abc' is not a number"),
+        (non_negative_float, "-1", "-1 must be 0 or more"),
+        (positive_float, "0", "0 must be positive"),
+        (positive_int, "1.5", "'1.5' is not a whole number"),
+        (non_negative_int, "-2", "-2 must be zero or a positive integer"),
+    ],
+)
+def test_a_bad_number_is_named_in_one_line(
+    parse: Callable[[str], object], text: str, said: str
+) -> None:
+    """Not argparse's "invalid non_negative_float value" (a function's name, which the
+    forwarder's own parser for --dead-letter-after and --unknown-topic-wait gave)."""
+    with pytest.raises(argparse.ArgumentTypeError) as refused:
+        parse(text)
+    assert str(refused.value) == said
+    assert non_negative_float("0") == 0.0 and non_negative_float("2.5") == 2.5

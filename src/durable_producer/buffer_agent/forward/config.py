@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import argparse
 from dataclasses import dataclass, field
 
-from durable_producer.buffer_agent.options import option, positive_float, positive_int
+from durable_producer.buffer_agent.options import (
+    non_negative_float,
+    option,
+    positive_float,
+    positive_int,
+)
 from durable_producer.contract import DEFAULT_CHECKPOINT_INTERVAL_SECONDS
-
-
-def non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text} must be 0 or more")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
