@@ -196,6 +196,9 @@ class PartitionQueue:
         self.merge_growth = (1, 1)
         """(what ``take_run`` counted, the bytes the merge made) of the last merged batch:
         the next merge is planned that much smaller (``_new_batch``)."""
+        self.retook_over = False
+        """A frame the plan let through alone, taken again at the limit, merged above it:
+        not taken again so until a merge fits (each batch would be merged twice)."""
 
     # ----------------------------------------------------------------- numbering
     def add(
@@ -272,14 +275,17 @@ class PartitionQueue:
         was merged twice a batch, the first time always above the limit. A plan that let one
         frame through is taken again at ``max_bytes`` (the same rule, ``take_run``), and a
         merge there replaces the growth: the growth of small records' merges would otherwise
-        keep larger frames from merging for good."""
+        keep larger frames from merging for good. Unless the last such merge came out above
+        the limit (``retook_over``): frames whose pair merges just above it would each be
+        merged twice, once in vain."""
         retry = False
         while True:
             planned, made = self.merge_growth
             budget = max_bytes * planned // made if made > planned else max_bytes
             run = self._take_run(budget)
             taken = run[0]
-            if len(taken) == 1 and budget < max_bytes and not retry:
+            retook = len(taken) == 1 and budget < max_bytes and not retry
+            if retook and not self.retook_over:
                 self.frames.appendleft(taken[0])
                 run = self._take_run(max_bytes)
                 taken = run[0]
@@ -287,6 +293,7 @@ class PartitionQueue:
             if len(taken) == 1:
                 return batch
             self.merge_growth = (run[3] - MERGE_SPARE * (len(taken) - 1), batch.size)
+            self.retook_over = retook and batch.size > max_bytes
             if batch.size <= max_bytes:
                 return batch
             # Fewer frames next time: the budget is now below what take_run counted.

@@ -13,7 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from durable_producer.buffer_agent.forward.partition_queue import OFFSET, PartitionQueue
+from durable_producer.buffer_agent.forward.partition_queue import (
+    MERGE_SPARE,
+    OFFSET,
+    PartitionQueue,
+)
 from durable_producer.buffer_agent.kafka import batch_stamp
 from durable_producer.buffer_agent.kafka.record_batch import iter_batches
 from support.batch_builder import SampleRecord, build_batch
@@ -89,6 +93,25 @@ def test_a_plan_from_small_records_does_not_keep_larger_frames_apart() -> None:
     of_large = [offsets for offsets, _, _ in sent if offsets[-1] >= 600]
     assert [offset for offsets in of_large for offset in offsets][-20:] == list(range(600, 620))
     assert len(of_large) <= 12, f"{len(of_large)} batches for 20 frames of 470 kB"
+
+
+def test_frames_whose_pair_merges_just_above_the_limit_are_not_merged_twice_a_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two frames whose lengths fit the limit, merged 1.8 % above it (their records' deltas
+    grow): each batch's plan let one through, took it again at the limit and merged the pair
+    in vain (39 merges for 40 one-frame batches; a review's case)."""
+    assert batch_stamp.can_merge, "the merge is compiled in this build"
+    frames = [client_batch(index, 200, 1_000_000, 20) for index in range(40)]
+    max_bytes = 2 * len(frames[0]) - MERGE_SPARE
+    assert len(batch_stamp.merge(frames[:2])) > max_bytes, "the pair merges above the limit"
+    merges = []
+    merge = batch_stamp.merge
+    monkeypatch.setattr(batch_stamp, "merge", lambda parts: merges.append(1) or merge(parts))
+    sent = sent_batches(queue_with([(frame, 200) for frame in frames]), max_bytes)
+    assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(40))
+    assert max(size for _, size, _ in sent) <= max_bytes
+    assert len(merges) <= 3, f"{len(merges)} merges for {len(sent)} batches"
 
 
 @settings(max_examples=60, deadline=None)
