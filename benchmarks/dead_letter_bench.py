@@ -2,8 +2,8 @@
 
 Not a test: prints figures. A pass of the forwarder letters every frame of a partition Kafka
 no longer has (``Forwarder._letter_for_heads``). Each letter was appended, fsynced and logged
-on its own, as before 2026-12-05's second session (here: ``add_batches`` of one letter, what
-``DeadLetterStore.add_batch`` does); a pass now appends them together (``add_batches``: one
+on its own, as before 2026-12-05's second session (here: ``add_batches`` of one letter each);
+a pass now appends them together (``add_batches``: one
 write and one fsync for each ``LETTERS_WRITE_BYTES``). Both sides on the same filesystem
 (``--dir``, the volume's in production: fsync costs depend on it), alternating, ``--reps``
 times; wall seconds a pass (the forwarding loop waits them out) and the ratio of the medians.
@@ -33,7 +33,7 @@ def refused(letters: int, batch_bytes: int) -> list[RefusedBatch]:
 
 
 def one_a_letter(store: DeadLetterStore, batches: list[RefusedBatch]) -> None:
-    for batch in batches:  # what add_batch does for each letter
+    for batch in batches:  # one append and one fsync a letter
         _, error = store.add_batches([batch])
         if error is not None:
             raise SystemExit(f"letter {batch.wal_offset}: {error}")

@@ -511,16 +511,18 @@ class Forwarder:
         payload = frame.payload
         sole = sole_batch(payload)  # one client batch, as the agent stores it: most frames
         anchor = self._anchors.get(key)
-        known = offset < self._known_below or (anchor is not None and offset < anchor.offset)
+        if offset < self._known_below or (anchor is not None and offset < anchor.offset):
+            self._tracker.passed(offset)  # in Kafka, or lettered, before a restart
+            return
         batches: list[tuple[int, int, memoryview]] = []
         if sole is None:  # none, several (an older agent's frame), or no valid batch
             taken = self._batches_of(frame)
             if taken is None:
                 return  # dead-lettered
             batches = taken
-        if known or (sole is None and not batches):
-            self._tracker.passed(offset)
-            return
+            if not batches:
+                self._tracker.passed(offset)
+                return
         queue = self._queues.get(key)
         if queue is None:
             queue = self._new_queue(key, anchor, offset)
@@ -688,7 +690,7 @@ class Forwarder:
         letter = RefusedBatch(frame.offset, frame.topic, frame.partition, frame.payload, why, code)
         _, error = self._dead_letters.add_batches([letter])
         if error is not None:
-            self._letter_failed(error)
+            self._letter_failed(error, "the forwarder stops; the agent's next start tries again")
             raise WalClosedError(f"cannot dead-letter undecodable frame {frame.offset}") from error
         self._count_letter(code, 1)
         self._tracker.passed(frame.offset)
@@ -699,13 +701,13 @@ class Forwarder:
         if self._metrics is not None:
             self._metrics.dead_letters.labels(reason=reason).inc(records)
 
-    def _letter_failed(self, error: OSError) -> None:
+    def _letter_failed(self, error: OSError, then: str = "") -> None:
         self._log.warning(
             "letter",
             "could not write a dead letter (%s); its frame stays in the WAL and is not"
-            " checkpointed until the letter is written (retried every %.0f s)",
+            " checkpointed until the letter is written (%s)",
             error,
-            LETTER_RETRY_S,
+            then or f"retried every {LETTER_RETRY_S:.0f} s",
         )
         if self._metrics is not None:
             self._metrics.write_errors.labels(file="dead_letter").inc()

@@ -28,7 +28,7 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     COMPRESSION_NONE,
     COMPRESSION_ZSTD,
 )
-from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal import WalClosedError, WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch, with_raw_snappy
 from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic
 from support.kafka_fixtures import TopicFactory
@@ -397,11 +397,15 @@ def test_oversized_batch_goes_to_dead_letters_whole_and_can_be_resent(
 
 
 def test_an_undecodable_frame_whose_letter_fails_is_not_checkpointed_past(
-    kafka_broker: KafkaBroker, new_topic: TopicFactory, wal: WriteAheadLog, data_dir: Path
+    kafka_broker: KafkaBroker,
+    new_topic: TopicFactory,
+    wal: WriteAheadLog,
+    data_dir: Path,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The dead-letter area has no room for the frame that is no record batch: the forwarder
-    stops there, the checkpoint stays below it (the frames before it are delivered), and the
-    next run with room letters it and delivers the rest."""
+    stops on it (in the read that meets it, before anything of that read is sent), the
+    checkpoint stays below it, and the next run with room letters it and delivers all."""
     topic = new_topic(1)
     wal.append(topic, 0, build_batch([SampleRecord(b"a", b"before", 1_000, ())]), 1)
     wal.append(topic, 0, b"garbage that is not a record batch", 1)
@@ -416,7 +420,11 @@ def test_an_undecodable_frame_whose_letter_fails_is_not_checkpointed_past(
     )
     summary = full.drain(timeout_s=10)
     assert not summary.complete and summary.dead_letters == 0, summary
-    assert wal.checkpoint_offset <= 1, "not past the frame that has no letter"
+    assert isinstance(full.failure, WalClosedError), full.failure
+    assert "cannot dead-letter undecodable frame 1" in str(full.failure)
+    assert wal.checkpoint_offset == 0, "not past the frame that has no letter"
+    (said,) = [r.getMessage() for r in caplog.records if "could not write a dead letter" in r.msg]
+    assert said.endswith("(the forwarder stops; the agent's next start tries again)"), said
     assert list_dead_letters(data_dir / "dead-letter") == []
 
     summary = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config).drain(30)
@@ -426,6 +434,35 @@ def test_an_undecodable_frame_whose_letter_fails_is_not_checkpointed_past(
     assert letters[0].payload == b"garbage that is not a record batch"
     values = [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=2)]
     assert values == [b"before", b"after"]
+
+
+def test_an_undecodable_frame_lettered_before_a_crash_is_not_lettered_again(
+    kafka_broker: KafkaBroker,
+    new_topic: TopicFactory,
+    wal: WriteAheadLog,
+    data_dir: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Lettered, then the frame after it sent (the identity on the volume says both are
+    done), then a crash before the WAL's checkpoint: the next run reads the frame again and
+    wrote a second letter of the same id."""
+    topic = new_topic(1)
+    wal.append(topic, 0, b"garbage that is not a record batch", 1)
+    wal.append(topic, 0, build_batch([SampleRecord(b"b", b"after", 2_000, ())]), 1)
+    config = ForwarderConfig(checkpoint_interval_s=0.2)
+    with monkeypatch.context() as crash:
+        crash.setattr(wal, "checkpoint", lambda offset: None)  # killed before any checkpoint
+        summary = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config).drain(30)
+    assert summary.dead_letters == 1 and summary.forwarded_records == 1, summary
+    assert wal.checkpoint_offset == 0 and _marked_delivered_below(data_dir) == 2
+
+    again = _forwarder(wal, kafka_broker.bootstrap, data_dir, config=config).drain(30)
+    assert again.complete and wal.checkpoint_offset == 2, again
+    assert again.dead_letters == 0 and again.forwarded_records == 0, again
+    assert [letter.id for letter in list_dead_letters(data_dir / "dead-letter")] == ["0-0"]
+    assert [r.value for r in consume_all(kafka_broker.bootstrap, topic, expected=1)] == [
+        b"after"
+    ]
 
 
 def test_unknown_partition_is_retried_for_a_bounded_time_then_dead_lettered(
