@@ -107,6 +107,9 @@ hold): what ``take_run`` returns."""
 MERGE_SPARE: Final = HEADER_SIZE - 8
 """What a batch merged after the first adds beyond its own length is at most its length less
 this: its records without its header, and framing that may grow (8 bytes)."""
+RETAKE_PAUSE: Final = 16
+"""Plans not retaken at the limit after a retake merged above it (``_new_batch``): at most one
+merge in vain in this many batches, and frames that do fit merged again within as many."""
 
 
 class Batch:
@@ -196,9 +199,9 @@ class PartitionQueue:
         self.merge_growth = (1, 1)
         """(what ``take_run`` counted, the bytes the merge made) of the last merged batch:
         the next merge is planned that much smaller (``_new_batch``)."""
-        self.retook_over = False
-        """A frame the plan let through alone, taken again at the limit, merged above it:
-        not taken again so until a merge fits (each batch would be merged twice)."""
+        self.retakes_paused = 0
+        """Plans of one frame not taken again at the limit: set to ``RETAKE_PAUSE`` when such
+        a retake merged above the limit, counted down at each plan not retaken."""
 
     # ----------------------------------------------------------------- numbering
     def add(
@@ -275,9 +278,10 @@ class PartitionQueue:
         was merged twice a batch, the first time always above the limit. A plan that let one
         frame through is taken again at ``max_bytes`` (the same rule, ``take_run``), and a
         merge there replaces the growth: the growth of small records' merges would otherwise
-        keep larger frames from merging for good. Unless the last such merge came out above
-        the limit (``retook_over``): frames whose pair merges just above it would each be
-        merged twice, once in vain."""
+        keep larger frames from merging for good. After such a merge came out above the limit,
+        the next ``RETAKE_PAUSE`` plans are not retaken (``retakes_paused``): frames whose pair
+        merges just above it were each merged twice, once in vain; a pause that lasted until a
+        merge fitted could keep frames that do fit apart for good."""
         retry = False
         while True:
             planned, made = self.merge_growth
@@ -285,7 +289,10 @@ class PartitionQueue:
             run = self._take_run(budget)
             taken = run[0]
             retook = len(taken) == 1 and budget < max_bytes and not retry
-            if retook and not self.retook_over:
+            if retook and self.retakes_paused:
+                self.retakes_paused -= 1
+                retook = False
+            elif retook:
                 self.frames.appendleft(taken[0])
                 run = self._take_run(max_bytes)
                 taken = run[0]
@@ -293,7 +300,8 @@ class PartitionQueue:
             if len(taken) == 1:
                 return batch
             self.merge_growth = (run[3] - MERGE_SPARE * (len(taken) - 1), batch.size)
-            self.retook_over = retook and batch.size > max_bytes
+            if retook and batch.size > max_bytes:
+                self.retakes_paused = RETAKE_PAUSE
             if batch.size <= max_bytes:
                 return batch
             # Fewer frames next time: the budget is now below what take_run counted.

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from durable_producer.buffer_agent.forward.partition_queue import (
     MERGE_SPARE,
     OFFSET,
+    RETAKE_PAUSE,
     PartitionQueue,
 )
 from durable_producer.buffer_agent.kafka import batch_stamp
@@ -100,7 +101,8 @@ def test_frames_whose_pair_merges_just_above_the_limit_are_not_merged_twice_a_ba
 ) -> None:
     """Two frames whose lengths fit the limit, merged 1.8 % above it (their records' deltas
     grow): each batch's plan let one through, took it again at the limit and merged the pair
-    in vain (39 merges for 40 one-frame batches; a review's case)."""
+    in vain (39 merges for 40 one-frame batches; a review's case). Now one retake in
+    ``RETAKE_PAUSE`` + 1 plans."""
     assert batch_stamp.can_merge, "the merge is compiled in this build"
     frames = [client_batch(index, 200, 1_000_000, 20) for index in range(40)]
     max_bytes = 2 * len(frames[0]) - MERGE_SPARE
@@ -111,7 +113,31 @@ def test_frames_whose_pair_merges_just_above_the_limit_are_not_merged_twice_a_ba
     sent = sent_batches(queue_with([(frame, 200) for frame in frames]), max_bytes)
     assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(40))
     assert max(size for _, size, _ in sent) <= max_bytes
-    assert len(merges) <= 3, f"{len(merges)} merges for {len(sent)} batches"
+    most = 2 + len(sent) // (RETAKE_PAUSE + 1)  # the first merge, then retakes paused
+    assert len(merges) <= most, f"{len(merges)} merges for {len(sent)} batches"
+
+
+def test_frames_that_fit_merged_are_merged_again_soon_after_a_retake_merged_above_the_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After the pair above, one-record frames 100 bytes shorter whose pair does fit merged
+    (they hardly grow), but not at the plan the pair's growth left: a pause that lasted until
+    a merge fitted sent them one a batch for good (a review's case: 24 batches for 24)."""
+    assert batch_stamp.can_merge, "the merge is compiled in this build"
+    frames = [client_batch(index, 200, 1_000_000, 20) for index in range(4)]
+    max_bytes = 2 * len(frames[0]) - MERGE_SPARE
+    shorter = len(frames[0]) - 100
+    value = next(v for v in range(shorter, 0, -1) if len(client_batch(4, 1, 1, v)) <= shorter)
+    frames += [client_batch(4 + index, 1, 1, value) for index in range(40)]
+    assert shorter - 2 <= len(frames[-1]) <= shorter
+    assert len(batch_stamp.merge(frames[-2:])) <= max_bytes, "the later pairs fit merged"
+    records = [200] * 4 + [1] * 40
+    sent = sent_batches(queue_with(list(zip(frames, records, strict=True))), max_bytes)
+    assert [offset for offsets, _, _ in sent for offset in offsets] == list(range(44))
+    assert max(size for _, size, _ in sent) <= max_bytes
+    later = [offsets for offsets, _, _ in sent if offsets[0] >= 4]
+    assert len(later) <= 20 + RETAKE_PAUSE + 1, f"{len(later)} batches for 40 frames"
+    assert [len(offsets) for offsets in later][-10:] == [2] * 10, "merged in pairs by then"
 
 
 @settings(max_examples=60, deadline=None)
