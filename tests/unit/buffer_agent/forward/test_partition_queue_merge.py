@@ -117,9 +117,9 @@ def test_frames_whose_pair_merges_just_above_the_limit_are_not_merged_twice_a_ba
     assert len(merges) <= most, f"{len(merges)} merges for {len(sent)} batches"
 
 
-def test_frames_that_fit_merged_are_merged_again_soon_after_a_retake_merged_above_the_limit(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_frames_that_fit_merged_are_merged_again_soon_after_a_retake_merged_above_the_limit() -> (
+    None
+):
     """After the pair above, one-record frames 100 bytes shorter whose pair does fit merged
     (they hardly grow), but not at the plan the pair's growth left: a pause that lasted until
     a merge fitted sent them one a batch for good (a review's case: 24 batches for 24)."""
