@@ -289,13 +289,27 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
 
 
 def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[DeadLetter]:
-    """Dead letters in the order they were recorded; re-sent ones only if asked for."""
+    """Dead letters in the order they were recorded; re-sent ones only if asked for.
+
+    A letter of the same batch as an earlier one (its id, place and bytes) is left out: the
+    agent killed after a letter was stored and before its volume said so letters the batch
+    again when it is refused again, and re-sending both would store it twice in Kafka."""
     directory = Path(directory)
     resent_ids = {entry["id"] for entry in _read_lines(directory / RESENT_FILE)}
     letters = []
+    first: dict[str, DeadLetter] = {}
     for entry in _read_lines(directory / DEAD_LETTERS_FILE):
-        resent = entry["id"] in resent_ids
-        if resent and not include_resent:
+        letter = _from_json(entry, entry["id"] in resent_ids)
+        earlier = first.setdefault(letter.id, letter)
+        if earlier is not letter and _same_batch(earlier, letter):
             continue
-        letters.append(_from_json(entry, resent))
+        if include_resent or not letter.resent:
+            letters.append(letter)
     return letters
+
+
+def _same_batch(one: DeadLetter, other: DeadLetter) -> bool:
+    """Lettered twice (the reason and the time may differ; the batch does not)."""
+    return replace(one, recorded_ms=0, reason="", error_code="") == replace(
+        other, recorded_ms=0, reason="", error_code=""
+    )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import errno
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -222,3 +223,21 @@ def test_a_pass_at_the_budgets_edge_after_a_torn_line_stores_what_fits(tmp_path:
     assert stored == 1 and isinstance(error, DeadLetterBudgetExhausted), (stored, error)
     assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 2]
     assert DeadLetterStore(tmp_path).size_bytes() <= budget
+
+
+def test_a_batch_lettered_again_after_a_crash_is_listed_once(tmp_path: Path) -> None:
+    """Killed after a letter was stored and before the volume said so, the next run sends the
+    batch again, is refused again and letters it again: listing (and so re-sending) it twice
+    would store it twice in Kafka. A letter of the same id with other bytes (a WAL recreated
+    at offset 0) is another batch, and kept."""
+    directory = tmp_path / "dead-letter"
+    for run in range(2):
+        again = replace(refused(7), reason=f"refused in run {run}")
+        assert DeadLetterStore(directory).add_batches([again, refused(8)]) == (2, None)
+    DeadLetterStore(directory).add_batches([refused(7, b"another batch")])
+    letters = list_dead_letters(directory)
+    assert [(letter.id, letter.reason, letter.payload) for letter in letters] == [
+        ("7-0", "refused in run 0", b"z" * 100),
+        ("8-0", refused(8).reason, b"z" * 100),
+        ("7-0", refused(7).reason, b"another batch"),
+    ]
