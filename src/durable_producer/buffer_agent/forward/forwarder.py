@@ -364,11 +364,8 @@ class Forwarder:
         checkpoint = self._wal.checkpoint_offset
         record = self._previous_identity
         hint_until = self._progress.replay_until
-        if (
-            record is not None
-            and record.producer_id >= 0
-            and (record.delivered_below >= checkpoint >= record.written_checkpoint)
-        ):
+        wal_id = self._wal.log_id
+        if record is not None and record.fits(checkpoint, wal_id.value, id_adopted=wal_id.adopted):
             self._producer_id, self._epoch = record.producer_id, record.epoch
             self._known_below = record.delivered_below
             self._anchors = dict(record.partitions)
@@ -386,6 +383,14 @@ class Forwarder:
                 self._replay_until,
             )
         else:
+            if record is not None and record.wal_id not in ("", wal_id.value):
+                log.warning(
+                    "the producer identity in the state directory was written for another WAL"
+                    " (id %s; this one is %s: recreated?): forwarding every frame of this WAL"
+                    " as a new producer",
+                    record.wal_id,
+                    wal_id.value,
+                )
             self._fresh_identity = True
             until = max(hint_until, record.sent_below if record is not None else 0)
             self._replay_until = max(until, checkpoint)
@@ -445,6 +450,7 @@ class Forwarder:
             sent_below=self._sent_below,
             partitions=anchors,
             written_checkpoint=self._wal.checkpoint_offset,
+            wal_id=self._wal.log_id.value,
         )
 
     def _write_identity(self, *, sync: bool = False) -> bool:

@@ -18,12 +18,15 @@ holds one ``IdentityRecord``:
   ``partitions``, which an agent from before them reads): either makes the next run take a
   new epoch for it instead of asking its leader (``Anchor``);
 - ``written_ms``: wall-clock time of the write (a broker forgets an idle producer after
-  ``producer.id.expiration.ms``, one day by default).
+  ``producer.id.expiration.ms``, one day by default);
+- ``wal_id``: the id of the WAL whose offsets it speaks of (``wal/log_id.py``).
 
-The record is valid for a WAL whose checkpoint is between ``written_checkpoint`` and
-``delivered_below`` (it is written before every checkpoint); otherwise the next run takes a
-new producer id and counts the frames it sends again below ``sent_below`` as possible
-duplicates.
+The record is valid for the WAL it names whose checkpoint is between ``written_checkpoint``
+and ``delivered_below`` (it is written before every checkpoint). A record without ``wal_id``
+(an agent before it) is valid only for a WAL given its id in this run over frames it already
+held: an upgrade, not a WAL recreated at offset 0 (which, its first frames taken for the old
+log's, passed them unsent). Otherwise the next run takes a new producer id and counts the
+frames it sends again below ``sent_below`` as possible duplicates.
 
 Format: two slots of ``SLOT_BYTES`` (or more: the file grows, through a new file, when the
 record does not fit) written alternately in place, each ``MAGIC``, a sequence number, the
@@ -91,6 +94,17 @@ class IdentityRecord:
     """The WAL checkpoint when it was written (a record from before a checkpoint it cannot
     have seen, e.g. beside a recreated WAL, is ignored)."""
     written_ms: int = 0
+    wal_id: str = ""
+    """The id of the WAL it was written for ("": by an agent before ids)."""
+
+    def fits(self, checkpoint: int, wal_id: str, *, id_adopted: bool) -> bool:
+        """Whether it speaks of the WAL named ``wal_id`` at ``checkpoint`` (module docstring)."""
+        same_log = self.wal_id == wal_id if self.wal_id else id_adopted
+        return (
+            same_log
+            and self.producer_id >= 0
+            and self.delivered_below >= checkpoint >= self.written_checkpoint
+        )
 
     def encode(self) -> bytes:
         return json.dumps(
@@ -101,6 +115,7 @@ class IdentityRecord:
                 "sent_below": self.sent_below,
                 "written_checkpoint": self.written_checkpoint,
                 "written_ms": self.written_ms,
+                "wal_id": self.wal_id,
                 "partitions": [
                     [topic, partition, a.producer_id, a.epoch, a.offset, a.sequence]
                     for (topic, partition), a in self.partitions.items()
@@ -132,6 +147,7 @@ class IdentityRecord:
             sent_below=int(entry["sent_below"]),
             written_checkpoint=int(entry["written_checkpoint"]),
             written_ms=int(entry["written_ms"]),
+            wal_id=str(entry.get("wal_id", "")),
             partitions={
                 (str(t), int(p)): Anchor(
                     int(pid),

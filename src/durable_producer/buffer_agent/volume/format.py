@@ -15,6 +15,7 @@ pod, see ``durable_producer.contract.DATA_DIR``). The agent keeps three director
       wal/                                the write-ahead log (this package)
         LOCK                              flock(2) of the one agent using the volume
         checkpoint                        two checkpoint slots, 1024 bytes
+        id                                the log's id: 32 hex digits and a newline
         00000000000000000000.seg          segments, named by their base offset, oldest first
         00000000000000001742.seg
         quarantine/                       damaged segments moved aside
@@ -85,7 +86,8 @@ where damaged bytes are; the offsets reported lost are worked out from evidence 
 frames around the damage, the next segment's name, the checkpoint), never guessed.
 
 Names in ``wal/`` that are not part of the log: a segment-shaped name above ``MAX_OFFSET``, a
-segment-shaped directory (or other non-file), a file with neither a valid header nor a valid
+segment-shaped directory (or other non-file, also in place of ``checkpoint``, ``id`` or
+``LOCK``), a file with neither a valid header nor a valid
 frame whose name does not continue the log, or a segment that overlaps offsets of an earlier one,
 is moved to ``quarantine/`` with a reason record (``lost_frames`` 0). Any other unknown name
 (``foo.seg``, ``00000000000000000000.seg.tmp``, stray files) is left alone, named in one warning
@@ -129,6 +131,15 @@ Write number ``sequence`` goes in place to the slot at ``(sequence % 2) * 512`` 
 fdatasync, so a torn write can only damage the slot being written. On reading, the valid slot
 (magic and CRC hold) with the highest sequence wins. No file, or no valid slot, means no
 checkpoint: the forwarder replays from the oldest segment (duplicates, never loss).
+
+``wal/id``
+----------
+The log's id (``wal/log_id.py``): 32 lowercase hex digits (128 random bits) and a newline,
+written with the atomic replace when the log is opened without one. Marks kept outside the
+log name it (``producer-identity``'s ``wal_id``) and are used only with the same id, so that
+a WAL recreated beside a kept ``state/`` (offsets from 0 again) is never taken for the old
+one. A log from before ids gets one on its first open (``adopted``: the marks kept beside it
+name none, and are used as before). An unreadable file is replaced by a new id.
 
 ``wal/quarantine/``
 -------------------
@@ -193,11 +204,14 @@ Each name below is a constant of the package that owns the file (grep for it).
   ``sequence`` goes to slot ``sequence % 2``. A slot: magic ``b"DPID"`` (4), sequence (8,
   big-endian), payload length (4), CRC-32 (zlib) of the payload (4), then the payload, JSON:
   ``{"producer_id", "epoch", "delivered_below", "sent_below", "written_checkpoint",
-  "written_ms", "partitions": [[topic, partition, producer_id, epoch, offset, sequence], ...]}``
+  "written_ms", "wal_id", "partitions": [[topic, partition, producer_id, epoch, offset,
+  sequence], ...], "topic_ids", "gaps", "gap_reasons"}``
   (every frame below ``delivered_below`` is in Kafka; no frame at or above ``sent_below`` was
   ever sent; a partition's first frame at or after ``offset`` is numbered ``sequence``). The
-  valid slot with the higher sequence wins; the record is used only while the WAL's
-  checkpoint lies between ``written_checkpoint`` and ``delivered_below``. fdatasync'ed only
+  valid slot with the higher sequence wins; the record is used only for the WAL named by
+  ``wal_id`` (``wal/id``; a record without it, from an older agent, only for a WAL given its
+  id on this open over frames it held) while its checkpoint lies between
+  ``written_checkpoint`` and ``delivered_below``. fdatasync'ed only
   when the producer id or epoch changes. A file that cannot be read, or holds no valid slot
   (other than all zeros: created, never written), is moved aside to
   ``producer-identity.damaged`` (``volume/state_file.py``) and the forwarder takes a new
@@ -227,6 +241,7 @@ from typing import Final
 # ----------------------------------------------------------------- wal/ directory names
 LOCK_FILE: Final = "LOCK"
 CHECKPOINT_FILE: Final = "checkpoint"
+LOG_ID_FILE: Final = "id"
 SEGMENT_SUFFIX: Final = ".seg"
 QUARANTINE_DIR: Final = "quarantine"
 QUARANTINE_REASON_SUFFIX: Final = ".json"

@@ -14,6 +14,7 @@ module:
 - ``syncer.py``: fsync policies and group commit
 - ``health.py``: why appends are refused (limit, full disk, failed fsync) and when they resume
 - ``checkpoint.py``, ``stats.py``: the checkpoint file (a ``volume/slot_file.py``), figures
+- ``log_id.py``: the log's id (``wal/id``), which marks kept outside the log name
 - ``config.py``, ``errors.py``: the log's settings and its exceptions
 
 Side room ``recovery/``: opening a directory whatever a crash left (``repair.py``, ``scan.py``,

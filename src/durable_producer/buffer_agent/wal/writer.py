@@ -26,6 +26,7 @@ from .config import FsyncPolicy, FullDiskPolicy, WalConfig
 from .errors import WalClosedError, WalError, WalFailedError, WalFullError
 from .frame import AppendItem, PreparedFrame, encoded_size, prepare_frames
 from .health import DISK_FULL_ERRNOS, LogHealth
+from .log_id import LogId, open_log_id
 from .reader import WalReader
 from .recovery.lock import DirectoryLock
 from .recovery.repair import recover_log
@@ -75,6 +76,8 @@ class WriteAheadLog:
         opened = recover_log(directory, config.fsync)
         self.recovery = opened.summary  # what opening found, for metrics
         result = opened.result
+        self.log_id: LogId = open_log_id(directory, holds_frames=result.next_offset > 0)
+        """Names this log to the marks kept outside it (``log_id.py``)."""
         policy = SegmentPolicy(
             sync=config.fsync is not FsyncPolicy.NEVER,
             page_cache_window=config.page_cache_window_bytes,

@@ -16,6 +16,8 @@ grew): a probe counted 2,000-10,000 records a restart against 0-22 stored twice.
 from __future__ import annotations
 
 import json
+import logging
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +27,11 @@ import pytest
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
-from durable_producer.buffer_agent.forward.identity import IDENTITY_FILE, load_identity
+from durable_producer.buffer_agent.forward.identity import (
+    IDENTITY_FILE,
+    IdentityRecord,
+    load_identity,
+)
 from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES, read_hint
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
@@ -188,3 +194,64 @@ def test_frames_refused_a_connection_are_no_possible_duplicates_after_a_restart(
     assert stats.possible_duplicates == 0
     values = [record.value for record in consume_all(proxied_broker.direct_address, topic)]
     assert values == [b"d%d" % n for n in range(HELD)] + [b"r%d" % n for n in range(HELD)]
+
+
+def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
+    kafka_broker: KafkaBroker,
+    new_topic: TopicFactory,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The WAL emptied or recreated while ``state/`` was kept (its directory removed to clear
+    damage, a volume restored in part): the new log numbers its frames from 0 again. The
+    identity a killed run left says its frames below ``delivered_below`` are in Kafka, and it
+    was written before the checkpoint moved (``written_checkpoint`` 0), so the offsets alone
+    cannot tell it from this log's: the new log's first frames were passed as delivered,
+    never sent, and checkpointed (lost)."""
+    topic = new_topic(1)
+    state = tmp_path / "state"
+    with forwarding_wal(tmp_path / "wal") as wal:
+        for n in range(HELD):
+            wal.append(topic, 0, build_batch([SampleRecord(b"k", b"old%d" % n, n)]), 1)
+        forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
+        try:
+            wait_for(
+                lambda: (load_identity(state)[0] or IdentityRecord(-1, 0)).delivered_below
+                == HELD,
+                30,
+                0.05,
+                what="the identity written past the delivered frames",
+            )
+            killed = (state / IDENTITY_FILE).read_bytes()  # what a kill -9 now would leave
+        finally:
+            forwarder.stop()
+    assert wal.checkpoint_offset == HELD
+    on_volume, _ = load_identity(state)
+    (state / IDENTITY_FILE).write_bytes(killed)
+    left, _ = load_identity(state)
+    assert left is not None and on_volume is not None
+    assert (left.written_checkpoint, left.delivered_below) == (0, HELD)
+
+    shutil.rmtree(tmp_path / "wal")
+    caplog.set_level(logging.WARNING, "durable_producer.buffer_agent.forward.forwarder")
+    with forwarding_wal(tmp_path / "wal") as wal:
+        new_id = wal.log_id.value
+        for n in range(HELD):
+            wal.append(topic, 0, build_batch([SampleRecord(b"k", b"new%d" % n, n)]), 1)
+        forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
+        try:
+            wait_for(lambda: wal.checkpoint_offset == HELD, 30, 0.05, what="the new frames")
+            stats = forwarder.stats()
+        finally:
+            forwarder.stop()
+    values = [record.value for record in consume_all(kafka_broker.bootstrap, topic)]
+    assert values == [b"old%d" % n for n in range(HELD)] + [b"new%d" % n for n in range(HELD)]
+    assert stats.forwarded_records == HELD
+    after, _ = load_identity(state)
+    assert after is not None and after.producer_id != left.producer_id, "a new producer id"
+    assert after.wal_id == new_id != left.wal_id
+    assert (
+        "the producer identity in the state directory was written for another WAL (id"
+        f" {left.wal_id}; this one is {new_id}: recreated?): forwarding every frame of this WAL"
+        " as a new producer"
+    ) in [r.getMessage() for r in caplog.records]

@@ -11,6 +11,7 @@ import json
 import logging
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,34 @@ def test_a_damaged_file_is_set_aside_logged_once_and_reported(
     written(tmp_path, RECORD)
     again, damage = load_identity(tmp_path)
     assert damage is None and again is not None and again.producer_id == RECORD.producer_id
+
+
+@pytest.mark.parametrize(
+    ("wal_id", "id_adopted", "checkpoint", "fits"),
+    [
+        ("a" * 32, False, 50, True),
+        ("a" * 32, False, 100, True),
+        ("a" * 32, False, 49, False),  # a checkpoint it cannot have seen
+        ("a" * 32, False, 101, False),  # past its watermark
+        ("b" * 32, False, 50, False),  # another log (recreated at offset 0)
+        ("b" * 32, True, 50, False),  # another log, even one just given its id
+    ],
+)
+def test_a_record_fits_only_the_log_it_names_between_its_checkpoints(
+    wal_id: str, id_adopted: bool, checkpoint: int, fits: bool
+) -> None:
+    record = IdentityRecord.decode(replace(RECORD, wal_id="a" * 32).encode())
+    assert record.wal_id == "a" * 32
+    assert record.fits(checkpoint, wal_id, id_adopted=id_adopted) is fits
+
+
+def test_a_record_from_before_log_ids_fits_only_a_log_given_its_id_over_its_frames() -> None:
+    """An upgrade keeps the identity; a log made new beside it (no frames, so no adoption)
+    does not: its offsets start at 0 again and say nothing of the record's."""
+    old = json.loads(RECORD.encode())
+    del old["wal_id"]
+    record = IdentityRecord.decode(json.dumps(old).encode())
+    assert record.wal_id == ""
+    assert record.fits(50, "c" * 32, id_adopted=True)
+    assert not record.fits(50, "c" * 32, id_adopted=False)
+    assert not replace(record, producer_id=-1).fits(50, "c" * 32, id_adopted=True)

@@ -121,8 +121,9 @@ def test_a_new_volume_starts_with_an_empty_segment_at_offset_zero(tmp_path: Path
     directory = tmp_path / "wal"
     WriteAheadLog.open(directory, SMALL).close()
     names = sorted(p.name for p in directory.iterdir())
-    assert names == ["00000000000000000000.seg", "LOCK", "checkpoint"]
+    assert names == ["00000000000000000000.seg", "LOCK", "checkpoint", "id"]
     assert (directory / "00000000000000000000.seg").read_bytes() == segment_bytes(0)
+    assert re.fullmatch(r"[0-9a-f]{32}\n", (directory / "id").read_text())
 
 
 def test_a_quarantine_record_has_the_documented_fields(tmp_path: Path) -> None:

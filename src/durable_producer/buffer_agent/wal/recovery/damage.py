@@ -30,6 +30,7 @@ from durable_producer.buffer_agent.volume.format import (
     CHECKPOINT_FILE,
     LEFTOVER_PATTERNS,
     LOCK_FILE,
+    LOG_ID_FILE,
     MAX_OFFSET,
     QUARANTINE_DIR,
     SEGMENT_HEADER_SIZE,
@@ -157,15 +158,17 @@ class _Listing:
     leftovers: list[Path] = field(default_factory=list)
 
 
-_KNOWN = {LOCK_FILE, CHECKPOINT_FILE}
+_KNOWN = {LOCK_FILE, CHECKPOINT_FILE, LOG_ID_FILE}
+_NAMED = {CHECKPOINT_FILE: "checkpoint", LOG_ID_FILE: "log's id"}
+"""Files the log reads, moved aside when something else has their name."""
 
 
 def _list_directory(directory: Path) -> _Listing:
     listing = _Listing()
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         name, path = entry.name, Path(entry.path)
-        if name == CHECKPOINT_FILE and not entry.is_file():
-            listing.strays.append(Stray(path, "not a file, so not the checkpoint"))
+        if name in _NAMED and not entry.is_file():
+            listing.strays.append(Stray(path, f"not a file, so not the {_NAMED[name]}"))
             continue
         if name in _KNOWN or (name == QUARANTINE_DIR and entry.is_dir()):
             continue

@@ -18,6 +18,7 @@ from durable_producer.contract import DEFAULT_FSYNC_POLICY
 
 from ..checkpoint import checkpoint_damaged, read_checkpoint
 from ..config import FsyncPolicy
+from ..log_id import read_log_id
 from .damage import Action, SegmentPlan, assess
 from .lock import current_holder
 from .quarantine import lost_ranges_of, read_records
@@ -64,6 +65,8 @@ class WalReport:
     """Offsets missing with no damaged byte to explain them."""
     next_offset: int = 0
     """The offset the next appended frame will get once the log is opened."""
+    log_id: str | None = None
+    """``wal/id`` (None: none yet, or unreadable: a new one on the next open)."""
 
     @property
     def problems_found(self) -> bool:
@@ -135,11 +138,13 @@ def inspect_wal(directory: Path, fsync: FsyncPolicy = DEFAULT_POLICY) -> WalRepo
         strays=strays,
         gaps=[f"{first}..{last}" for first, last in found.gaps],
         next_offset=found.next_offset,
+        log_id=read_log_id(directory),
     )
 
 
 def format_report(report: WalReport) -> str:
     lines = [f"WAL directory: {report.directory}"]
+    lines.append(f"log id:        {report.log_id or 'none (a new one on the next open)'}")
     if report.checkpoint_offset is not None:
         lines.append(f"checkpoint:    offset {report.checkpoint_offset} (all below it delivered)")
     elif report.checkpoint_damaged:

@@ -153,6 +153,21 @@ def test_a_directory_in_place_of_the_checkpoint_is_moved_aside(wal_dir: Path) ->
         assert wal.stats().checkpoint_offset == 2
 
 
+def test_a_directory_in_place_of_the_log_id_is_moved_aside(wal_dir: Path) -> None:
+    """Else the id could never be written, and the forwarder took a new producer id at
+    every start (its identity names an id this log never keeps)."""
+    write_frames(wal_dir, 3)
+    (wal_dir / "id").unlink()
+    (wal_dir / "id").mkdir()
+    with reopen_reads_everything(wal_dir, 3) as wal:
+        given = wal.log_id.value
+    (record,) = records(wal_dir)
+    assert record["segment"] == "id" and record["lost_offsets"] == []
+    assert record["reason"].endswith("not a file, so not the log's id")
+    with WriteAheadLog.open(wal_dir, SMALL) as wal:
+        assert wal.log_id.value == given
+
+
 def test_a_missing_segment_file_is_reported_as_a_gap(
     wal_dir: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
