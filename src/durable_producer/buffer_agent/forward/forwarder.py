@@ -365,7 +365,7 @@ class Forwarder:
         record = self._previous_identity
         hint_until = self._progress.replay_until
         wal_id = self._wal.log_id
-        if record is not None and record.fits(checkpoint, wal_id.value, id_adopted=wal_id.adopted):
+        if record is not None and record.fits(checkpoint, wal_id):
             self._producer_id, self._epoch = record.producer_id, record.epoch
             self._known_below = record.delivered_below
             self._anchors = dict(record.partitions)

@@ -56,6 +56,7 @@ from pathlib import Path
 
 from durable_producer.buffer_agent.volume.atomic_file import write_atomic
 from durable_producer.buffer_agent.volume.state_file import StateDamage, set_aside
+from durable_producer.buffer_agent.wal.log_id import LogId
 
 log = logging.getLogger(__name__)
 
@@ -97,11 +98,10 @@ class IdentityRecord:
     wal_id: str = ""
     """The id of the WAL it was written for ("": by an agent before ids)."""
 
-    def fits(self, checkpoint: int, wal_id: str, *, id_adopted: bool) -> bool:
-        """Whether it speaks of the WAL named ``wal_id`` at ``checkpoint`` (module docstring)."""
-        same_log = self.wal_id == wal_id if self.wal_id else id_adopted
+    def fits(self, checkpoint: int, log_id: LogId) -> bool:
+        """Whether it speaks of the WAL ``log_id`` names at ``checkpoint`` (module docstring)."""
         return (
-            same_log
+            log_id.named_by(self.wal_id)
             and self.producer_id >= 0
             and self.delivered_below >= checkpoint >= self.written_checkpoint
         )

@@ -38,19 +38,26 @@ from durable_producer.buffer_agent.kafka.record_batch import (
 from durable_producer.buffer_agent.volume.atomic_file import write_atomic
 from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 from durable_producer.buffer_agent.wal import Frame, WriteAheadLog
+from durable_producer.buffer_agent.wal.log_id import LogId
 
 log = logging.getLogger(__name__)
 
 PRODUCER_STATE_FILE = "producer_state.json"
 _FORMAT_VERSION = 1
 _REPLAY_FRAMES = 4096
+_FALLBACK = (
+    "rebuilding sequence state from the WAL alone (a client's retry of a batch already"
+    " delivered to Kafka may then be stored again: a duplicate, never a loss)"
+)
 
 
 class ProducerStateStore:
-    """The sequence-state snapshot file: ``{"wal_offset": S, "producers": ...}``.
+    """The sequence-state snapshot file: ``{"wal_offset": S, "wal_id": W, "producers": ...}``.
 
     ``S`` is the lowest WAL offset whose batch may be missing from the snapshot; replaying the
-    WAL from ``S`` on start brings the state up to date.
+    WAL from ``S`` on start brings the state up to date. ``W`` names the WAL ``S`` is an
+    offset of (``wal/log_id.py``): a snapshot of another log (the WAL recreated beside a kept
+    ``state/``) is not used, as it would answer a retry of a batch that log lost "stored".
     """
 
     def __init__(self, state_dir: Path) -> None:
@@ -58,29 +65,40 @@ class ProducerStateStore:
         self.damage: StateDamage | None = None
         """The snapshot was unusable at the last load."""
 
-    def load(self) -> tuple[SequenceTracker, int]:
-        fallback = (
-            "rebuilding sequence state from the WAL alone (a client's retry of a batch already"
-            " delivered to Kafka may then be stored again: a duplicate, never a loss)"
-        )
-        read = read_json_state(self._path, fallback=fallback)
+    def load(self, log_id: LogId) -> tuple[SequenceTracker, int]:
+        """The snapshot of the log ``log_id`` names and the offset it covers (empty, 0: none)."""
+        read = read_json_state(self._path, fallback=_FALLBACK)
         self.damage = read.damage
         if read.document is None:
             return SequenceTracker(), 0
         try:
-            return SequenceTracker.from_json(read.document), int(read.document["wal_offset"])
+            kept = str(read.document.get("wal_id", ""))
+            tracker = SequenceTracker.from_json(read.document)
+            offset = int(read.document["wal_offset"])
         except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as error:
-            self.damage = set_aside(self._path, f"not a producer state ({error!r})", fallback)
+            self.damage = set_aside(self._path, f"not a producer state ({error!r})", _FALLBACK)
             return SequenceTracker(), 0
+        if not log_id.named_by(kept):
+            log.warning(
+                "producer state snapshot %s was written for another WAL (id %s; this one is"
+                " %s: recreated?): %s",
+                self._path,
+                kept or "none",
+                log_id.value,
+                _FALLBACK,
+            )
+            return SequenceTracker(), 0
+        return tracker, offset
 
-    def save(self, tracker: SequenceTracker, wal_offset: int) -> None:
-        self.save_text(tracker.to_json_text(), wal_offset)
+    def save(self, tracker: SequenceTracker, wal_offset: int, wal_id: str) -> None:
+        self.save_text(tracker.to_json_text(), wal_offset, wal_id)
 
-    def save_text(self, state: str, wal_offset: int) -> None:
+    def save_text(self, state: str, wal_offset: int, wal_id: str) -> None:
         """Write a :meth:`SequenceTracker.to_json_text` result (safe to call from a worker
         thread). Raises ``OSError`` (e.g. ENOSPC) with the previous file left as it was."""
         assert state.startswith("{") and state.endswith("}")
-        document = f'{{"version":{_FORMAT_VERSION},"wal_offset":{int(wal_offset)},{state[1:]}'
+        head = f'"version":{_FORMAT_VERSION},"wal_offset":{int(wal_offset)},"wal_id":"{wal_id}"'
+        document = f"{{{head},{state[1:]}"
         self._path.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(self._path, document.encode())
 
@@ -112,7 +130,7 @@ class ProducerState:
 
     def restore(self) -> None:
         """Load the snapshot and replay the WAL after it (blocking: run in a worker thread)."""
-        tracker, snapshot_offset = self._store.load()
+        tracker, snapshot_offset = self._store.load(self._wal.log_id)
         start = max(snapshot_offset, self._wal.checkpoint_offset)
         if snapshot_offset < self._wal.checkpoint_offset and len(tracker):
             log.warning(
@@ -169,7 +187,9 @@ class ProducerState:
             document = self.sequences.to_json_text()
             self.dirty = False
             try:
-                await asyncio.to_thread(self._store.save_text, document, covered_below)
+                await asyncio.to_thread(
+                    self._store.save_text, document, covered_below, self._wal.log_id.value
+                )
             except OSError as error:
                 self.dirty = True  # the next periodic snapshot tries again
                 if not self._save_failing:

@@ -178,10 +178,12 @@ Each name below is a constant of the package that owns the file (grep for it).
 - ``producer_ids.json`` (``PRODUCER_IDS_FILE``, ``ingest/``): ``{"next_unreserved": N}``.
   Producer ids are handed out below N; a block's end is stored before any id of it is used.
 - ``producer_state.json`` (``PRODUCER_STATE_FILE``, ``ingest/``): the idempotence snapshot,
-  ``{"version": 1, "wal_offset": S, "producers": {"<producer id>": {"epoch": E, "last_seen":
-  <unix seconds>, "partitions": [[topic, partition, [[base_sequence, last_sequence,
-  wal_offset], ...]], ...]}}}``. WAL frames at or above S are replayed on start to bring it
-  up to date.
+  ``{"version": 1, "wal_offset": S, "wal_id": W, "producers": {"<producer id>": {"epoch": E,
+  "last_seen": <unix seconds>, "partitions": [[topic, partition, [[base_sequence,
+  last_sequence, wal_offset], ...]], ...]}}}``. WAL frames at or above S are replayed on
+  start to bring it up to date. Used only for the WAL whose id (``wal/id``) is W (a snapshot
+  without W, from an older agent, only for a WAL given its id on this open over its frames);
+  otherwise the state is rebuilt from the WAL alone.
 - ``metadata.json`` (``METADATA_FILE``, ``ingest/``): the cluster's partition counts and each
   topic's ``max.message.bytes`` where the cluster said it (DescribeConfigs), ``{"version": 1,
   "topics": {"<topic>": {"partitions": N, "refreshed_at": <unix seconds>,

@@ -35,6 +35,11 @@ class LogId:
     """Given now to a log that already held frames: a log from an agent before ids, whose
     marks kept beside it name no id (an upgrade), and are the only ones that may."""
 
+    def named_by(self, kept: str) -> bool:
+        """Whether a mark kept outside the log, naming ``kept`` ("": written before ids),
+        speaks of this log."""
+        return kept == self.value if kept else self.adopted
+
 
 def read_log_id(directory: Path) -> str | None:
     """The id ``directory``'s log has, None when it has none or an unreadable one (read

@@ -25,6 +25,7 @@ from durable_producer.buffer_agent.forward.identity import (
     IdentityRecord,
     load_identity,
 )
+from durable_producer.buffer_agent.wal.log_id import LogId
 
 RECORD = IdentityRecord(
     producer_id=7,
@@ -146,7 +147,7 @@ def test_a_record_fits_only_the_log_it_names_between_its_checkpoints(
 ) -> None:
     record = IdentityRecord.decode(replace(RECORD, wal_id="a" * 32).encode())
     assert record.wal_id == "a" * 32
-    assert record.fits(checkpoint, wal_id, id_adopted=id_adopted) is fits
+    assert record.fits(checkpoint, LogId(wal_id, id_adopted)) is fits
 
 
 def test_a_record_from_before_log_ids_fits_only_a_log_given_its_id_over_its_frames() -> None:
@@ -156,6 +157,6 @@ def test_a_record_from_before_log_ids_fits_only_a_log_given_its_id_over_its_fram
     del old["wal_id"]
     record = IdentityRecord.decode(json.dumps(old).encode())
     assert record.wal_id == ""
-    assert record.fits(50, "c" * 32, id_adopted=True)
-    assert not record.fits(50, "c" * 32, id_adopted=False)
-    assert not replace(record, producer_id=-1).fits(50, "c" * 32, id_adopted=True)
+    assert record.fits(50, LogId("c" * 32, adopted=True))
+    assert not record.fits(50, LogId("c" * 32))
+    assert not replace(record, producer_id=-1).fits(50, LogId("c" * 32, adopted=True))

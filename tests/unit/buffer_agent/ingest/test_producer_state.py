@@ -21,9 +21,12 @@ from durable_producer.buffer_agent.ingest.producer_state import (
 )
 from durable_producer.buffer_agent.ingest.sequences import SequenceTracker, SequenceVerdict
 from durable_producer.buffer_agent.wal import FsyncPolicy, WalConfig, WriteAheadLog
+from durable_producer.buffer_agent.wal.log_id import LogId
 from support.ingest_harness import record_batch
 from support.producer_batches import accept, header
 from support.wal_helpers import SMALL
+
+LOG = LogId("0123456789abcdef" * 2)
 
 
 def test_snapshot_keeps_confirmed_batches_only(tmp_path: Path) -> None:
@@ -31,8 +34,8 @@ def test_snapshot_keeps_confirmed_batches_only(tmp_path: Path) -> None:
     accept(tracker, header(7, 1, 0, records=4), 20)
     tracker.record("t", 0, header(7, 1, 4))  # append still running
     store = ProducerStateStore(tmp_path)
-    store.save(tracker, 21)
-    restored, offset = store.load()
+    store.save(tracker, 21, LOG.value)
+    restored, offset = store.load(LOG)
     assert offset == 21
     assert restored.check("t", 0, header(7, 1, 0, records=4)).verdict is SequenceVerdict.DUPLICATE
     assert restored.check("t", 0, header(7, 1, 4)).verdict is SequenceVerdict.ACCEPT
@@ -41,8 +44,59 @@ def test_snapshot_keeps_confirmed_batches_only(tmp_path: Path) -> None:
 
 def test_corrupt_snapshot_is_ignored(tmp_path: Path) -> None:
     (tmp_path / "producer_state.json").write_text("{not json")
-    tracker, offset = ProducerStateStore(tmp_path).load()
+    tracker, offset = ProducerStateStore(tmp_path).load(LOG)
     assert len(tracker) == 0 and offset == 0
+
+
+def test_a_snapshot_of_another_wal_is_not_used(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The WAL recreated beside a kept ``state/`` (offsets from 0 again): the old snapshot
+    would answer a client's retry of a batch the old log held "stored" while no log holds it,
+    and its offset would skip the new log's frames below it in the replay."""
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 1, 0, records=4), 20)
+    store = ProducerStateStore(tmp_path)
+    store.save(tracker, 21, LOG.value)
+    other = LogId("f" * 32)
+    with caplog.at_level(logging.WARNING):
+        restored, offset = store.load(other)
+    assert (len(restored), offset) == (0, 0)
+    assert "was written for another WAL (id 0123456789abcdef0123456789abcdef; this one is" in (
+        caplog.records[0].getMessage()
+    )
+    assert len(store.load(LOG)[0]) == 1, "kept for the log it names"
+
+
+def test_a_snapshot_from_before_log_ids_is_used_only_on_an_upgrade(tmp_path: Path) -> None:
+    tracker = SequenceTracker()
+    accept(tracker, header(7, 1, 0), 20)
+    ProducerStateStore(tmp_path).save(tracker, 21, "")
+    document = json.loads((tmp_path / PRODUCER_STATE_FILE).read_bytes())
+    del document["wal_id"]  # as an older agent wrote it
+    (tmp_path / PRODUCER_STATE_FILE).write_text(json.dumps(document))
+    assert ProducerStateStore(tmp_path).load(LogId("a" * 32, adopted=True))[1] == 21
+    assert ProducerStateStore(tmp_path).load(LogId("a" * 32))[1] == 0
+
+
+def test_a_recreated_wal_is_replayed_whole(tmp_path: Path) -> None:
+    """Against real logs: the old snapshot's offset (2) lay above the new log's frames."""
+    with WriteAheadLog.open(tmp_path / "old", SMALL) as wal:
+        state = ProducerState(wal, tmp_path / "state")
+        state.restore()
+        for sequence in range(2):
+            stored_at = wal.append("t", 0, idempotent_batch(sequence), 1)
+            accept(state.sequences, header(7, 0, sequence), stored_at)
+        asyncio.run(state.snapshot(expire_idle_s=3600))
+    with WriteAheadLog.open(tmp_path / "new", SMALL) as wal:
+        other = record_batch([b"v"], producer_id=9, producer_epoch=0, base_sequence=0)
+        wal.append("t", 0, other, 1)
+        restored = ProducerState(wal, tmp_path / "state")
+        restored.restore()
+    assert restored.sequences.check("t", 0, header(7, 0, 0)).verdict is not (
+        SequenceVerdict.DUPLICATE
+    ), "the old log's batch is in no log now: never answered stored"
+    assert restored.sequences.check("t", 0, header(9, 0, 0)).verdict is SequenceVerdict.DUPLICATE
 
 
 def test_idle_producers_expire_and_survive_snapshots(tmp_path: Path) -> None:
@@ -50,8 +104,8 @@ def test_idle_producers_expire_and_survive_snapshots(tmp_path: Path) -> None:
     accept(tracker, header(7, 0, 0), 1)
     accept(tracker, header(8, 0, 0), 2)
     store = ProducerStateStore(tmp_path)
-    store.save(tracker, 3)
-    restored, _ = store.load()
+    store.save(tracker, 3, LOG.value)
+    restored, _ = store.load(LOG)
     assert restored.expire(idle_s=3600) == 0
     assert restored.expire(idle_s=3600, now=time.time() + 7200) == 2
     assert len(restored) == 0
@@ -96,7 +150,7 @@ def test_lost_history_makes_restored_partitions_lenient_once(tmp_path: Path) -> 
     with WriteAheadLog.open(tmp_path / "wal", SMALL) as wal:
         tracker = SequenceTracker()
         accept(tracker, header(7, 0, 0), 0)
-        ProducerStateStore(tmp_path / "state").save(tracker, 0)
+        ProducerStateStore(tmp_path / "state").save(tracker, 0, wal.log_id.value)
         wal.append("t", 0, idempotent_batch(0), 1)
         wal.append("t", 0, idempotent_batch(1), 1)
         wal.checkpoint(2)  # frames the snapshot does not cover are gone
