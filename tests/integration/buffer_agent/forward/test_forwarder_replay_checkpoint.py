@@ -20,6 +20,7 @@ import logging
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,10 +30,12 @@ from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore
 from durable_producer.buffer_agent.forward.forwarder import Forwarder
 from durable_producer.buffer_agent.forward.identity import (
     IDENTITY_FILE,
+    IdentityFile,
     IdentityRecord,
     load_identity,
 )
 from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES, read_hint
+from durable_producer.buffer_agent.volume.format import CHECKPOINT_FILE, LOG_ID_FILE
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
 from support.broker import KafkaBroker, ProxiedBroker, consume_all, create_topic
@@ -210,26 +213,7 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
     never sent, and checkpointed (lost)."""
     topic = new_topic(1)
     state = tmp_path / "state"
-    with forwarding_wal(tmp_path / "wal") as wal:
-        for n in range(HELD):
-            wal.append(topic, 0, build_batch([SampleRecord(b"k", b"old%d" % n, n)]), 1)
-        forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
-        try:
-            wait_for(
-                lambda: (load_identity(state)[0] or IdentityRecord(-1, 0)).delivered_below
-                == HELD,
-                30,
-                0.05,
-                what="the identity written past the delivered frames",
-            )
-            killed = (state / IDENTITY_FILE).read_bytes()  # what a kill -9 now would leave
-        finally:
-            forwarder.stop()
-    assert wal.checkpoint_offset == HELD
-    on_volume, _ = load_identity(state)
-    (state / IDENTITY_FILE).write_bytes(killed)
-    left, _ = load_identity(state)
-    assert left is not None and on_volume is not None
+    left = _killed_after_delivering(kafka_broker.bootstrap, topic, tmp_path)
     assert (left.written_checkpoint, left.delivered_below) == (0, HELD)
 
     shutil.rmtree(tmp_path / "wal")
@@ -245,7 +229,7 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
         finally:
             forwarder.stop()
     values = [record.value for record in consume_all(kafka_broker.bootstrap, topic)]
-    assert values == [b"old%d" % n for n in range(HELD)] + [b"new%d" % n for n in range(HELD)]
+    assert values == [b"v%d" % n for n in range(HELD)] + [b"new%d" % n for n in range(HELD)]
     assert stats.forwarded_records == HELD
     after, _ = load_identity(state)
     assert after is not None and after.producer_id != left.producer_id, "a new producer id"
@@ -255,3 +239,59 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
         f" {left.wal_id}; this one is {new_id}: recreated?): forwarding every frame of this WAL"
         " as a new producer"
     ) in [r.getMessage() for r in caplog.records]
+
+
+def test_an_identity_from_before_log_ids_is_kept_on_an_upgrade(
+    kafka_broker: KafkaBroker, new_topic: TopicFactory, tmp_path: Path
+) -> None:
+    """An older agent killed with frames sent and not checkpointed left a record and a
+    snapshot naming no WAL, and no ``wal/id``. The log is given its id over its frames, and
+    the record is used: the frames are sent again under the same producer id and sequences,
+    and Kafka keeps one copy (a new producer id would have stored all five twice)."""
+    topic = new_topic(1)
+    state = tmp_path / "state"
+    left = _killed_after_delivering(kafka_broker.bootstrap, topic, tmp_path)
+    IdentityFile(state).write(replace(left, wal_id=""))  # as an older agent wrote it
+    (tmp_path / "wal" / LOG_ID_FILE).unlink()
+    with forwarding_wal(tmp_path / "wal") as wal:
+        assert wal.log_id.adopted and wal.checkpoint_offset == 0
+        forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
+        try:
+            wait_for(lambda: wal.checkpoint_offset == HELD, 30, 0.05, what="the replay")
+            stats = forwarder.stats()
+        finally:
+            forwarder.stop()
+    values = [record.value for record in consume_all(kafka_broker.bootstrap, topic)]
+    assert values == [b"v%d" % n for n in range(HELD)], "each once"
+    assert stats.possible_duplicates == 0
+    after, _ = load_identity(state)
+    assert after is not None and after.producer_id == left.producer_id
+    assert after.wal_id == wal.log_id.value
+
+
+def _killed_after_delivering(bootstrap: str, topic: str, tmp_path: Path) -> IdentityRecord:
+    """``HELD`` frames delivered to ``topic``, and the volume left as a kill -9 would leave it
+    then: the identity written past them, the WAL's checkpoint not yet moved."""
+    state = tmp_path / "state"
+    with forwarding_wal(tmp_path / "wal") as wal:
+        for n in range(HELD):
+            wal.append(topic, 0, build_batch([SampleRecord(b"k", b"v%d" % n, n)]), 1)
+        checkpoint = (tmp_path / "wal" / CHECKPOINT_FILE).read_bytes()
+        forwarder = _forwarder(wal, bootstrap, tmp_path).start()
+        try:
+            wait_for(
+                lambda: (load_identity(state)[0] or IdentityRecord(-1, 0)).delivered_below
+                == HELD,
+                30,
+                0.05,
+                what="the identity written past the delivered frames",
+            )
+            killed = (state / IDENTITY_FILE).read_bytes()
+        finally:
+            forwarder.stop()
+    assert wal.checkpoint_offset == HELD
+    (state / IDENTITY_FILE).write_bytes(killed)
+    (tmp_path / "wal" / CHECKPOINT_FILE).write_bytes(checkpoint)
+    left, _ = load_identity(state)
+    assert left is not None
+    return left
