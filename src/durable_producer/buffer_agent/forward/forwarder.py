@@ -383,12 +383,12 @@ class Forwarder:
                 self._replay_until,
             )
         else:
-            if record is not None and record.wal_id not in ("", wal_id.value):
+            if record is not None and not wal_id.named_by(record.wal_id):
                 log.warning(
                     "the producer identity in the state directory was written for another WAL"
                     " (id %s; this one is %s: recreated?): forwarding every frame of this WAL"
                     " as a new producer",
-                    record.wal_id,
+                    record.wal_id or "none",
                     wal_id.value,
                 )
             self._fresh_identity = True
