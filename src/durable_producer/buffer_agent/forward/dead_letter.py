@@ -178,8 +178,11 @@ class DeadLetterStore:
             finally:
                 os.close(fd)
 
-    def mark_resent(self, letter_id: str) -> None:
-        self._append(RESENT_FILE, _line({"id": letter_id, "resent_ms": int(time.time() * 1000)}))
+    def mark_resent(self, letter: DeadLetter) -> None:
+        """``letter`` was re-sent: named by its id and the time it was recorded (a WAL made
+        again numbers from 0, and another batch can get the same id)."""
+        mark = {"id": letter.id, "recorded_ms": letter.recorded_ms}
+        self._append(RESENT_FILE, _line({**mark, "resent_ms": int(time.time() * 1000)}))
 
 
 def _over_budget(
@@ -293,16 +296,22 @@ def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[
 
     A letter of the same batch as an earlier one (its id, place and bytes) is left out: the
     agent killed after a letter was stored and before its volume said so letters the batch
-    again when it is refused again, and re-sending both would store it twice in Kafka."""
+    again when it is refused again, and re-sending both would store it twice in Kafka. A
+    re-send mark names the letter's id and recording time: another batch of the same id (a
+    WAL made again numbers from 0) stays pending."""
     directory = Path(directory)
-    resent_ids = {entry["id"] for entry in _read_lines(directory / RESENT_FILE)}
+    marks = _read_lines(directory / RESENT_FILE)
+    resent = {(mark["id"], mark["recorded_ms"]) for mark in marks if "recorded_ms" in mark}
+    resent_ids = {mark["id"] for mark in marks if "recorded_ms" not in mark}  # older agents'
     letters = []
-    first: dict[str, DeadLetter] = {}
+    seen: dict[str, list[DeadLetter]] = {}
     for entry in _read_lines(directory / DEAD_LETTERS_FILE):
-        letter = _from_json(entry, entry["id"] in resent_ids)
-        earlier = first.setdefault(letter.id, letter)
-        if earlier is not letter and _same_batch(earlier, letter):
+        was_resent = entry["id"] in resent_ids or (entry["id"], entry.get("recorded_ms")) in resent
+        letter = _from_json(entry, was_resent)
+        same_id = seen.setdefault(letter.id, [])
+        if any(_same_batch(earlier, letter) for earlier in same_id):
             continue
+        same_id.append(letter)
         if include_resent or not letter.resent:
             letters.append(letter)
     return letters

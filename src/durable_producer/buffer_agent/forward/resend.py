@@ -106,7 +106,7 @@ async def _resend(
                     break
                 sequences[key] = sequence + records
             if failure is None:
-                store.mark_resent(letter.id)
+                store.mark_resent(letter)
                 summary.resent.append(letter.id)
             else:
                 summary.failed[letter.id] = failure

@@ -232,7 +232,10 @@ skipped on reading and closed with a newline by the next append.
   "topic", "partition", "record_index" (null for a frame), "reason", "error_code",
   "timestamp_ms", "key", "value", "headers": [[name, value], ...], "payload" (the whole record
   batch of an undecodable frame, else null)}``; bytes are base64 strings or null.
-- ``resent.jsonl``: ``{"id": ..., "resent_ms": ...}`` for every dead letter re-sent successfully.
+- ``resent.jsonl``: ``{"id": ..., "recorded_ms": ..., "resent_ms": ...}`` for every dead
+  letter re-sent successfully, naming it by its id and ``recorded_ms`` (another letter of the
+  same id, from a WAL made again, is not marked; marks of older agents lack ``recorded_ms``
+  and mark every letter of their id).
 """
 
 from __future__ import annotations

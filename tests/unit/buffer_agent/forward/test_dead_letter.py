@@ -57,7 +57,7 @@ def test_resent_letters_are_hidden_unless_asked_for(tmp_path: Path) -> None:
     store = DeadLetterStore(tmp_path)
     _add(store, 1)
     _add(store, 2)
-    store.mark_resent("1-0")
+    store.mark_resent(list_dead_letters(tmp_path)[0])
     assert [letter.id for letter in list_dead_letters(tmp_path)] == ["2-0"]
     assert [
         (letter.id, letter.resent) for letter in list_dead_letters(tmp_path, include_resent=True)
@@ -241,3 +241,25 @@ def test_a_batch_lettered_again_after_a_crash_is_listed_once(tmp_path: Path) -> 
         ("8-0", refused(8).reason, b"z" * 100),
         ("7-0", refused(7).reason, b"another batch"),
     ]
+
+
+def test_a_resend_marks_the_letter_sent_not_a_later_one_of_the_same_id(tmp_path: Path) -> None:
+    """A WAL made again numbers from 0: its frame 7 refused after the old log's letter 7-0 was
+    re-sent is another batch, and must stay pending (a drain counting 0 letters would let the
+    volume go with it). A mark of an older agent (id only) marks every letter of its id."""
+    directory = tmp_path / "dead-letter"
+    store = DeadLetterStore(directory)
+    store.add_batches([refused(7, b"old log batch")])
+    (sent,) = list_dead_letters(directory)
+    store.mark_resent(sent)
+    store.add_batches([refused(7, b"new log batch")])
+    store.add_batches([replace(refused(7, b"new log batch"), reason="again after a crash")])
+    pending = list_dead_letters(directory)
+    assert [(letter.id, letter.payload) for letter in pending] == [("7-0", b"new log batch")]
+    assert [letter.resent for letter in list_dead_letters(directory, include_resent=True)] == [
+        True,
+        False,
+    ]
+    with open(directory / dead_letter.RESENT_FILE, "a") as marks:
+        marks.write('{"id": "7-0", "resent_ms": 1}\n')
+    assert list_dead_letters(directory) == []
