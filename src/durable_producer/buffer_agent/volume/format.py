@@ -136,10 +136,12 @@ checkpoint: the forwarder replays from the oldest segment (duplicates, never los
 ----------
 The log's id (``wal/log_id.py``): 32 lowercase hex digits (128 random bits) and a newline,
 written with the atomic replace when the log is opened without one. Marks kept outside the
-log name it (``producer-identity``'s ``wal_id``) and are used only with the same id, so that
-a WAL recreated beside a kept ``state/`` (offsets from 0 again) is never taken for the old
-one. A log from before ids gets one on its first open (``adopted``: the marks kept beside it
-name none, and are used as before). An unreadable file is replaced by a new id.
+log name it (``producer-identity``'s and ``producer_state.json``'s ``wal_id``) and are used
+only with the same id, so that a WAL recreated beside a kept ``state/`` (offsets from 0
+again) is never taken for the old one. A log from before ids (frames, no id) gets one on its
+first open followed by the line ``adopted``: marks naming no id (an older agent's) are used
+with it, on that open and every later one. An unreadable file (other content, a directory,
+which recovery moves to ``quarantine/``) is replaced by a new id, not adopted.
 
 ``wal/quarantine/``
 -------------------
@@ -247,6 +249,8 @@ from typing import Final
 LOCK_FILE: Final = "LOCK"
 CHECKPOINT_FILE: Final = "checkpoint"
 LOG_ID_FILE: Final = "id"
+LOG_ID_ADOPTED: Final = b"adopted"
+"""The second line of ``wal/id`` of a log an agent before ids wrote."""
 SEGMENT_SUFFIX: Final = ".seg"
 QUARANTINE_DIR: Final = "quarantine"
 QUARANTINE_REASON_SUFFIX: Final = ".json"

@@ -67,6 +67,8 @@ class WalReport:
     """The offset the next appended frame will get once the log is opened."""
     log_id: str | None = None
     """``wal/id`` (None: none yet, or unreadable: a new one on the next open)."""
+    log_id_adopted: bool = False
+    """The log was written by an agent before ids (``wal/log_id.py``)."""
 
     @property
     def problems_found(self) -> bool:
@@ -125,6 +127,7 @@ def inspect_wal(directory: Path, fsync: FsyncPolicy = DEFAULT_POLICY) -> WalRepo
         )
         for stray in found.strays
     ]
+    log_id = read_log_id(directory)
     return WalReport(
         directory=str(directory),
         fsync_policy=str(fsync),
@@ -138,13 +141,15 @@ def inspect_wal(directory: Path, fsync: FsyncPolicy = DEFAULT_POLICY) -> WalRepo
         strays=strays,
         gaps=[f"{first}..{last}" for first, last in found.gaps],
         next_offset=found.next_offset,
-        log_id=read_log_id(directory),
+        log_id=None if log_id is None else log_id.value,
+        log_id_adopted=log_id is not None and log_id.adopted,
     )
 
 
 def format_report(report: WalReport) -> str:
     lines = [f"WAL directory: {report.directory}"]
-    lines.append(f"log id:        {report.log_id or 'none (a new one on the next open)'}")
+    adopted = " (adopted: the log was begun by an agent before ids)" * report.log_id_adopted
+    lines.append(f"log id:        {report.log_id or 'none (a new one on the next open)'}{adopted}")
     if report.checkpoint_offset is not None:
         lines.append(f"checkpoint:    offset {report.checkpoint_offset} (all below it delivered)")
     elif report.checkpoint_damaged:
