@@ -391,6 +391,8 @@ class Forwarder:
                     record.wal_id or "none",
                     wal_id.value,
                 )
+                self._progress.forget_hint()  # the same run's: its offsets are not this log's
+                hint_until, record = checkpoint, None
             self._fresh_identity = True
             until = max(hint_until, record.sent_below if record is not None else 0)
             self._replay_until = max(until, checkpoint)

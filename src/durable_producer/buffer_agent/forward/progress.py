@@ -112,6 +112,12 @@ class Progress:
         self.replay_until = max(wal.checkpoint_offset, hint.get("sent_high", 0))
         self._delivered_before = hint.get("delivered_high", 0)
 
+    def forget_hint(self) -> None:
+        """The hint speaks of another log (a WAL made again beside it): nothing of this one
+        was sent."""
+        self.replay_until = self._wal.checkpoint_offset
+        self._delivered_before = 0
+
     def replay_delivered_unrecorded(self, tracker: AckTracker) -> bool:
         """The replayed frames are all delivered but not yet checkpointed."""
         return self._wal.checkpoint_offset < self.replay_until <= tracker.watermark

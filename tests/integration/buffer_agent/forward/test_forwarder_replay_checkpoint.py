@@ -205,8 +205,8 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The WAL emptied or recreated while ``state/`` was kept (its directory removed to clear
-    damage, a volume restored in part): the new log numbers its frames from 0 again. The
+    """The WAL made again while ``state/`` was kept (its directory removed to clear damage):
+    the new log numbers its frames from 0 again. The
     identity a killed run left says its frames below ``delivered_below`` are in Kafka, and it
     was written before the checkpoint moved (``written_checkpoint`` 0), so the offsets alone
     cannot tell it from this log's: the new log's first frames were passed as delivered,
@@ -224,13 +224,16 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
             wal.append(topic, 0, build_batch([SampleRecord(b"k", b"new%d" % n, n)]), 1)
         forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
         try:
-            wait_for(lambda: wal.checkpoint_offset == HELD, 30, 0.05, what="the new frames")
+            wait_for(
+                lambda: forwarder.stats().forwarded_records == HELD, 30, 0.05, what="new frames"
+            )
             stats = forwarder.stats()
         finally:
             forwarder.stop()
     values = [record.value for record in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [b"v%d" % n for n in range(HELD)] + [b"new%d" % n for n in range(HELD)]
     assert stats.forwarded_records == HELD
+    assert stats.possible_duplicates == 0, "the old log's sent mark says nothing of this one"
     after, _ = load_identity(state)
     assert after is not None and after.producer_id != left.producer_id, "a new producer id"
     assert after.wal_id == new_id != left.wal_id
@@ -244,8 +247,8 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
 def test_an_identity_from_before_log_ids_is_kept_on_an_upgrade(
     kafka_broker: KafkaBroker, new_topic: TopicFactory, tmp_path: Path
 ) -> None:
-    """An older agent killed with frames sent and not checkpointed left a record and a
-    snapshot naming no WAL, and no ``wal/id``. The log is given its id over its frames, and
+    """An older agent killed with frames sent and not checkpointed left a record naming no
+    WAL, and no ``wal/id``. The log is given its id over its frames, and
     the record is used: the frames are sent again under the same producer id and sequences,
     and Kafka keeps one copy (a new producer id would have stored all five twice)."""
     topic = new_topic(1)
