@@ -302,11 +302,15 @@ def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[
     directory = Path(directory)
     marks = _read_lines(directory / RESENT_FILE)
     resent = {(mark["id"], mark["recorded_ms"]) for mark in marks if "recorded_ms" in mark}
-    resent_ids = {mark["id"] for mark in marks if "recorded_ms" not in mark}  # older agents'
+    resent_until: dict[str, int] = {}  # older agents' marks: every letter of the id before it
+    for mark in marks:
+        if "recorded_ms" not in mark:
+            resent_until[mark["id"]] = max(resent_until.get(mark["id"], 0), mark["resent_ms"])
     letters = []
     seen: dict[str, list[DeadLetter]] = {}
     for entry in _read_lines(directory / DEAD_LETTERS_FILE):
-        was_resent = entry["id"] in resent_ids or (entry["id"], entry.get("recorded_ms")) in resent
+        key = (entry["id"], entry["recorded_ms"])
+        was_resent = key in resent or key[1] <= resent_until.get(key[0], -1)
         letter = _from_json(entry, was_resent)
         same_id = seen.setdefault(letter.id, [])
         if any(_same_batch(earlier, letter) for earlier in same_id):
@@ -318,7 +322,8 @@ def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[
 
 
 def _same_batch(one: DeadLetter, other: DeadLetter) -> bool:
-    """Lettered twice (the reason and the time may differ; the batch does not)."""
-    return replace(one, recorded_ms=0, reason="", error_code="") == replace(
-        other, recorded_ms=0, reason="", error_code=""
+    """Lettered twice (the reason and the time may differ, and only the first is marked
+    re-sent; the batch does not)."""
+    return replace(one, recorded_ms=0, reason="", error_code="", resent=False) == replace(
+        other, recorded_ms=0, reason="", error_code="", resent=False
     )

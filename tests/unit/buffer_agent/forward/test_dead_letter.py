@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import errno
+import json
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -260,6 +261,24 @@ def test_a_resend_marks_the_letter_sent_not_a_later_one_of_the_same_id(tmp_path:
         True,
         False,
     ]
+    older_mark = {"id": "7-0", "resent_ms": pending[0].recorded_ms - 1}
     with open(directory / dead_letter.RESENT_FILE, "a") as marks:
-        marks.write('{"id": "7-0", "resent_ms": 1}\n')
+        marks.write(json.dumps(older_mark) + "\n")
+    assert list_dead_letters(directory) == pending, "an older mark covers letters before it"
+    with open(directory / dead_letter.RESENT_FILE, "a") as marks:
+        marks.write(json.dumps({**older_mark, "resent_ms": pending[0].recorded_ms}) + "\n")
     assert list_dead_letters(directory) == []
+
+
+def test_a_batch_lettered_twice_and_re_sent_is_pending_no_more(tmp_path: Path) -> None:
+    """Only the listed copy is marked: its twin must not come back as pending (a second
+    resend stored the batch twice)."""
+    directory = tmp_path / "dead-letter"
+    for run in range(2):
+        DeadLetterStore(directory).add_batches([replace(refused(7), reason=f"run {run}")])
+    (listed,) = list_dead_letters(directory)
+    DeadLetterStore(directory).mark_resent(listed)
+    assert list_dead_letters(directory) == []
+    assert [letter.reason for letter in list_dead_letters(directory, include_resent=True)] == [
+        "run 0"
+    ]
