@@ -27,7 +27,7 @@ from durable_producer.buffer_agent.volume.format import LOG_ID_ADOPTED, LOG_ID_F
 
 log = logging.getLogger(__name__)
 
-_VALID = re.compile(rb"([0-9a-f]{32})\n(" + re.escape(LOG_ID_ADOPTED) + rb"\n)?")
+_VALID = re.compile(rb"([0-9a-f]{32})(\n" + re.escape(LOG_ID_ADOPTED) + rb")?\n?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,15 +53,17 @@ def read_log_id(directory: Path) -> LogId | None:
     return None if found is None else LogId(found[1].decode(), found[2] is not None)
 
 
-def open_log_id(directory: Path, *, holds_frames: bool) -> LogId:
+def open_log_id(directory: Path, *, holds_frames: bool, had_entry: bool) -> LogId:
     """The id of the log in ``directory``, made if it has none. ``holds_frames``: the log
-    has (or had) frames, so one without an id was written by an agent before ids."""
+    has (or had) frames, so one without an id was written by an agent before ids;
+    ``had_entry``: something had the id's name before recovery (which moves a directory
+    there to ``quarantine/``): then it is no log from before ids."""
     path = directory / LOG_ID_FILE
     if path.is_file() and (found := read_log_id(directory)) is not None:
         return found
-    adopt = holds_frames and not path.exists()
-    if path.exists():
-        log.warning("%s holds no readable log id: a new id for this log", path)
+    adopt = holds_frames and not had_entry
+    if had_entry:
+        log.warning("%s held no readable log id: a new id for this log", path)
     value = secrets.token_hex(16)
     try:
         write_atomic(path, f"{value}\n".encode() + (LOG_ID_ADOPTED + b"\n" if adopt else b""))

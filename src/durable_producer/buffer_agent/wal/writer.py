@@ -16,10 +16,13 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+
+from durable_producer.buffer_agent.volume.format import LOG_ID_FILE
 
 from .checkpoint import CheckpointFile
 from .config import FsyncPolicy, FullDiskPolicy, WalConfig
@@ -73,10 +76,13 @@ class WriteAheadLog:
         self._closed = False
         self._health = LogHealth(directory)
         self._fsync_observer = fsync_observer
+        had_id = os.path.lexists(directory / LOG_ID_FILE)  # recovery may move it aside
         opened = recover_log(directory, config.fsync)
         self.recovery = opened.summary  # what opening found, for metrics
         result = opened.result
-        self.log_id: LogId = open_log_id(directory, holds_frames=result.next_offset > 0)
+        self.log_id: LogId = open_log_id(
+            directory, holds_frames=result.next_offset > 0, had_entry=had_id
+        )
         """Names this log to the marks kept outside it (``log_id.py``)."""
         policy = SegmentPolicy(
             sync=config.fsync is not FsyncPolicy.NEVER,

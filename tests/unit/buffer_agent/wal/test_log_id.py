@@ -62,7 +62,7 @@ def test_an_unreadable_id_is_replaced_and_said(
         second, adopted = _opened(wal_dir)
     assert second != first and not adopted, "damage is no upgrade: the old marks are not used"
     assert [r.getMessage() for r in caplog.records] == [
-        f"{wal_dir / LOG_ID_FILE} holds no readable log id: a new id for this log"
+        f"{wal_dir / LOG_ID_FILE} held no readable log id: a new id for this log"
     ]
     assert _opened(wal_dir) == (second, False)
 
@@ -75,7 +75,7 @@ def test_an_id_that_cannot_be_written_is_kept_for_the_run_and_said(
 
     monkeypatch.setattr("durable_producer.buffer_agent.wal.log_id.write_atomic", full)
     with caplog.at_level(logging.WARNING):
-        given = open_log_id(tmp_path, holds_frames=True)
+        given = open_log_id(tmp_path, holds_frames=True, had_entry=False)
     assert not given.adopted, "an adoption not on the volume would be made again next time"
     assert not given.named_by(""), "an older agent's marks are not used"
     assert given.named_by(given.value)
@@ -91,3 +91,15 @@ def test_inspect_shows_the_id_and_makes_none(wal_dir: Path) -> None:
     report = inspect_wal(wal_dir)
     assert report.log_id == given
     assert f"log id:        {given}" in format_report(report).splitlines()
+
+
+@pytest.mark.parametrize(
+    ("content", "adopted"),
+    [(b"%s", False), (b"%s\n", False), (b"%s\nadopted", True), (b"%s\nadopted\n", True)],
+)
+def test_an_id_written_by_hand_reads_with_or_without_its_last_newline(
+    wal_dir: Path, content: bytes, adopted: bool
+) -> None:
+    wal_dir.mkdir()
+    (wal_dir / LOG_ID_FILE).write_bytes(content % (b"ab" * 16))
+    assert _opened(wal_dir) == ("ab" * 16, adopted)

@@ -161,6 +161,7 @@ def test_a_directory_in_place_of_the_log_id_is_moved_aside(wal_dir: Path) -> Non
     (wal_dir / "id").mkdir()
     with reopen_reads_everything(wal_dir, 3) as wal:
         given = wal.log_id.value
+        assert not wal.log_id.adopted, "a log with something in its id's place is no older log"
     (record,) = records(wal_dir)
     assert record["segment"] == "id" and record["lost_offsets"] == []
     assert record["reason"].endswith("not a file, so not the log's id")
