@@ -23,10 +23,11 @@ holds one ``IdentityRecord``:
 
 The record is valid for the WAL it names whose checkpoint is between ``written_checkpoint``
 and ``delivered_below`` (it is written before every checkpoint). A record without ``wal_id``
-(an agent before it) is valid only for a WAL given its id in this run over frames it already
-held: an upgrade, not a WAL recreated at offset 0 (which, its first frames taken for the old
-log's, passed them unsent). Otherwise the next run takes a new producer id and counts the
-frames it sends again below ``sent_below`` as possible duplicates.
+(an agent before it) is valid only for a WAL whose id is marked adopted (given over frames
+an agent before ids wrote: an upgrade), not for a WAL made again at offset 0 (which, its
+first frames taken for the old log's, passed them unsent). Otherwise the next run takes a
+new producer id and counts the frames it sends again below ``sent_below`` as possible
+duplicates.
 
 Format: two slots of ``SLOT_BYTES`` (or more: the file grows, through a new file, when the
 record does not fit) written alternately in place, each ``MAGIC``, a sequence number, the

@@ -184,7 +184,7 @@ Each name below is a constant of the package that owns the file (grep for it).
   "last_seen": <unix seconds>, "partitions": [[topic, partition, [[base_sequence,
   last_sequence, wal_offset], ...]], ...]}}}``. WAL frames at or above S are replayed on
   start to bring it up to date. Used only for the WAL whose id (``wal/id``) is W (a snapshot
-  without W, from an older agent, only for a WAL given its id on this open over its frames);
+  without W, from an older agent, only for a WAL whose id is marked ``adopted``);
   otherwise the state is rebuilt from the WAL alone.
 - ``metadata.json`` (``METADATA_FILE``, ``ingest/``): the cluster's partition counts and each
   topic's ``max.message.bytes`` where the cluster said it (DescribeConfigs), ``{"version": 1,
@@ -213,8 +213,8 @@ Each name below is a constant of the package that owns the file (grep for it).
   (every frame below ``delivered_below`` is in Kafka; no frame at or above ``sent_below`` was
   ever sent; a partition's first frame at or after ``offset`` is numbered ``sequence``). The
   valid slot with the higher sequence wins; the record is used only for the WAL named by
-  ``wal_id`` (``wal/id``; a record without it, from an older agent, only for a WAL given its
-  id on this open over frames it held) while its checkpoint lies between
+  ``wal_id`` (``wal/id``; a record without it, from an older agent, only for a WAL whose id
+  is marked ``adopted``) while its checkpoint lies between
   ``written_checkpoint`` and ``delivered_below``. fdatasync'ed only
   when the producer id or epoch changes. A file that cannot be read, or holds no valid slot
   (other than all zeros: created, never written), is moved aside to
@@ -237,7 +237,7 @@ skipped on reading and closed with a newline by the next append.
 - ``resent.jsonl``: ``{"id": ..., "recorded_ms": ..., "resent_ms": ...}`` for every dead
   letter re-sent successfully, naming it by its id and ``recorded_ms`` (another letter of the
   same id, from a WAL made again, is not marked; marks of older agents lack ``recorded_ms``
-  and mark every letter of their id).
+  and mark every letter of their id recorded before their ``resent_ms``).
 """
 
 from __future__ import annotations

@@ -96,3 +96,21 @@ def test_a_failed_hook_runs_again_once_the_checkpoint_freed_space(
     assert progress.checkpoint(delivered_up_to(6), 6)
     assert calls == [0, 6], "before the checkpoint, and again after it deleted segments"
     progress.close()
+
+
+def test_a_forgotten_hint_counts_nothing_as_sent_and_is_written_over(
+    wal: WriteAheadLog, tmp_path: Path
+) -> None:
+    """Another log's hint (its identity named another WAL): none of this log's frames is a
+    possible duplicate, and no early checkpoint waits for a replay."""
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / LEGACY_HINT_FILES[0]).write_text(json.dumps({"sent_high": 500, "delivered_high": 9}))
+    progress = Progress(wal, state, None, None)
+    assert progress.replay_until == 500
+    progress.forget_hint()
+    assert progress.replay_until == wal.checkpoint_offset == 0
+    assert not progress.replay_delivered_unrecorded(delivered_up_to(10))
+    progress.write_hint(delivered_up_to(3), 3, durable=False)
+    progress.close()
+    assert read_hint(state) == {"sent_high": 3, "delivered_high": 3}
