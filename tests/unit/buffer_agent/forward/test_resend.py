@@ -5,11 +5,20 @@ stored (tests/integration/buffer_agent/forward/test_forwarder.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetter
+from durable_producer.buffer_agent.forward import resend
+from durable_producer.buffer_agent.forward.dead_letter import (
+    DeadLetter,
+    DeadLetterStore,
+    list_dead_letters,
+)
 from durable_producer.buffer_agent.forward.resend import _batches_of
 from durable_producer.buffer_agent.kafka.record_decode import decode_batch
+from support.batch_builder import SampleRecord, build_batch
+from support.dead_letters import refused
 
 
 def letter(**fields: object) -> DeadLetter:
@@ -51,3 +60,47 @@ def test_an_earlier_agents_letter_is_sent_as_the_record_it_holds(
     assert [(name, data) for name, data in record.headers] == list(headers)
     assert record.timestamp_ms == (-1 if timestamp is None else timestamp)
     assert decode_batch(bytes(batch)).records == decoded.records  # the compiled decoder agrees
+
+
+class _Cluster:
+    """Stands in for ``ClusterClient``: this test is about the summary's bookkeeping when the
+    cluster goes away between two letters, which a real broker cannot be made to do at that
+    exact point (the sending itself is tested against Apache Kafka in test_forwarder.py)."""
+
+    leaders = {("orders", 2): 1}
+    topic_errors: dict[str, int] = {}
+
+    async def refresh(self, topics: object) -> None:
+        return None
+
+    async def init_producer_id(self) -> tuple[int, int]:
+        return 7, 0
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_letter_of_an_id_already_re_sent_that_kafka_never_took_is_reported_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two pending letters of one id (a WAL made again numbers from 0): the first went, then
+    Kafka was lost. The second was reported neither re-sent nor failed, and resend exited 0."""
+    directory = tmp_path / "dead-letter"
+    store = DeadLetterStore(directory)
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"old", 1)]))])
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"new", 2)]))])
+    sent = []
+
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> None:
+        if sent:
+            raise OSError("connection reset")
+        sent.append(parts)
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", send_one)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
+    assert summary.resent == ["7-0"]
+    assert summary.failed == {"7-0": "Kafka unreachable: connection reset"}
+    assert [letter.payload for letter in list_dead_letters(directory)] == [
+        build_batch([SampleRecord(b"k", b"new", 2)])
+    ]
