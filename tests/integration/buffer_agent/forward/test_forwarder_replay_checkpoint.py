@@ -35,6 +35,7 @@ from durable_producer.buffer_agent.forward.identity import (
     load_identity,
 )
 from durable_producer.buffer_agent.forward.progress import LEGACY_HINT_FILES, read_hint
+from durable_producer.buffer_agent.forward.publisher import ForwarderStats
 from durable_producer.buffer_agent.volume.format import CHECKPOINT_FILE, LOG_ID_FILE
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.batch_builder import SampleRecord, build_batch
@@ -66,6 +67,18 @@ def _forwarder(
         state_dir=tmp_path / "state",
         config=config,
     )
+
+
+def _forwarded(
+    wal: WriteAheadLog, bootstrap: str, tmp_path: Path, config: ForwarderConfig
+) -> ForwarderStats:
+    """A forwarder's figures once it forwarded ``HELD`` records (then stopped)."""
+    forwarder = _forwarder(wal, bootstrap, tmp_path, config).start()
+    try:
+        wait_for(lambda: forwarder.stats().forwarded_records == HELD, 60, 0.05, what="records")
+        return forwarder.stats()
+    finally:
+        forwarder.stop()
 
 
 def _wait_for_checkpoint(wal: WriteAheadLog, offset: int, timeout: float) -> float:
@@ -135,14 +148,7 @@ def test_frames_read_but_never_sent_are_no_possible_duplicates_after_a_restart(
     # Kafka twice, which is none of the held-back frames.
     (state / IDENTITY_FILE).unlink()
     create_topic(kafka_broker.bootstrap, absent, 1)
-    forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path, HELD_BACK).start()
-    try:
-        wait_for(
-            lambda: forwarder.stats().forwarded_records == HELD, 60, 0.05, what="second topic"
-        )
-        stats = forwarder.stats()
-    finally:
-        forwarder.stop()
+    stats = _forwarded(wal, kafka_broker.bootstrap, tmp_path, HELD_BACK)
     assert stats.possible_duplicates == 0
     values = [record.value for record in consume_all(kafka_broker.bootstrap, absent)]
     assert values == [b"a%d" % n for n in range(HELD)]
@@ -222,14 +228,7 @@ def test_an_identity_left_beside_a_recreated_wal_skips_none_of_its_frames(
         new_id = wal.log_id.value
         for n in range(HELD):
             wal.append(topic, 0, build_batch([SampleRecord(b"k", b"new%d" % n, n)]), 1)
-        forwarder = _forwarder(wal, kafka_broker.bootstrap, tmp_path).start()
-        try:
-            wait_for(
-                lambda: forwarder.stats().forwarded_records == HELD, 30, 0.05, what="new frames"
-            )
-            stats = forwarder.stats()
-        finally:
-            forwarder.stop()
+        stats = _forwarded(wal, kafka_broker.bootstrap, tmp_path, LONG_INTERVAL)
     values = [record.value for record in consume_all(kafka_broker.bootstrap, topic)]
     assert values == [b"v%d" % n for n in range(HELD)] + [b"new%d" % n for n in range(HELD)]
     assert stats.forwarded_records == HELD
