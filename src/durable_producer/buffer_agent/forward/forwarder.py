@@ -385,11 +385,9 @@ class Forwarder:
         else:
             if record is not None and not wal_id.named_by(record.wal_id):
                 log.warning(
-                    "the producer identity in the state directory was written for another WAL"
-                    " (id %s; this one is %s: recreated?): forwarding every frame of this WAL"
-                    " as a new producer",
-                    record.wal_id or "none",
-                    wal_id.value,
+                    "the producer identity in the state directory was %s: forwarding every"
+                    " frame of this WAL as a new producer",
+                    wal_id.other_than(record.wal_id),
                 )
                 self._progress.forget_hint()  # the same run's: its offsets are not this log's
                 hint_until, record = checkpoint, None

@@ -80,11 +80,9 @@ class ProducerStateStore:
             return SequenceTracker(), 0
         if not log_id.named_by(kept):
             log.warning(
-                "producer state snapshot %s was written for another WAL (id %s; this one is"
-                " %s: recreated?): %s",
+                "producer state snapshot %s was %s: %s",
                 self._path,
-                kept or "none",
-                log_id.value,
+                log_id.other_than(kept),
                 _FALLBACK,
             )
             return SequenceTracker(), 0

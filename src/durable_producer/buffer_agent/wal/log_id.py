@@ -43,6 +43,11 @@ class LogId:
         speaks of this log."""
         return kept == self.value if kept else self.adopted
 
+    def other_than(self, kept: str) -> str:
+        """Why a mark naming ``kept`` is not used, for its owner's warning."""
+        other = kept or "none"
+        return f"written for another WAL (id {other}; this one is {self.value}: recreated?)"
+
 
 def read_log_id(directory: Path) -> LogId | None:
     """The id ``directory``'s log has; None when it has none or an unreadable one."""
