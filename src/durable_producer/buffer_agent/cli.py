@@ -117,7 +117,7 @@ def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
         f"re-sent {len(summary.resent)}, failed {len(summary.failed)}, "
         f"skipped {len(summary.skipped)}"
     )
-    for letter_id, reason in {**summary.failed, **summary.skipped}.items():
+    for letter_id, reason in summary.failed + summary.skipped:
         print(f"  {letter_id}: {reason}")
     return 1 if summary.failed else 0
 

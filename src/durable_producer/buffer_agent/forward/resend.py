@@ -36,9 +36,12 @@ from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch,
 
 @dataclass(slots=True)
 class ResendSummary:
+    """Letters by id, each letter once (two letters can share an id: a WAL made again
+    numbers from 0); ``failed`` and ``skipped`` with the reason."""
+
     resent: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)
-    skipped: dict[str, str] = field(default_factory=dict)
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def resend_dead_letters(
@@ -60,7 +63,7 @@ def resend_dead_letters(
     summary = ResendSummary()
     if wanted is not None:
         for missing in sorted(wanted - {letter.id for letter in letters}):
-            summary.skipped[missing] = "no pending dead letter with this id"
+            summary.skipped.append((missing, "no pending dead letter with this id"))
     if letters:
         asyncio.run(_resend(store, letters, client_config, timeout, summary))
     return summary
@@ -83,14 +86,14 @@ async def _resend(
             try:
                 batches = _batches_of(letter)
             except InvalidRecordBatch as error:
-                summary.skipped[letter.id] = f"not a record batch: {error}"
+                summary.skipped.append((letter.id, f"not a record batch: {error}"))
                 continue
             key = (letter.topic, letter.partition)
             leader = client.leaders.get(key, NO_LEADER)
             if leader == NO_LEADER:
                 code = client.topic_errors.get(letter.topic)
-                summary.failed[letter.id] = (
-                    error_name(code) if code else "the partition has no leader"
+                summary.failed.append(
+                    (letter.id, error_name(code) if code else "the partition has no leader")
                 )
                 continue
             failure = None
@@ -110,12 +113,10 @@ async def _resend(
                 store.mark_resent(letter)
                 summary.resent.append(letter.id)
             else:
-                summary.failed[letter.id] = failure
+                summary.failed.append((letter.id, failure))
     except (BrokerUnreachable, OSError, TimeoutError) as error:
-        # the letters from the one being sent on (two letters can share an id: a WAL made
-        # again numbers from 0, so the ids of those done say nothing of these)
-        for letter in letters[reached:]:
-            summary.failed.setdefault(letter.id, f"Kafka unreachable: {error}")
+        for letter in letters[reached:]:  # the one being sent and those after it
+            summary.failed.append((letter.id, f"Kafka unreachable: {error}"))
     finally:
         client.close()
 

@@ -376,7 +376,7 @@ def test_oversized_batch_goes_to_dead_letters_whole_and_can_be_resent(
     resend = resend_dead_letters(
         data_dir / "dead-letter", {"bootstrap.servers": kafka_broker.bootstrap}, timeout=20
     )
-    assert resend.failed == {"1-0": "MESSAGE_TOO_LARGE"}, "still too large for the topic"
+    assert resend.failed == [("1-0", "MESSAGE_TOO_LARGE")], "still too large for the topic"
     admin = AdminClient({"bootstrap.servers": kafka_broker.bootstrap})
     resource = ConfigResource("topic", topic, set_config={"max.message.bytes": "1000000"})
     admin.alter_configs([resource])[resource].result(timeout=30)

@@ -100,7 +100,27 @@ def test_a_letter_of_an_id_already_re_sent_that_kafka_never_took_is_reported_fai
     monkeypatch.setattr(resend, "_send_one", send_one)
     summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
     assert summary.resent == ["7-0"]
-    assert summary.failed == {"7-0": "Kafka unreachable: connection reset"}
+    assert summary.failed == [("7-0", "Kafka unreachable: connection reset")]
     assert [letter.payload for letter in list_dead_letters(directory)] == [
         build_batch([SampleRecord(b"k", b"new", 2)])
     ]
+
+
+def test_two_letters_of_one_id_that_both_fail_are_two_failures(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The summary counts letters, not ids: two letters of id 7-0 refused again were reported
+    as one failure ("failed 1") when the summary was keyed by id."""
+    directory = tmp_path / "dead-letter"
+    store = DeadLetterStore(directory)
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"old", 1)]))])
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"new", 2)]))])
+
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> str:
+        return "MESSAGE_TOO_LARGE"
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", send_one)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
+    assert (summary.resent, summary.failed) == ([], [("7-0", "MESSAGE_TOO_LARGE")] * 2)
+    assert len(list_dead_letters(directory)) == 2, "both stay pending"
