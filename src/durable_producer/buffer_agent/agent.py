@@ -391,12 +391,12 @@ class BufferAgent:
         outcome = "complete" if summary.complete else "INCOMPLETE (the rest stays on the volume)"
         log.info(
             "drain %s: checkpoint %d of %d, %d records forwarded, %d dead letters, "
-            "%d replayed duplicates, %.1f s",
+            "%d possible duplicates, %.1f s",
             outcome,
             summary.checkpoint_offset,
             summary.target_offset,
             summary.forwarded_records,
             summary.dead_letters,
-            summary.replayed_duplicates,
+            summary.possible_duplicates,
             summary.elapsed_s,
         )

@@ -1,7 +1,7 @@
 """Spark task retries (``local[2,3]``): the agent is killed mid-write and restarted, as its
 sidecar would be; the job still succeeds, every row is in Kafka, and the duplicates lie between
 the sink's two counts: rows the failed attempts had acknowledged (at least that many) and rows
-the retried attempts re-sent plus the agent's own replay after its restart (at most)."""
+the retried attempts re-sent plus those the agent counted possible after its restart (at most)."""
 
 from __future__ import annotations
 
@@ -37,10 +37,6 @@ RETRIED_ATTEMPT = re.compile(
 COMMITTED = re.compile(r"durable-kafka: write: (\d+) of (\d+) records were written by retried")
 
 
-def metric(agent: AgentProcess, name: str) -> float:
-    return agent.metrics().get(name, 0.0)
-
-
 def test_killed_agent_fails_attempts_that_spark_retries_and_every_row_arrives(
     kafka_endpoint: KafkaEndpoint, tmp_path: Path
 ) -> None:
@@ -59,7 +55,7 @@ def test_killed_agent_fails_attempts_that_spark_retries_and_every_row_arrives(
                 def written() -> bool:
                     if job.poll() is not None:
                         raise AssertionError(f"the job ended early: {stderr_path.read_text()}")
-                    return metric(agent, "durable_agent_ingest_records_total") >= KILL_AFTER_ROWS
+                    return agent.metric("durable_agent_ingest_records_total") >= KILL_AFTER_ROWS
 
                 wait_for(
                     written,
@@ -78,11 +74,11 @@ def test_killed_agent_fails_attempts_that_spark_retries_and_every_row_arrives(
         log = stderr_path.read_text(errors="replace")
         assert job.returncode == 0, f"the job failed:\n{log[-4000:]}"
         wait_for(
-            lambda: metric(agent, "durable_agent_backlog_records") == 0,
+            lambda: agent.metric("durable_agent_backlog_records") == 0,
             timeout=120,
             what="the agent to forward its backlog",
         )
-        replayed = metric(agent, "durable_agent_replayed_duplicates_total")
+        possible = agent.metric("durable_agent_possible_duplicates_total")
     result = json.loads(output.decode().strip().splitlines()[-1])
     assert result["rows"] == ROWS
 
@@ -102,9 +98,9 @@ def test_killed_agent_fails_attempts_that_spark_retries_and_every_row_arrives(
     print(
         f"{len(failed)} failed attempts had {acknowledged_by_failed} rows acknowledged; "
         f"{len(retried)} retries re-sent {resent} rows; {duplicates} duplicates in Kafka; "
-        f"agent replayed {replayed:.0f}; job {result['seconds']} s"
+        f"agent counted {possible:.0f} possible; job {result['seconds']} s"
     )
     # Rows a failed attempt had acknowledged are in the WAL, so in Kafka twice once retried;
     # rows it sent without getting an answer may be too; a retried attempt re-sends all rows.
-    assert acknowledged_by_failed <= duplicates <= resent + replayed, "duplicates counted"
+    assert acknowledged_by_failed <= duplicates <= resent + possible, "duplicates counted"
     assert len(records) == ROWS + duplicates

@@ -137,7 +137,7 @@ def test_dashboard_queries_parse_and_use_only_exported_metrics(
         "durable_agent_ingest_records_total",
         "durable_agent_forwarded_records_total",
         "durable_agent_fsync_seconds_bucket",
-        "durable_agent_replayed_duplicates_total",
+        "durable_agent_possible_duplicates_total",
         "durable_agent_dead_letters_total",
         "durable_agent_quarantined_segments",
     }

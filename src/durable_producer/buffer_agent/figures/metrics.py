@@ -210,8 +210,9 @@ class AgentMetrics:
         r = self.registry
         self.replayed_duplicates = Counter(
             f"{PREFIX}_replayed_duplicates",
-            "Records sent again (after a restart or a producer reset: cause) that Kafka had"
-            " already acknowledged: each one is a duplicate in Kafka",
+            "Always 0 since the batch forwarder, kept for dashboards: a record Kafka had"
+            " acknowledged that is sent again under a new producer id or epoch cannot be told"
+            " from one whose outcome was unknown, and counts in possible_duplicates",
             ["cause"],
             registry=r,
         )
@@ -228,15 +229,15 @@ class AgentMetrics:
         self.kafka_errors = Counter(
             f"{PREFIX}_kafka_errors",
             "Errors the forwarder's Kafka client reported, by kind (delivery: records"
-            " refused; fatal: producer unusable, reset; transport: connections, timeouts)"
+            " refused; transport: connections, timeouts; fatal: no longer reported)"
             " and error name",
             ["kind", "error"],
             registry=r,
         )
         self.kafka_last_error_code = Gauge(
             f"{PREFIX}_kafka_last_error_code",
-            "librdkafka error code of the latest error of each kind (0: none yet; negative:"
-            " the client's own, e.g. -195 transport failure)",
+            "Kafka error code of the latest error of each kind (0: none yet; a failed"
+            " connection 13 NETWORK_EXCEPTION, a timeout 7 REQUEST_TIMED_OUT)",
             ["kind"],
             registry=r,
         )

@@ -18,7 +18,7 @@ class ForwarderConfig:
     checkpoint_interval_s: float = field(
         default=DEFAULT_CHECKPOINT_INTERVAL_SECONDS,
         metadata=option(
-            "seconds between checkpoints; bounds replayed duplicates after a crash",
+            "seconds between checkpoints; bounds what is re-sent after a crash",
             flag="--checkpoint-interval",
             parse=positive_float,
         ),

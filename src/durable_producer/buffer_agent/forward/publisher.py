@@ -54,9 +54,6 @@ class ForwarderStats:
     watermark: int
     possible_duplicates: int = 0
     """Records sent again under a new epoch or id whose earlier copy's outcome was unknown."""
-    replayed_duplicates: int = 0
-    """Records sent again that Kafka had acknowledged: never (the forwarder sends a frame
-    again only with the numbers its earlier copy had, so Kafka drops that copy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,8 +67,6 @@ class DrainSummary:
     dead_letters: int
     elapsed_s: float
     possible_duplicates: int = 0
-    replayed_duplicates: int = 0
-    """Always 0: as ``ForwarderStats.replayed_duplicates``."""
 
 
 class Publisher:
