@@ -10,12 +10,9 @@ is no record batch is dead-lettered before it counts as read (``passed`` once it
 on the volume). ``wal.checkpoint(tracker.watermark)`` never skips an
 undelivered record, whatever order Kafka acknowledges partitions in.
 
-Nothing is kept per frame: a ``linger.ms=0`` client stores one record a frame and the
-forwarder reads up to 100,000 of them ahead; a tracker entry of its own per frame (a deque
-slot, two dict entries, a call to register and one to acknowledge) cost about 1 us a frame,
-a quarter of the forwarder's own work for such frames (docs/benchmarks.md). The watermark
-costs one look at each queue's head instead, as often as the forwarder's loop asks (it looks
-at every queue each turn anyway, to send).
+Nothing is kept per frame (an entry a frame cost a quarter of the forwarder's work for
+``linger.ms=0`` clients' frames, docs/benchmarks.md): the watermark costs one look at each
+queue's head, as often as the forwarder's loop asks.
 """
 
 from __future__ import annotations

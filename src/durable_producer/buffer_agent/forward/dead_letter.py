@@ -10,11 +10,8 @@ in the WAL and the forwarder retries (``forwarder.py``). Letters
 written by the per-record forwarder of earlier versions (one record each) are still listed
 and re-sent.
 
-Layout of ``DATA/dead-letter/``: ``dead-letters.jsonl`` (append-only, one JSON object a line,
-bytes as base64, fsynced on every append; the letters of one pass, such as a deleted topic's
-whole backlog, are appended together, one fsync for each ``LETTERS_WRITE_BYTES``) and
-``resent.jsonl`` (ids re-sent successfully). A torn last line after a crash is ignored on
-reading.
+Layout of ``DATA/dead-letter/``: ``volume/format.py``. The letters of one pass, such as a
+deleted topic's whole backlog, are appended together, one fsync each ``LETTERS_WRITE_BYTES``.
 """
 
 from __future__ import annotations

@@ -29,19 +29,11 @@ first frames taken for the old log's, passed them unsent). Otherwise the next ru
 new producer id and counts the frames it sends again below ``sent_below`` as possible
 duplicates.
 
-Format: two slots of ``SLOT_BYTES`` (or more: the file grows, through a new file, when the
-record does not fit) written alternately in place, each ``MAGIC``, a sequence number, the
-payload's length and CRC-32, then the payload (JSON). The valid slot with the higher sequence
-wins. Writes go to the page cache, fdatasync'ed only when the identity itself changes (a new
-producer id or epoch): an ordinary write survives a process crash, not a node crash, after
-which the brokers' answers (an epoch they know, sequences out of order) are resolved as
-described in ``partition_queue``.
-
-A damaged file never stops the agent (``volume/state_file.py``): one that cannot be read (a
-directory in its place, no permission) or holds no usable slot is moved aside to
-``producer-identity.damaged``, named in one WARNING line and counted
-(``durable_agent_state_files_damaged``); the forwarder then takes a new producer id, as when
-there is no file. A file of zeros (created, never written: a crash in between) is no damage.
+The file's format, when it is fdatasync'ed and what a damaged one becomes: ``volume/format.py``.
+An ordinary write survives a process crash, not a node crash, after which the brokers' answers
+(an epoch they know, sequences out of order) are resolved as ``partition_queue`` describes. A
+damaged file never stops the agent: it is moved aside, named in one WARNING line and counted
+(``durable_agent_state_files_damaged``), and the forwarder takes a new producer id.
 """
 
 from __future__ import annotations

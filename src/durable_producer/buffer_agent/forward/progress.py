@@ -1,8 +1,8 @@
 """How far the forwarder got: the WAL checkpoint and the sent/delivered hint.
 
 The contiguous watermark of the ``AckTracker`` is written as the WAL checkpoint every
-``checkpoint_interval_s``, on stop, and as soon as the frames replayed after a start or
-reset are delivered; the WAL deletes whole segments below it.
+``checkpoint_interval_s``, on stop, and as soon as the frames replayed after a start are
+delivered; the WAL deletes whole segments below it.
 
 The hint marks what a restart must treat with care. The forwarder persists a *sent
 high-water mark* (one past the last frame of a Produce request to a connected broker) and,
@@ -86,9 +86,8 @@ class HintFile:
 
 
 class Progress:
-    """The checkpoint and hint of one forwarder; the tracker is passed in (a reset makes a new
-    one). ``replay_until``: frames below it may already be in Kafka (sent by a previous run or
-    before a reset); re-sending one counts its records as possible duplicates."""
+    """The checkpoint and hint of one forwarder; the tracker is passed in. ``replay_until``:
+    frames below it may already be in Kafka (sent by a previous run)."""
 
     def __init__(
         self,
