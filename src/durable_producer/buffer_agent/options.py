@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Any
 
 from durable_producer.buffer_agent.errors import SettingError
@@ -216,15 +218,39 @@ def host_port(text: str) -> tuple[str, int]:
         host = host[1:-1]
     if not sep or not port.isdigit() or not host:
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. {AGENT_BOOTSTRAP})")
+    if int(port) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port is 0 to 65535")
     return host, int(port)
+
+
+def path(text: str) -> Path:
+    """A path; an empty one (``DURABLE_AGENT_DATA_DIR=``) is a mistake, not the current
+    directory."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path (give a directory)")
+    return Path(text)
+
+
+def upper_case_of(words: Sequence[str]) -> Callable[[str], str]:
+    """A parser taking one of ``words`` in any case (``info`` for ``INFO``)."""
+
+    def parse(text: str) -> str:
+        if text.upper() not in words:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {one_of(words)}")
+        return text.upper()
+
+    return parse
 
 
 def _number(text: str, kind: type[int] | type[float]) -> int | float:
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         what = "a whole number" if kind is int else "a number"
         raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
 
 def positive_int(text: str) -> int:

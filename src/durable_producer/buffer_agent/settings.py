@@ -27,9 +27,11 @@ from durable_producer.buffer_agent.options import (
     one_of,
     option,
     options_of,
+    path,
     positive_float,
     positive_int,
     reference_table,
+    upper_case_of,
 )
 from durable_producer.buffer_agent.wal.config import DEFAULT_MAX_WAL_FRAME_BYTES, WalConfig
 from durable_producer.contract import DATA_DIR, METRICS_HOST, METRICS_PORT
@@ -45,7 +47,7 @@ class AgentConfig:
 
     data_dir: Path = field(
         default=Path(DATA_DIR),
-        metadata=option("the buffer volume: WAL, state and dead letters live here", parse=Path),
+        metadata=option("the buffer volume: WAL, state and dead letters live here", parse=path),
     )
     metrics_host: str = field(
         default=METRICS_HOST,
@@ -58,7 +60,9 @@ class AgentConfig:
         ),
     )
     metrics_port: int = METRICS_PORT
-    log_level: str = field(default="INFO", metadata=option(one_of(LOG_LEVELS)))
+    log_level: str = field(
+        default="INFO", metadata=option(one_of(LOG_LEVELS), parse=upper_case_of(LOG_LEVELS))
+    )
     log_format: str = field(
         default="text",
         metadata=option("text or json (one JSON object per line)", choices=LOG_FORMATS),

@@ -17,9 +17,11 @@ from durable_producer.buffer_agent.options import (
     one_of,
     option,
     options_of,
+    path,
     positive_float,
     positive_int,
     reference_table,
+    upper_case_of,
     values_of,
 )
 
@@ -98,6 +100,10 @@ def test_help_and_reference_show_the_fields_defaults() -> None:
     assert "how many (default: 3) [env: DURABLE_AGENT_COUNT]" in text
 
 
+def test_a_level_is_taken_in_any_case() -> None:
+    assert upper_case_of(("DEBUG", "INFO"))("info") == "INFO"
+
+
 def test_help_words() -> None:
     assert one_of(("A", "B", "C")) == "A, B or C"
     assert one_of(("A",)) == "A"
@@ -111,6 +117,15 @@ def test_help_words() -> None:
         (positive_float, "0", "0 must be positive"),
         (positive_int, "1.5", "'1.5' is not a whole number"),
         (non_negative_int, "-2", "-2 must be zero or a positive integer"),
+        # nan passed "must be positive" (nan <= 0 is false): --checkpoint-interval nan never
+        # checkpointed, so the WAL was never freed
+        (positive_float, "nan", "'nan' is not a finite number"),
+        (non_negative_float, "inf", "'inf' is not a finite number"),
+        # a port beyond 65535 passed, and the agent died in bind() with a traceback
+        (host_port, "127.0.0.1:99999", "'127.0.0.1:99999': a port is 0 to 65535"),
+        # DURABLE_AGENT_DATA_DIR= ran the agent in the current directory
+        (path, "", "an empty path (give a directory)"),
+        (upper_case_of(("DEBUG", "INFO")), "LOUD", "'LOUD' is not DEBUG or INFO"),
     ],
 )
 def test_a_bad_number_is_named_in_one_line(
