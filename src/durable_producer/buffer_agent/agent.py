@@ -36,7 +36,11 @@ from durable_producer.buffer_agent.figures.forward_rate import (
 )
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
 from durable_producer.buffer_agent.figures.metrics_server import MetricsServer
-from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
+from durable_producer.buffer_agent.forward.dead_letter import (
+    DeadLetterStore,
+    read_dead_letters,
+    unreadable_note,
+)
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
@@ -349,14 +353,15 @@ class BufferAgent:
             log.info("drain finished in %.1f s", time.monotonic() - started)
             if not summary.complete:
                 return 1
-            kept = len(list_dead_letters(self.settings.agent.dead_letter_dir))
-            if kept:
+            kept = read_dead_letters(self.settings.agent.dead_letter_dir)
+            if kept.letters or kept.unreadable:
                 # The operator deletes a volume whose drain succeeded: these would go with it.
                 log.error(
-                    "the volume is not empty: %d dead letter(s) Kafka refused are still in %s;"
-                    " re-send them once the cause is fixed (durable-agent dead-letters resend)"
-                    " or remove the handled ones, then drain again",
-                    kept,
+                    "the volume is not empty: %d dead letter(s) Kafka refused%s are still in"
+                    " %s; re-send them once the cause is fixed (durable-agent dead-letters"
+                    " resend) or remove the handled ones, then drain again",
+                    len(kept.letters),
+                    unreadable_note(kept.unreadable),
                     self.settings.agent.dead_letter_dir,
                 )
                 return DRAIN_KEPT_DEAD_LETTERS_EXIT
@@ -373,10 +378,11 @@ class BufferAgent:
         if not path.is_file():
             return
         stats = wal.stats()
+        letters = read_dead_letters(self.settings.agent.dead_letter_dir)
         record = ShutdownRecord(
             drained=summary.complete,
             backlog_records=stats.backlog_records,
-            dead_letters=len(list_dead_letters(self.settings.agent.dead_letter_dir)),
+            dead_letters=len(letters.letters) + len(letters.unreadable),
             quarantined_segments=stats.quarantined_segments,
         )
         try:

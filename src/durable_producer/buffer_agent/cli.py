@@ -20,11 +20,11 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from durable_producer.buffer_agent.errors import SettingError, StartupError
-from durable_producer.buffer_agent.forward.dead_letter import list_dead_letters
+from durable_producer.buffer_agent.forward.dead_letter import read_dead_letters, unreadable_note
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
-from durable_producer.buffer_agent.logging_setup import configure_logging
-from durable_producer.buffer_agent.options import add_options, options_of
+from durable_producer.buffer_agent.logging_setup import LOG_FORMATS, LOG_LEVELS, configure_logging
+from durable_producer.buffer_agent.options import add_options, options_of, path, upper_case_of
 from durable_producer.buffer_agent.settings import (
     COMMON_OPTIONS,
     DRAIN_OPTIONS,
@@ -92,10 +92,20 @@ def _where_the_wal_is(directory: Path) -> str:
 
 def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
     volume = AgentConfig(data_dir=Path(args.data_dir))
-    letters = list_dead_letters(volume.dead_letter_dir, include_resent=args.all)
+    if not volume.data_dir.is_dir():
+        print(f"durable-agent: no buffer volume at {volume.data_dir} (--data-dir)", file=sys.stderr)
+        return 2
+    reading = read_dead_letters(volume.dead_letter_dir, include_resent=args.all)
+    letters = reading.letters
+    if reading.unreadable:
+        print(
+            f"durable-agent: {volume.dead_letter_dir}: {len(letters)} dead letter(s)"
+            f"{unreadable_note(reading.unreadable)}",
+            file=sys.stderr,
+        )
     if not letters:
         print("no dead letters")
-        return 0
+        return 1 if reading.unreadable else 0
     print(f"{'id':<28} {'topic':<24} {'part':>4} {'wal offset':>10}  reason")
     for letter in letters:
         state = " (re-sent)" if letter.resent else ""
@@ -103,7 +113,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
             f"{letter.id:<28} {letter.topic:<24} {letter.partition:>4} "
             f"{letter.wal_offset:>10}  {letter.reason}{state}"
         )
-    return 0
+    return 1 if reading.unreadable else 0
 
 
 def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
@@ -161,8 +171,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     inspect.add_argument("directory", help=f"the WAL directory (e.g. {AgentConfig().wal_dir})")
     inspect.add_argument("--json", action="store_true", help="machine-readable output")
     add_options(inspect, options_of(WalConfig, "fsync"), environ)  # judges a damaged last frame
-    inspect.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
-    inspect.add_argument("--log-format", default="text", help=argparse.SUPPRESS)
+    _add_quiet_logging(inspect)
     inspect.set_defaults(handler=_cmd_wal_inspect)
 
     letters = commands.add_parser("dead-letters", help="records Kafka refused for good")
@@ -172,17 +181,27 @@ def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentP
     listing.add_argument(
         data_dir.flag,
         default=environ.get(data_dir.env, data_dir.shown_default),
+        type=path,
         help="the buffer volume",
     )
     listing.add_argument("--all", action="store_true", help="include re-sent ones")
-    listing.add_argument("--log-level", default="WARNING", help=argparse.SUPPRESS)
-    listing.add_argument("--log-format", default="text", help=argparse.SUPPRESS)
+    _add_quiet_logging(listing)
     listing.set_defaults(handler=_cmd_dead_letters_list)
     resend = letter_commands.add_parser("resend", help="produce dead letters again")
     add_options(resend, COMMON_OPTIONS, environ)
     resend.add_argument("ids", nargs="*", help="dead letter ids (default: all pending)")
     resend.set_defaults(handler=_cmd_dead_letters_resend)
     return parser
+
+
+def _add_quiet_logging(command: argparse.ArgumentParser) -> None:
+    """The log options of a read-only command: hidden, WARNING by default."""
+    command.add_argument(
+        "--log-level", default="WARNING", type=upper_case_of(LOG_LEVELS), help=argparse.SUPPRESS
+    )
+    command.add_argument(
+        "--log-format", default="text", choices=LOG_FORMATS, help=argparse.SUPPRESS
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -51,6 +51,43 @@ def test_wal_inspect_of_a_missing_directory_is_a_clear_error(
     assert "is not a directory" in capsys.readouterr().err
 
 
+def test_dead_letters_list_names_damaged_lines_in_one_line_and_exits_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dead-letters file of garbage listed "no dead letters", exit 0."""
+    letters = tmp_path / "dead-letter"
+    letters.mkdir()
+    (letters / "dead-letters.jsonl").write_bytes(b"\x8f garbage\n" * 3)
+    assert main(["dead-letters", "list", "--data-dir", str(tmp_path)]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "no dead letters\n"
+    [said] = captured.err.splitlines()
+    assert "0 dead letter(s) and 3 line(s) that hold no letter" in said and "line 1" in said
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dead-letters", "list", "--data-dir", "{missing}"],
+        ["dead-letters", "list", "--data-dir", ""],
+        ["dead-letters", "list", "--data-dir", "{tmp}", "--log-level", "LOUD"],
+        ["wal", "inspect", "{tmp}", "--log-level", "5"],
+    ],
+)
+def test_a_mistaken_read_only_command_says_so_in_one_line_with_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """A missing volume listed "no dead letters" (exit 0); a bad --log-level was a ValueError
+    traceback."""
+    given = [a.format(missing=tmp_path / "nope", tmp=tmp_path) for a in argv]
+    try:
+        code = main(given)
+    except SystemExit as stopped:  # argparse's own refusal
+        code = int(stopped.code or 0)
+    assert code == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
 def test_wal_inspect_tells_a_checkpoint_never_written_from_a_damaged_one(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -23,7 +23,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -75,7 +75,7 @@ def _b64(data: bytes | None) -> str | None:
 
 
 def _unb64(text: str | None) -> bytes | None:
-    return None if text is None else base64.b64decode(text)
+    return None if text is None else base64.b64decode(_text(text), validate=True)
 
 
 class DeadLetterBudgetExhausted(OSError):
@@ -92,6 +92,7 @@ class DeadLetterStore:
         self._synced: set[str] = set()
         """Files whose directory entry this store has fsynced (once: a file created by an
         append that failed after it must not miss it)."""
+        self._recorded_ms = 0
 
     def size_bytes(self) -> int:
         try:
@@ -106,7 +107,9 @@ class DeadLetterStore:
         retries it); an append the disk has no room for is cut back whole."""
         budget = self.max_bytes
         held = self.size_bytes() if budget is not None else 0
-        recorded_ms = int(time.time() * 1000)
+        with self._lock:  # a mark names a letter by id and time: one store's never repeat
+            recorded_ms = max(int(time.time() * 1000), self._recorded_ms + 1)
+            self._recorded_ms = recorded_ms
         lines: list[bytes] = []
         pending = stored = 0
         refusal: OSError | None = None
@@ -166,9 +169,7 @@ class DeadLetterStore:
                 if name not in self._synced:  # the file's entry, before any line of it
                     fsync_directory(self.directory)
                     self._synced.add(name)
-                size = os.fstat(fd).st_size
-                if size and os.pread(fd, 1, size - 1) != b"\n":
-                    line = b"\n" + line  # close a line torn by a crash, keep this one whole
+                size = _cut_torn_tail(fd, os.fstat(fd).st_size)
                 if budget is not None and size + len(line) > budget:
                     raise _no_room(size, budget, len(line))
                 _append_whole(fd, line, size)
@@ -218,6 +219,20 @@ def _line(entry: Mapping[str, Any]) -> bytes:
     return (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+def _cut_torn_tail(fd: int, size: int) -> int:
+    """The file's size without a last line a crash cut short (never fsynced whole: its batch
+    stayed in the WAL and is lettered again), which is cut off, so that every line before the
+    end is whole and one that cannot be read is damage (``read_dead_letters``)."""
+    end = size
+    while end and os.pread(fd, 1, end - 1) != b"\n":
+        start = max(0, end - 65536)
+        newline = os.pread(fd, end - start, start).rfind(b"\n")
+        end = start + newline + 1 if newline >= 0 else start
+    if end != size:
+        os.ftruncate(fd, end)  # fsynced with the line appended next
+    return end
+
+
 def _append_whole(fd: int, line: bytes, size: int) -> None:
     """Append ``line`` and fsync, or cut the file back to ``size`` and raise ``OSError``: a
     full disk (ENOSPC part way through) must not leave half a letter that counts as written.
@@ -254,42 +269,87 @@ def _to_json(letter: DeadLetter) -> dict[str, Any]:
     }
 
 
-def _from_json(entry: Mapping[str, Any], resent: bool) -> DeadLetter:
+def _from_json(
+    entry: Mapping[str, Any], resent: set[tuple[str, int]], resent_until: Mapping[str, int]
+) -> DeadLetter:
+    """The letter of one line; KeyError, TypeError or ValueError if it holds none."""
+    letter_id, recorded_ms = _text(entry["id"]), _whole(entry["recorded_ms"])
+    index, timestamp = entry["record_index"], entry["timestamp_ms"]
     return DeadLetter(
-        id=entry["id"],
-        recorded_ms=entry["recorded_ms"],
-        wal_offset=entry["wal_offset"],
-        topic=entry["topic"],
-        partition=entry["partition"],
-        record_index=entry["record_index"],
-        reason=entry["reason"],
-        error_code=entry["error_code"],
-        timestamp_ms=entry["timestamp_ms"],
+        id=letter_id,
+        recorded_ms=recorded_ms,
+        wal_offset=_whole(entry["wal_offset"]),
+        topic=_text(entry["topic"]),
+        partition=_whole(entry["partition"]),
+        record_index=None if index is None else _whole(index),
+        reason=_text(entry["reason"]),
+        error_code=_text(entry["error_code"]),
+        timestamp_ms=None if timestamp is None else _whole(timestamp),
         key=_unb64(entry["key"]),
         value=_unb64(entry["value"]),
-        headers=tuple((name, _unb64(value)) for name, value in entry["headers"]),
+        headers=tuple((_text(name), _unb64(value)) for name, value in entry["headers"]),
         payload=_unb64(entry["payload"]),
-        resent=resent,
+        resent=(letter_id, recorded_ms) in resent
+        or recorded_ms <= resent_until.get(letter_id, -1),
     )
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
-    """Complete JSON lines of ``path``; a torn last line (crash mid-append) is skipped."""
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not text")
+    return value
+
+
+def _whole(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{value!r} is not a whole number")
+    return value
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
+    """The JSON objects of ``path`` by line number, None for a line that holds none; a torn
+    last line (a crash mid-append, no newline after it) is skipped."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return []
-    entries = []
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        with contextlib.suppress(ValueError):
-            entries.append(json.loads(line))
-    return entries
+        return
+    lines = data.split(b"\n")
+    for number, line in enumerate(lines[:-1], 1):
+        if line.strip():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                entry = None
+            yield number, entry if isinstance(entry, dict) else None
 
 
 def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[DeadLetter]:
-    """Dead letters in the order they were recorded; re-sent ones only if asked for.
+    """Dead letters in the order they were recorded; re-sent ones only if asked for."""
+    return read_dead_letters(directory, include_resent=include_resent).letters
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterReading:
+    letters: list[DeadLetter]
+    unreadable: list[str]
+    """Lines that hold no letter or mark (damage), as "<file> line <n>": nothing may treat
+    the area as empty while there are any (a drain, a shutdown record)."""
+
+
+def unreadable_note(unreadable: list[str]) -> str:
+    """" and N damaged lines (...)" for a message about the area, or ""."""
+    if not unreadable:
+        return ""
+    shown = ", ".join(unreadable[:3]) + (", ..." if len(unreadable) > 3 else "")
+    return (
+        f" and {len(unreadable)} line(s) that hold no letter ({shown}: damaged; read them,"
+        " and remove them once handled, the agent stopped)"
+    )
+
+
+def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadLetterReading:
+    """Dead letters in the order they were recorded; re-sent ones only if asked for; and the
+    lines that could not be read.
 
     A letter of the same batch as an earlier one (its id, place and bytes) is left out: the
     agent killed after a letter was stored and before its volume said so letters the batch
@@ -297,25 +357,37 @@ def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[
     re-send mark names the letter's id and recording time: another batch of the same id (a
     WAL made again numbers from 0) stays pending."""
     directory = Path(directory)
-    marks = _read_lines(directory / RESENT_FILE)
-    resent = {(mark["id"], mark["recorded_ms"]) for mark in marks if "recorded_ms" in mark}
+    unreadable = []
+    resent: set[tuple[str, int]] = set()
     resent_until: dict[str, int] = {}  # older agents' marks: every letter of the id before it
-    for mark in marks:
-        if "recorded_ms" not in mark:
-            resent_until[mark["id"]] = max(resent_until.get(mark["id"], 0), mark["resent_ms"])
+    for number, mark in _read_lines(directory / RESENT_FILE):
+        try:
+            if mark is None:
+                raise ValueError
+            if "recorded_ms" in mark:
+                resent.add((str(mark["id"]), int(mark["recorded_ms"])))
+            else:
+                until = max(resent_until.get(mark["id"], 0), int(mark["resent_ms"]))
+                resent_until[str(mark["id"])] = until
+        except (KeyError, TypeError, ValueError):
+            unreadable.append(f"{RESENT_FILE} line {number}")
     letters = []
     seen: dict[str, list[DeadLetter]] = {}
-    for entry in _read_lines(directory / DEAD_LETTERS_FILE):
-        key = (entry["id"], entry["recorded_ms"])
-        was_resent = key in resent or key[1] <= resent_until.get(key[0], -1)
-        letter = _from_json(entry, was_resent)
+    for number, entry in _read_lines(directory / DEAD_LETTERS_FILE):
+        try:
+            if entry is None:
+                raise ValueError
+            letter = _from_json(entry, resent, resent_until)
+        except (KeyError, TypeError, ValueError):  # binascii.Error is a ValueError
+            unreadable.append(f"{DEAD_LETTERS_FILE} line {number}")
+            continue
         same_id = seen.setdefault(letter.id, [])
         if any(_same_batch(earlier, letter) for earlier in same_id):
             continue
         same_id.append(letter)
         if include_resent or not letter.resent:
             letters.append(letter)
-    return letters
+    return DeadLetterReading(letters, unreadable)
 
 
 def _same_batch(one: DeadLetter, other: DeadLetter) -> bool:

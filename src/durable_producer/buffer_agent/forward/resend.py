@@ -18,7 +18,7 @@ from typing import Any
 from durable_producer.buffer_agent.forward.dead_letter import (
     DeadLetter,
     DeadLetterStore,
-    list_dead_letters,
+    read_dead_letters,
 )
 from durable_producer.buffer_agent.forward.failure_policy import error_name
 from durable_producer.buffer_agent.kafka import batch_stamp
@@ -57,10 +57,11 @@ def resend_dead_letters(
     reason."""
     store = DeadLetterStore(Path(directory))
     wanted = None if ids is None else set(ids)
-    letters = [
-        letter for letter in list_dead_letters(directory) if wanted is None or letter.id in wanted
-    ]
+    reading = read_dead_letters(directory)
+    letters = [letter for letter in reading.letters if wanted is None or letter.id in wanted]
     summary = ResendSummary()
+    for line in reading.unreadable:
+        summary.failed.append((line, "holds no dead letter (damaged): remove it once handled"))
     if wanted is not None:
         for missing in sorted(wanted - {letter.id for letter in letters}):
             summary.skipped.append((missing, "no pending dead letter with this id"))
