@@ -9,10 +9,12 @@ fails at start with a message that says what to fix.
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from durable_producer.buffer_agent.kafka.connection import Security
 from durable_producer.buffer_agent.options import one_of, option
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -49,7 +51,7 @@ class KafkaConfigError(ValueError):
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems
-        super().__init__("invalid Kafka connection settings:\n  - " + "\n  - ".join(problems))
+        super().__init__("invalid Kafka connection settings: " + "; ".join(problems))
 
 
 def parse_extra_settings(items: Iterable[str]) -> dict[str, str]:
@@ -147,10 +149,24 @@ def build_client_config(
     _add_tls(settings, uses_tls, config, problems)
     _add_sasl(settings, uses_sasl, environ, config, problems)
     _add_extras(settings.extra, config, problems)
+    if uses_tls and not problems:
+        _check_tls_files(config, problems)
 
     if problems:
         raise KafkaConfigError(problems)
     return config
+
+
+def _check_tls_files(config: Mapping[str, str], problems: list[str]) -> None:
+    """Load the TLS files as the forwarder will (a CA file that is no PEM certificate was an
+    SSLError traceback in every command)."""
+    try:
+        Security.from_client_config(config)
+    except (ssl.SSLError, OSError, ValueError) as error:
+        problems.append(
+            f"the TLS files cannot be used ({error}): ssl_ca_file, ssl_cert_file and"
+            " ssl_key_file must be PEM files, ssl_key_password_file the key's password"
+        )
 
 
 def _check_bootstrap(servers: str, problems: list[str]) -> str:
@@ -333,16 +349,3 @@ def _add_extras(extra: Mapping[str, str], config: dict[str, str], problems: list
             )
         else:
             config[key] = value
-
-
-def check_with_librdkafka(config: Mapping[str, str]) -> None:
-    """Let librdkafka itself reject unknown or malformed settings (e.g. a misspelt extra).
-
-    Creates a producer and drops it at once; no record is sent.
-    """
-    from confluent_kafka import KafkaException, Producer
-
-    try:
-        Producer(dict(config))
-    except (KafkaException, ValueError, TypeError) as error:
-        raise KafkaConfigError([f"librdkafka rejected the configuration: {error}"]) from error

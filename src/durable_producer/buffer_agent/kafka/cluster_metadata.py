@@ -47,6 +47,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient
 
+from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError
 from durable_producer.buffer_agent.kafka.client_log import CLIENT_LOGGER, ClientLog
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
@@ -94,7 +95,10 @@ class ClusterMetadataSource:
         self._timeout_s = timeout_s
         self._client_log = ClientLog(logging.getLogger(CLIENT_LOGGER), "metadata")
         settings: dict[str, Any] = {"logger": self._client_log, **client_config}
-        self._admin: AdminClient | None = AdminClient(settings)
+        try:
+            self._admin: AdminClient | None = AdminClient(settings)
+        except (KafkaException, ValueError, TypeError) as error:  # e.g. a misspelt --kafka-setting
+            raise KafkaConfigError([f"librdkafka rejected the configuration: {error}"]) from None
         if str(client_config.get("allow.auto.create.topics", "true")).lower() == "false":
             creation_wait_s = 0.0  # the request creates nothing: its first answer is final
         self._creation_wait_s = creation_wait_s

@@ -5,14 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import trustme
 
 from durable_producer.buffer_agent.kafka.client_config import (
     KafkaConfigError,
     KafkaConnectionSettings,
     build_client_config,
-    check_with_librdkafka,
     parse_extra_settings,
 )
+from durable_producer.buffer_agent.kafka.cluster_metadata import ClusterMetadataSource
 
 
 def _write(path: Path, text: str) -> Path:
@@ -29,9 +30,12 @@ def test_plaintext_minimal() -> None:
 
 
 def test_sasl_ssl_from_mounted_secret_files(tmp_path: Path) -> None:
-    ca = _write(tmp_path / "ca.crt", "CA")
-    cert = _write(tmp_path / "tls.crt", "CERT")
-    key = _write(tmp_path / "tls.key", "KEY")
+    authority = trustme.CA()
+    issued = authority.issue_cert("app.clients.test")
+    ca, cert, key = tmp_path / "ca.crt", tmp_path / "tls.crt", tmp_path / "tls.key"
+    authority.cert_pem.write_to_path(str(ca))
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
     password = _write(tmp_path / "password", "s3cret\n")
     settings = KafkaConnectionSettings(
         "kafka:9093",
@@ -154,7 +158,18 @@ def test_parse_extra_settings() -> None:
 
 
 def test_librdkafka_rejects_a_misspelt_extra() -> None:
+    """The metadata client's librdkafka raised KafkaException: a 28-line traceback of
+    ``durable-agent run``, exit 1."""
     config = build_client_config(KafkaConnectionSettings("127.0.0.1:9", extra={"lingr.ms": "5"}))
     with pytest.raises(KafkaConfigError, match=r"lingr\.ms"):
-        check_with_librdkafka(config)
-    check_with_librdkafka(build_client_config(KafkaConnectionSettings("127.0.0.1:9")))
+        ClusterMetadataSource(config)
+    ClusterMetadataSource(build_client_config(KafkaConnectionSettings("127.0.0.1:9"))).close()
+
+
+def test_a_ca_file_that_is_no_certificate_is_a_setting_error(tmp_path: Path) -> None:
+    """It was an ssl.SSLError traceback in every command (a Secret mounted wrong)."""
+    settings = KafkaConnectionSettings(
+        "k:9092", security_protocol="SSL", ssl_ca_file=_write(tmp_path / "ca.pem", "not PEM")
+    )
+    with pytest.raises(KafkaConfigError, match="the TLS files cannot be used"):
+        build_client_config(settings, {})
