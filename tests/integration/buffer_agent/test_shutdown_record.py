@@ -121,3 +121,23 @@ def test_a_drain_does_not_call_a_volume_with_dead_letters_empty(
     values = {record.value for record in consume_all(kafka_broker.bootstrap, topic,
                                                      expected=RECORDS + 1)}
     assert b"refused-once" in values
+
+
+def test_a_drain_does_not_call_a_volume_with_a_damaged_dead_letter_empty(
+    tmp_path: Path, kafka_broker: KafkaBroker, new_topic: TopicFactory
+) -> None:
+    """A dead-letters file whose lines hold no letter (damage) was read as none: the drain
+    exited 0 and the operator deleted the volume with what they held."""
+    topic = new_topic()
+    volume = tmp_path / "volume"
+    with AgentProcess(volume, kafka_broker.bootstrap) as agent:
+        produce(agent, topic)
+        assert agent.stop() == 0, agent.log_tail()
+    (volume / "dead-letter" / "dead-letters.jsonl").write_bytes(b"\x8f\x00 damaged\n")
+
+    kept = drain(volume, kafka_broker.bootstrap)
+    assert kept.returncode == 4, kept.stderr[-3000:]
+    said = kept.stderr.strip().splitlines()[-1]
+    print(f"\n{said}")
+    assert "0 dead letter(s) Kafka refused and 1 line(s) that hold no letter" in said
+    assert "dead-letters.jsonl line 1" in said
