@@ -105,7 +105,7 @@ def test_wal_inspect_tells_a_checkpoint_never_written_from_a_damaged_one(
 
     checkpoint = directory / "checkpoint"
     checkpoint.write_bytes(b"\x01" * len(checkpoint.read_bytes()))
-    assert main(["wal", "inspect", str(directory)]) == 0
+    assert main(["wal", "inspect", str(directory)]) == 1, "damage found: exit 1 (it was 0)"
     assert "checkpoint:    CORRUPT" in capsys.readouterr().out
 
 

@@ -72,8 +72,11 @@ class WalReport:
 
     @property
     def problems_found(self) -> bool:
-        """Damage, or entries that are not part of the log (gaps are only informational)."""
-        return bool(any(s.problems for s in self.segments) or self.strays)
+        """Damage (a damaged checkpoint too), or entries that are not part of the log (gaps
+        are only informational)."""
+        return bool(any(s.problems for s in self.segments) or self.strays) or (
+            self.checkpoint_damaged
+        )
 
     @property
     def backlog_frames(self) -> int:
