@@ -37,6 +37,8 @@ _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
 _CLIENT_ID = b"durable-agent"
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
+"""The longest answer read: a length beyond it is no Kafka answer (an HTTP server's
+"HTTP/1.1" read as a length is 1.2 GB, which the reader waited for)."""
 
 
 class BrokerUnreachable(ConnectionError):
@@ -203,6 +205,12 @@ class BrokerConnection:
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
+                if not 4 <= size <= MAX_RESPONSE_BYTES:
+                    raise BrokerUnreachable(
+                        f"{self.address} answered with a length of {size} bytes: no Kafka"
+                        " answer (is it a Kafka listener, speaking the agent's"
+                        " --security-protocol?)"
+                    )
                 data = await reader.readexactly(size)
                 if not self._pending:
                     raise BrokerUnreachable(f"{self.address} sent a response nobody asked for")

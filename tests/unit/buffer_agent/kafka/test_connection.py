@@ -12,7 +12,7 @@ import asyncio
 import socket
 import struct
 
-from durable_producer.buffer_agent.kafka.connection import BrokerConnection
+from durable_producer.buffer_agent.kafka.connection import BrokerConnection, BrokerUnreachable
 from support.waiting import wait_for_async
 
 MIB = 1 << 20
@@ -68,3 +68,31 @@ def test_a_request_is_buffered_a_part_at_a_time_and_sent_whole_in_order() -> Non
     # At most about one part waits in the transport's buffer (a copy), not the request.
     assert buffered <= MIB + 64 * 1024
     assert received == expected
+
+
+async def _ask_an_http_server() -> BaseException:
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        await asyncio.sleep(3600)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    connection = BrokerConnection(reader, writer, f"127.0.0.1:{port}")
+    try:
+        await asyncio.wait_for(connection.request(18, 0, b""), 10)
+    except BrokerUnreachable as error:
+        return error
+    finally:
+        connection.close()
+        server.close()
+    raise AssertionError("an HTTP server's answer was taken")
+
+
+def test_an_answer_too_long_for_kafka_says_it_is_no_kafka_listener() -> None:
+    """An HTTP port given as a broker: "HTTP" read as a length (1.2 GB) was waited for, then
+    "62 bytes read on a total of 1213486160 expected bytes"."""
+    error = asyncio.run(_ask_an_http_server())
+    assert "answered with a length of 1213486160 bytes: no Kafka answer" in str(error)
