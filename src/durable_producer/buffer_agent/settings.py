@@ -184,15 +184,30 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     wal = dataclasses.replace(
         wal, max_frame_bytes=wal_frame_limit(ingest.max_batch_bytes, wal.segment_bytes)
     )
+    agent = _config(AgentConfig, given)
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
+        _check_ports(ingest, agent)
     return AgentSettings(
-        agent=_config(AgentConfig, given),
+        agent=agent,
         kafka=_config(KafkaConnectionSettings, given),
         wal=wal,
         ingest=ingest,
         forwarder=_config(ForwarderConfig, given),
     )
+
+
+def _check_ports(ingest: IngestConfig, agent: AgentConfig) -> None:
+    """The two listeners on one port: the second bind failed, blaming "another process"."""
+    wildcard = ("0.0.0.0", "::", "")
+    hosts_meet = ingest.host == agent.metrics_host or {ingest.host, agent.metrics_host} & {
+        *wildcard
+    }
+    if ingest.port and ingest.port == agent.metrics_port and hosts_meet:
+        raise SettingError(
+            f"--listen {ingest.host}:{ingest.port} and --metrics-listen"
+            f" {agent.metrics_host}:{agent.metrics_port} name the same port: give each its own"
+        )
 
 
 def _check_wal(wal: WalConfig) -> None:

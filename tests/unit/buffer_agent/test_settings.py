@@ -8,6 +8,7 @@ import pytest
 
 from durable_producer import contract
 from durable_producer.buffer_agent.cli import build_parser
+from durable_producer.buffer_agent.errors import SettingError
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
@@ -65,6 +66,28 @@ def test_flags_override_the_environment_and_bad_values_are_explained(
     with pytest.raises(SystemExit):
         parser.parse_args(["run"])
     assert "--kafka-bootstrap" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("listen", "metrics", "refused"),
+    [
+        ("127.0.0.1:19644", "0.0.0.0:19644", True),
+        ("127.0.0.1:19644", "127.0.0.1:19644", True),
+        ("127.0.0.1:19644", "127.0.0.2:19644", False),
+        ("127.0.0.1:0", "127.0.0.1:0", False),
+    ],
+)
+def test_the_two_listeners_on_one_port_are_refused(
+    listen: str, metrics: str, refused: bool
+) -> None:
+    """The second bind failed with "another process (another agent?) listens there"."""
+    argv = ["run", "--kafka-bootstrap", "k:9092", "--listen", listen, "--metrics-listen", metrics]
+    args = build_parser({}).parse_args(argv)
+    if refused:
+        with pytest.raises(SettingError, match="name the same port"):
+            settings_from(args)
+    else:
+        settings_from(args)
 
 
 def test_without_flags_every_part_gets_its_own_defaults() -> None:

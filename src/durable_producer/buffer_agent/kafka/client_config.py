@@ -175,6 +175,9 @@ def _check_bootstrap(servers: str, problems: list[str]) -> str:
         problems.append("bootstrap_servers is empty: give host:port[,host:port...]")
         return ""
     for entry in entries:
+        if "://" in entry:
+            problems.append(f"bootstrap server {entry!r}: give host:port, without a scheme")
+            continue
         host, sep, port = entry.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             problems.append(f"bootstrap server {entry!r} is not host:port")

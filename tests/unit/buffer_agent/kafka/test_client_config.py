@@ -91,6 +91,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     ("settings", "message"),
     [
         (KafkaConnectionSettings(""), "bootstrap_servers is empty"),
+        (KafkaConnectionSettings("http://k:9092"), "give host:port, without a scheme"),
         (KafkaConnectionSettings("k:9092", security_protocol="TLS"), "is not one of"),
         (
             KafkaConnectionSettings("k:9092", sasl_mechanism="PLAIN"),
