@@ -188,6 +188,12 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
         _check_ports(ingest, agent)
+        if ingest.max_request_memory_bytes < ingest.max_batch_bytes:
+            raise SettingError(
+                f"--max-request-memory-bytes={ingest.max_request_memory_bytes} is below"
+                f" --max-batch-bytes={ingest.max_batch_bytes}: a request with the largest batch"
+                " could never be received; give it at least that"
+            )
     return AgentSettings(
         agent=agent,
         kafka=_config(KafkaConnectionSettings, given),

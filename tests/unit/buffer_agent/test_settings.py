@@ -90,6 +90,13 @@ def test_the_two_listeners_on_one_port_are_refused(
         settings_from(args)
 
 
+def test_a_request_memory_below_the_largest_batch_is_refused() -> None:
+    """With --max-request-memory-bytes 1 every request was refused as too large, for ever."""
+    argv = ["run", "--kafka-bootstrap", "k:9092", "--max-request-memory-bytes", "1"]
+    with pytest.raises(SettingError, match="is below --max-batch-bytes=1048588"):
+        settings_from(build_parser({}).parse_args(argv))
+
+
 def test_without_flags_every_part_gets_its_own_defaults() -> None:
     settings = settings_from(build_parser({}).parse_args(["run", "--kafka-bootstrap", "k:9092"]))
     assert settings.agent == AgentConfig()
