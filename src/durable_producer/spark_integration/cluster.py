@@ -26,10 +26,13 @@ def fetch_rendered_templates(
     configmap: str, namespace: str, *, kubeconfig: Path | None = None
 ) -> dict[str, str]:
     """The ``data`` of ``configmap`` in ``namespace``; kubeconfig, else in-cluster config."""
+    import yaml
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config.config_exception import ConfigException
     from urllib3.exceptions import HTTPError
+
+    not_a_kubeconfig = (TypeError, AttributeError, UnicodeDecodeError, yaml.YAMLError)
 
     # The configuration is filled before the ApiClient exists: the client builds its
     # connection pool (CA, client certificate) from the configuration it is given, so one
@@ -41,16 +44,22 @@ def fetch_rendered_templates(
                 config_file=str(kubeconfig) if kubeconfig else None,
                 client_configuration=configuration,
             )
-        except (ConfigException, FileNotFoundError, TypeError):
+        except (ConfigException, FileNotFoundError, *not_a_kubeconfig):
             if kubeconfig is not None:
                 raise
             config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, FileNotFoundError, TypeError) as error:
+    except (ConfigException, FileNotFoundError, *not_a_kubeconfig) as error:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "no kubeconfig, not in a pod"
+        reason = (
+            "not a kubeconfig (YAML with clusters, contexts and users)"
+            if isinstance(error, not_a_kubeconfig)
+            else " ".join(str(error).split())
+        )
         raise TemplateError(
-            f"no usable Kubernetes configuration ({where}): {error}; "
+            f"no usable Kubernetes configuration ({where}): {reason}; "
             "pass --kubeconfig or set KUBECONFIG"
         ) from error
+    configuration.retries = False  # one try within the timeout: urllib3 tried 4 times, 2 min
     api_client = client.ApiClient(configuration=configuration)
     try:
         found = client.CoreV1Api(api_client).read_namespaced_config_map(

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import base64
 import shlex
+import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -135,3 +137,46 @@ def test_a_missing_kubeconfig_is_one_clear_line(
     err = capsys.readouterr().err
     assert code == 2, err
     assert "no usable Kubernetes configuration (kubeconfig " in err, err
+
+
+@pytest.mark.parametrize(
+    "content", [b"just a string", b"clusters: [unclosed", b"\x00\xff\x10binary"]
+)
+def test_a_file_that_is_no_kubeconfig_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes
+) -> None:
+    """A string was "'str' object does not support item assignment"; invalid YAML, the
+    parser's message over five lines."""
+    garbage = tmp_path / "kubeconfig"
+    garbage.write_bytes(content)
+    code = conf_with(garbage, "default", tmp_path / "templates")
+
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "not a kubeconfig" in err or "Invalid kube-config" in err, err
+
+
+def test_an_api_server_that_never_answers_is_given_up_on_after_one_timeout(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """urllib3 tried four times: two minutes for a server that accepts and never answers."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    kubeconfig = tmp_path / "kubeconfig"
+    server = f"https://127.0.0.1:{silent.getsockname()[1]}"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "silent",
+        "clusters": [{"name": "silent", "cluster": {"server": server}}],
+        "users": [{"name": "silent", "user": {"token": "t"}}],
+        "contexts": [{"name": "silent", "context": {"cluster": "silent", "user": "silent"}}],
+    }))
+    started = time.monotonic()
+    try:
+        code = conf_with(kubeconfig, "default", tmp_path / "templates")
+    finally:
+        silent.close()
+    took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "cannot reach the Kubernetes API" in err, err
+    assert took < 60, f"{took:.0f} s"
