@@ -188,11 +188,12 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
         _check_ports(ingest, agent)
-        if ingest.max_request_memory_bytes < ingest.max_batch_bytes:
+        least = ingest.max_batch_bytes + FRAME_HEADROOM_BYTES  # the request's own bytes too
+        if ingest.max_request_memory_bytes < least:
             raise SettingError(
-                f"--max-request-memory-bytes={ingest.max_request_memory_bytes} is below"
-                f" --max-batch-bytes={ingest.max_batch_bytes}: a request with the largest batch"
-                " could never be received; give it at least that"
+                f"--max-request-memory-bytes={ingest.max_request_memory_bytes} leaves no room"
+                f" for a request with the largest batch (--max-batch-bytes="
+                f"{ingest.max_batch_bytes}): give it at least {least}"
             )
     return AgentSettings(
         agent=agent,
@@ -205,15 +206,20 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
 
 def _check_ports(ingest: IngestConfig, agent: AgentConfig) -> None:
     """The two listeners on one port: the second bind failed, blaming "another process"."""
-    wildcard = ("0.0.0.0", "::", "")
-    hosts_meet = ingest.host == agent.metrics_host or {ingest.host, agent.metrics_host} & {
-        *wildcard
-    }
-    if ingest.port and ingest.port == agent.metrics_port and hosts_meet:
+    hosts = {ingest.host, agent.metrics_host}
+    meet = len(hosts) == 1 or any(  # a wildcard meets its own family (IPv6 binds V6ONLY)
+        wildcard in hosts and all(_family(host) == _family(wildcard) for host in hosts)
+        for wildcard in ("0.0.0.0", "::")
+    )
+    if ingest.port and ingest.port == agent.metrics_port and meet:
         raise SettingError(
             f"--listen {ingest.host}:{ingest.port} and --metrics-listen"
             f" {agent.metrics_host}:{agent.metrics_port} name the same port: give each its own"
         )
+
+
+def _family(host: str) -> str:
+    return "6" if ":" in host else "4" if host.replace(".", "").isdigit() else host
 
 
 def _check_wal(wal: WalConfig) -> None:

@@ -20,6 +20,7 @@ import base64
 import contextlib
 import errno
 import json
+import logging
 import os
 import threading
 import time
@@ -30,6 +31,7 @@ from typing import Any
 
 from durable_producer.buffer_agent.volume.atomic_file import fsync_directory
 
+log = logging.getLogger(__name__)
 DEAD_LETTERS_FILE = "dead-letters.jsonl"
 RESENT_FILE = "resent.jsonl"
 LETTERS_WRITE_BYTES = 8 * 1024 * 1024
@@ -106,7 +108,7 @@ class DeadLetterStore:
         a letter that cannot fit is refused before its batch is encoded (the forwarder
         retries it); an append the disk has no room for is cut back whole."""
         budget = self.max_bytes
-        held = self.size_bytes() if budget is not None else 0
+        held = self._size_of_whole_lines() if budget is not None else 0
         with self._lock:  # a mark names a letter by id and time: one store's never repeat
             recorded_ms = max(int(time.time() * 1000), self._recorded_ms + 1)
             self._recorded_ms = recorded_ms
@@ -159,6 +161,18 @@ class DeadLetterStore:
                 return count, failure
         return len(lines), None
 
+    def _size_of_whole_lines(self) -> int:
+        """The letters' size once a torn tail is cut off (it held the budget, for good)."""
+        with self._lock:
+            try:
+                fd = os.open(self.directory / DEAD_LETTERS_FILE, os.O_RDWR)
+            except FileNotFoundError:
+                return 0
+            try:
+                return _end_torn_tail(fd, os.fstat(fd).st_size)
+            finally:
+                os.close(fd)
+
     def _append(self, name: str, line: bytes, budget: int | None = None) -> None:
         """Append ``line`` to ``name`` (fsynced), if the file stays within ``budget``."""
         with self._lock:
@@ -169,7 +183,7 @@ class DeadLetterStore:
                 if name not in self._synced:  # the file's entry, before any line of it
                     fsync_directory(self.directory)
                     self._synced.add(name)
-                size = _cut_torn_tail(fd, os.fstat(fd).st_size)
+                size = _end_torn_tail(fd, os.fstat(fd).st_size)
                 if budget is not None and size + len(line) > budget:
                     raise _no_room(size, budget, len(line))
                 _append_whole(fd, line, size)
@@ -219,17 +233,22 @@ def _line(entry: Mapping[str, Any]) -> bytes:
     return (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def _cut_torn_tail(fd: int, size: int) -> int:
-    """The file's size without a last line a crash cut short (never fsynced whole: its batch
-    stayed in the WAL and is lettered again), which is cut off, so that every line before the
-    end is whole and one that cannot be read is damage (``read_dead_letters``)."""
+def _end_torn_tail(fd: int, size: int) -> int:
+    """The file's size once its last line ends in a newline. A last line a crash cut short
+    (never fsynced whole: its batch stayed in the WAL and is lettered again) is cut off, so
+    that a line before the end that cannot be read is damage (``read_dead_letters``); a
+    whole line that lost its newline (a hand edit) gets it back."""
     end = size
     while end and os.pread(fd, 1, end - 1) != b"\n":
         start = max(0, end - 65536)
         newline = os.pread(fd, end - start, start).rfind(b"\n")
         end = start + newline + 1 if newline >= 0 else start
-    if end != size:
-        os.ftruncate(fd, end)  # fsynced with the line appended next
+    if end == size:
+        return size
+    if _entry(os.pread(fd, size - end, end)) is not None:
+        os.pwrite(fd, b"\n", size)  # fsynced with the line appended next
+        return size + 1
+    os.ftruncate(fd, end)
     return end
 
 
@@ -307,20 +326,37 @@ def _whole(value: object) -> int:
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any] | None]]:
-    """The JSON objects of ``path`` by line number, None for a line that holds none; a torn
-    last line (a crash mid-append, no newline after it) is skipped."""
+    """The JSON objects of ``path`` by line number, None for a line that holds none. Lines a
+    crash cut short are skipped: a last line without its newline that is not whole, and
+    ``_torn`` ones."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
         return
     lines = data.split(b"\n")
-    for number, line in enumerate(lines[:-1], 1):
-        if line.strip():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                entry = None
-            yield number, entry if isinstance(entry, dict) else None
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        entry = _entry(line)
+        if entry is not None or not (number == len(lines) or _torn(line)):
+            yield number, entry
+        else:
+            log.info("%s line %d: a line a crash cut short, skipped", path, number)
+
+
+def _entry(line: bytes) -> dict[str, Any] | None:
+    try:
+        entry = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return entry if isinstance(entry, dict) else None
+
+
+def _torn(line: bytes) -> bool:
+    """A line a crash cut short: the start of one the agent writes (they end in ``}``; agents
+    before 2026-12-05 closed such a line with a newline and wrote on), or bytes of an append
+    never fsynced (zeros after a power loss; the agent writes no NUL)."""
+    return (line.startswith(b'{"id":') and not line.rstrip().endswith(b"}")) or b"\x00" in line
 
 
 def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[DeadLetter]:
@@ -364,11 +400,12 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
         try:
             if mark is None:
                 raise ValueError
+            letter_id = _text(mark["id"])
             if "recorded_ms" in mark:
-                resent.add((str(mark["id"]), int(mark["recorded_ms"])))
+                resent.add((letter_id, _whole(mark["recorded_ms"])))
             else:
-                until = max(resent_until.get(mark["id"], 0), int(mark["resent_ms"]))
-                resent_until[str(mark["id"])] = until
+                until = _whole(mark["resent_ms"])
+                resent_until[letter_id] = max(resent_until.get(letter_id, 0), until)
         except (KeyError, TypeError, ValueError):
             unreadable.append(f"{RESENT_FILE} line {number}")
     letters = []

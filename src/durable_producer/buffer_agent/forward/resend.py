@@ -60,7 +60,7 @@ def resend_dead_letters(
     reading = read_dead_letters(directory)
     letters = [letter for letter in reading.letters if wanted is None or letter.id in wanted]
     summary = ResendSummary()
-    for line in reading.unreadable:
+    for line in reading.unreadable if wanted is None else ():  # asked for all: not all read
         summary.failed.append((line, "holds no dead letter (damaged): remove it once handled"))
     if wanted is not None:
         for missing in sorted(wanted - {letter.id for letter in letters}):

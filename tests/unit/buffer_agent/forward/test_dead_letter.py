@@ -61,8 +61,9 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        b"\x8f\x00garbage",
+        b"\x8f garbage",
         b'{"id": "7-0"}',
+        b"[" * 100_000 + b"]" * 100_000,  # json.loads raised RecursionError
         b"[1, 2]",
         b"42",
         b'{"id": "7-0", "recorded_ms": 1, "wal_offset": 7, "topic": "t", "partition": 0,'
@@ -88,10 +89,55 @@ def test_a_damaged_line_is_reported_not_passed_over(tmp_path: Path, damage: byte
 def test_a_damaged_resent_mark_is_reported(tmp_path: Path) -> None:
     store = DeadLetterStore(tmp_path)
     _add(store, 1)
-    (tmp_path / RESENT_FILE).write_bytes(b'{"id": "1-0"}\nnot json\n')
+    marks = b'{"id": "1-0"}\nnot json\n{"id":"1-0","recorded_ms":1e400}\n'
+    marks += b'{"id":null,"resent_ms":5}\n'
+    (tmp_path / RESENT_FILE).write_bytes(marks)
     reading = read_dead_letters(tmp_path)
     assert [letter.id for letter in reading.letters] == ["1-0"], "pending: no mark names it"
-    assert reading.unreadable == [f"{RESENT_FILE} line 1", f"{RESENT_FILE} line 2"]
+    assert reading.unreadable == [f"{RESENT_FILE} line {n}" for n in (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize(
+    "torn", [b'{"id":"2-0","recorded_ms":1,"wal_off', b"\x00" * 4096, b'{"id":"2-0","rec\x00\x00']
+)
+def test_a_line_a_crash_cut_short_is_no_damage(tmp_path: Path, torn: bytes) -> None:
+    """Agents before 2026-12-05 closed a torn last line with a newline and wrote on; a power
+    loss leaves zeros where an append was never fsynced. Neither held a letter that counted
+    as written, and neither may keep a drain from calling the volume empty."""
+    store = DeadLetterStore(tmp_path)
+    _add(store, 1)
+    with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
+        file.write(torn + b"\n")
+    _add(store, 3)
+    reading = read_dead_letters(tmp_path)
+    assert ([letter.id for letter in reading.letters], reading.unreadable) == (["1-0", "3-0"], [])
+
+
+def test_a_whole_last_letter_without_its_newline_is_listed_and_kept(tmp_path: Path) -> None:
+    """A hand edit that drops the last newline: the letter was hidden, then cut off by the
+    next append (a drain would have let the volume go with it)."""
+    store = DeadLetterStore(tmp_path)
+    _add(store, 1)
+    _add(store, 2)
+    path = tmp_path / DEAD_LETTERS_FILE
+    path.write_bytes(path.read_bytes().rstrip(b"\n"))
+    assert [letter.id for letter in list_dead_letters(tmp_path)] == ["1-0", "2-0"]
+    _add(store, 3)
+    assert [letter.id for letter in list_dead_letters(tmp_path)] == ["1-0", "2-0", "3-0"]
+    assert read_dead_letters(tmp_path).unreadable == []
+
+
+def test_a_torn_tail_does_not_hold_the_budget(tmp_path: Path) -> None:
+    """The budget was measured with the torn bytes, before the append cut them: a letter
+    that fits once they are gone was refused on every retry."""
+    store = DeadLetterStore(tmp_path)
+    assert store.add_batches([refused(0)]) == (1, None)
+    letter = store.size_bytes()
+    with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
+        file.write(b'{"id":"1-0","recorded_ms":1,"wal_offset":1,"topic":"' + b"t" * letter)
+    budget = 2 * letter + 10
+    assert DeadLetterStore(tmp_path, budget).add_batches([refused(2)]) == (1, None)
+    assert [letter.wal_offset for letter in list_dead_letters(tmp_path)] == [0, 2]
 
 
 def test_resent_letters_are_hidden_unless_asked_for(tmp_path: Path) -> None:
