@@ -133,7 +133,7 @@ def test_a_drain_does_not_call_a_volume_with_a_damaged_dead_letter_empty(
     with AgentProcess(volume, kafka_broker.bootstrap) as agent:
         produce(agent, topic)
         assert agent.stop() == 0, agent.log_tail()
-    (volume / "dead-letter" / "dead-letters.jsonl").write_bytes(b"\x8f\x00 damaged\n")
+    (volume / "dead-letter" / "dead-letters.jsonl").write_bytes(b"\x8f damaged\n")
 
     kept = drain(volume, kafka_broker.bootstrap)
     assert kept.returncode == 4, kept.stderr[-3000:]

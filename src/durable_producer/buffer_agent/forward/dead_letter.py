@@ -354,9 +354,11 @@ def _entry(line: bytes) -> dict[str, Any] | None:
 
 def _torn(line: bytes) -> bool:
     """A line a crash cut short: the start of one the agent writes (they end in ``}``; agents
-    before 2026-12-05 closed such a line with a newline and wrote on), or bytes of an append
-    never fsynced (zeros after a power loss; the agent writes no NUL)."""
-    return (line.startswith(b'{"id":') and not line.rstrip().endswith(b"}")) or b"\x00" in line
+    before 2026-12-05 closed such a line with a newline and wrote on), or one with zeros of an
+    append never fsynced (a power loss; the agent writes no NUL). Other bytes are damage."""
+    if line.startswith(b"\x00"):
+        return True
+    return line.startswith(b'{"id":') and (b"\x00" in line or not line.rstrip().endswith(b"}"))
 
 
 def list_dead_letters(directory: Path, *, include_resent: bool = False) -> list[DeadLetter]:

@@ -62,6 +62,7 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
     "damage",
     [
         b"\x8f garbage",
+        b"\x8f\x00 garbage with a NUL",
         b'{"id": "7-0"}',
         b"[" * 100_000 + b"]" * 100_000,  # json.loads raised RecursionError
         b"[1, 2]",
@@ -98,7 +99,14 @@ def test_a_damaged_resent_mark_is_reported(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "torn", [b'{"id":"2-0","recorded_ms":1,"wal_off', b"\x00" * 4096, b'{"id":"2-0","rec\x00\x00']
+    "torn",
+    [
+        b'{"id":"2-0","recorded_ms":1,"wal_off',
+        b"\x00" * 4096,
+        b'{"id":"2-0","rec\x00\x00',
+        b'{"id":"2-0","rec' + b"\x00" * 4096 + b'ord"}',
+        b"\x00" * 4096 + b'ed_ms":1,"payload":null}',
+    ],
 )
 def test_a_line_a_crash_cut_short_is_no_damage(tmp_path: Path, torn: bytes) -> None:
     """Agents before 2026-12-05 closed a torn last line with a newline and wrote on; a power
