@@ -228,8 +228,8 @@ Append-only JSON lines, fsynced after every line; a torn last line (a crash mid-
 newline after it, not whole) is skipped on reading and cut off by the next append (agents
 before 2026-12-05 closed it with a newline and wrote on: such a line, the start of a line
 ``{"id":...`` without its closing ``}``, is skipped too, as is one beginning with zeros or a
-line's start holding them: an append never fsynced). Any other line that holds no letter or mark is damage: listed as such, never
-passed over (``read_dead_letters``).
+line's start holding them: an append never fsynced). Any other line that holds no letter or
+mark is damage: listed as such, never passed over (``read_dead_letters``).
 
 - ``dead-letters.jsonl``: one refused client batch whole (``"<wal_offset>-<batch index in the
   frame>"``, ``payload`` the batch as stored, the record fields null), or one undecodable frame;
