@@ -66,6 +66,12 @@ def fetch_rendered_templates(
             configmap, namespace, _request_timeout=30
         )
     except ApiException as error:
+        if not error.status:  # no answer: without retries the client wraps urllib3's SSLError
+            raise TemplateError(
+                f"cannot reach the Kubernetes API at {configuration.host}:"
+                f" {' '.join(str(error.reason).split())}; check the kubeconfig's server and"
+                " certificate authority"
+            ) from error
         raise TemplateError(
             f"cannot read ConfigMap {namespace}/{configmap} with the Spark pod templates "
             f"({error.status} {error.reason}); is the DurableProducer's Spark template "
