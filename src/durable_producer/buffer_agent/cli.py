@@ -24,7 +24,13 @@ from durable_producer.buffer_agent.forward.dead_letter import read_dead_letters,
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
 from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
 from durable_producer.buffer_agent.logging_setup import LOG_FORMATS, LOG_LEVELS, configure_logging
-from durable_producer.buffer_agent.options import add_options, options_of, path, upper_case_of
+from durable_producer.buffer_agent.options import (
+    ArgumentParser,
+    add_options,
+    options_of,
+    path,
+    upper_case_of,
+)
 from durable_producer.buffer_agent.settings import (
     COMMON_OPTIONS,
     DRAIN_OPTIONS,
@@ -132,9 +138,9 @@ def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
     return 1 if summary.failed else 0
 
 
-def build_parser(environ: Mapping[str, str] | None = None) -> argparse.ArgumentParser:
+def build_parser(environ: Mapping[str, str] | None = None) -> ArgumentParser:
     environ = os.environ if environ is None else environ
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="durable-agent",
         description="durable-producer buffer agent: a local Kafka endpoint that writes every "
         "batch to a write-ahead log on a persistent volume and forwards it to Kafka.",

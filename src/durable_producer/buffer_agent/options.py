@@ -136,8 +136,30 @@ def _declared(config: type[Any]) -> Iterator[Option]:
         yield Option(config, names, spec, default)
 
 
+@dataclass(frozen=True, slots=True)
+class _FromEnvironment:
+    """A variable's text standing as its flag's default until ``ArgumentParser`` converts it."""
+
+    option: Option
+    raw: str
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Converts the environment's values once parsed, so only for the command that runs: a
+    bad variable of one command breaks neither another command nor ``--help``."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        for name, value in vars(parsed).items():
+            if isinstance(value, _FromEnvironment):
+                setattr(parsed, name, _from_environment(value.option, value.raw))
+        return parsed, extras
+
+
 def add_options(
-    parser: argparse.ArgumentParser, options: Sequence[Option], environ: Mapping[str, str]
+    parser: ArgumentParser, options: Sequence[Option], environ: Mapping[str, str]
 ) -> None:
     """Add ``options`` to ``parser``; a set environment variable replaces the default."""
     for option in options:
@@ -149,7 +171,7 @@ def add_options(
             default = (
                 [item for item in raw.split(",") if item]
                 if spec.repeatable
-                else _from_environment(option, raw)
+                else _FromEnvironment(option, raw)
             )
         shown = f" (default: {option.shown_default})" if option.shown_default else ""
         parser.add_argument(

@@ -10,6 +10,7 @@ from enum import StrEnum
 import pytest
 
 from durable_producer.buffer_agent.options import (
+    ArgumentParser,
     add_options,
     host_port,
     non_negative_float,
@@ -50,7 +51,7 @@ class ToyConfig:
 
 
 def parse(argv: list[str], environ: dict[str, str] | None = None) -> ToyConfig:
-    parser = argparse.ArgumentParser()
+    parser = ArgumentParser()
     add_options(parser, options_of(ToyConfig), environ or {})
     given = vars(parser.parse_args(argv))
     values: dict[str, object] = {}
@@ -94,7 +95,7 @@ def test_help_and_reference_show_the_fields_defaults() -> None:
     assert "| `--address` | `DURABLE_AGENT_ADDRESS` | `127.0.0.1:80` | HOST:PORT |" in table
     assert "| `--colour` | `DURABLE_AGENT_COLOUR` | `red` | a colour (one of: red, blue) |" in table
     assert "| `--tags` | `DURABLE_AGENT_TAGS` |  | a tag |" in table
-    parser = argparse.ArgumentParser()
+    parser = ArgumentParser()
     add_options(parser, options_of(ToyConfig), {})
     text = " ".join(parser.format_help().split())
     assert "how many (default: 3) [env: DURABLE_AGENT_COUNT]" in text

@@ -141,7 +141,7 @@ def test_the_metrics_port_in_use(
     [
         ("DURABLE_AGENT_FSYNC", "bogus", "--fsync"),
         ("DURABLE_AGENT_SEGMENT_BYTES", "abc", "--segment-bytes"),
-        ("DURABLE_AGENT_LISTEN", "nohostport", "--listen"),
+        ("DURABLE_AGENT_CHECKPOINT_INTERVAL", "nan", "--checkpoint-interval"),
     ],
 )
 def test_an_unusable_environment_variable_names_variable_value_and_flag(
@@ -207,3 +207,22 @@ def test_a_recovered_wal_that_cannot_be_fsynced_is_one_line_and_exit_1(
     monkeypatch.setattr(os, "fdatasync", failing_fdatasync)
     assert main(run_agent(tmp_path)) == 1
     assert "could not fsync the recovered WAL" in single_error_line(capsys)
+
+
+def test_a_bad_variable_stops_only_the_commands_that_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DURABLE_AGENT_TIMEOUT", "abc")  # --timeout is a flag of drain only
+    with pytest.raises(SystemExit) as helped:
+        main(["run", "--help"])
+    assert helped.value.code == 0
+    assert main(["dead-letters", "list", "--data-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    assert main(["drain", "--kafka-bootstrap", UNREACHABLE_KAFKA]) == 2
+    line = single_error_line(capsys)
+    assert "DURABLE_AGENT_TIMEOUT='abc'" in line
+    assert "--timeout" in line
+    with pytest.raises(SystemExit) as refused:  # a flag given wins over the variable
+        main(["drain", "--kafka-bootstrap", UNREACHABLE_KAFKA, "--timeout", "-1"])
+    assert refused.value.code == 2
+    assert "argument --timeout: -1 must be positive" in capsys.readouterr().err
