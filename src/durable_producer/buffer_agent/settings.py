@@ -39,6 +39,8 @@ from durable_producer.shutdown_record import TERMINATION_MESSAGE_PATH
 
 FRAME_HEADROOM_BYTES = 64 * 1024
 """Room in a WAL frame beside the largest batch: the frame header and the topic name."""
+MAX_DEFAULT_PARTITIONS = 100_000
+"""``--default-partitions`` at most: a metadata answer of 100,000 partitions is a few MB."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,8 @@ class AgentConfig:
         default=None,
         metadata=option(
             "partition count answered for a topic never seen while the "
-            "cluster is unreachable (default: a retriable error until it is reachable)",
+            f"cluster is unreachable, at most {MAX_DEFAULT_PARTITIONS} (default: a retriable"
+            " error until it is reachable)",
             parse=positive_int,
         ),
     )
@@ -188,13 +191,7 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
         _check_ports(ingest, agent)
-        least = ingest.max_batch_bytes + FRAME_HEADROOM_BYTES  # the request's own bytes too
-        if ingest.max_request_memory_bytes < least:
-            raise SettingError(
-                f"--max-request-memory-bytes={ingest.max_request_memory_bytes} leaves no room"
-                f" for a request with the largest batch (--max-batch-bytes="
-                f"{ingest.max_batch_bytes}): give it at least {least}"
-            )
+        _check_ingest(ingest, agent)
     return AgentSettings(
         agent=agent,
         kafka=_config(KafkaConnectionSettings, given),
@@ -202,6 +199,29 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         ingest=ingest,
         forwarder=_config(ForwarderConfig, given),
     )
+
+
+def _check_ingest(ingest: IngestConfig, agent: AgentConfig) -> None:
+    """Limits that would refuse, for ever, what a client may rightly send, or answer a client
+    with more than it can take."""
+    least = ingest.max_batch_bytes + FRAME_HEADROOM_BYTES  # the request's own bytes too
+    if ingest.max_request_memory_bytes < least:
+        raise SettingError(
+            f"--max-request-memory-bytes={ingest.max_request_memory_bytes} leaves no room"
+            f" for a request with the largest batch (--max-batch-bytes="
+            f"{ingest.max_batch_bytes}): give it at least {least}"
+        )
+    if ingest.max_decompressed_batch_bytes < ingest.max_batch_bytes:
+        raise SettingError(
+            f"--max-decompressed-batch-bytes={ingest.max_decompressed_batch_bytes} would refuse"
+            f" compressed batches that are taken uncompressed (--max-batch-bytes="
+            f"{ingest.max_batch_bytes}): give it at least {ingest.max_batch_bytes}"
+        )
+    if (agent.default_partitions or 0) > MAX_DEFAULT_PARTITIONS:
+        raise SettingError(
+            f"--default-partitions={agent.default_partitions} is more than a metadata answer"
+            f" carries to a client: give at most {MAX_DEFAULT_PARTITIONS}, the real topics' count"
+        )
 
 
 def _check_ports(ingest: IngestConfig, agent: AgentConfig) -> None:

@@ -92,6 +92,24 @@ def test_the_two_listeners_on_one_port_are_refused(
         settings_from(args)
 
 
+@pytest.mark.parametrize(
+    ("flag", "refused", "least_or_most", "refusal"),
+    [
+        ("--max-decompressed-batch-bytes", "1", "1048588", "give it at least 1048588"),
+        ("--default-partitions", "100000001", "100000", "give at most 100000"),
+    ],
+)
+def test_limits_that_refuse_or_overwhelm_clients_are_refused(
+    flag: str, refused: str, least_or_most: str, refusal: str
+) -> None:
+    """Both were taken: the first refused every compressed batch as too large, for ever; the
+    second answered a metadata request with a hundred million partitions."""
+    run = ["run", "--kafka-bootstrap", "k:9092", flag]
+    with pytest.raises(SettingError, match=refusal):
+        settings_from(build_parser({}).parse_args([*run, refused]))
+    settings_from(build_parser({}).parse_args([*run, least_or_most]))
+
+
 def test_a_request_memory_below_the_largest_batch_is_refused() -> None:
     """With --max-request-memory-bytes 1 every request was refused as too large, for ever."""
     argv = ["run", "--kafka-bootstrap", "k:9092", "--max-request-memory-bytes", "1"]

@@ -40,7 +40,7 @@ class IngestConfig:
         default=DEFAULT_MAX_DECOMPRESSED_BYTES,
         metadata=option(
             "largest size a compressed record batch may decompress to (larger ones are"
-            " refused with MESSAGE_TOO_LARGE)",
+            " refused with MESSAGE_TOO_LARGE), at least --max-batch-bytes",
             parse=positive_int,
         ),
     )
