@@ -17,6 +17,7 @@ from durable_producer.buffer_agent.forward.dead_letter import (
     DEAD_LETTERS_FILE,
     RESENT_FILE,
     DeadLetterBudgetExhausted,
+    DeadLetterReading,
     DeadLetterStore,
     RefusedBatch,
     list_dead_letters,
@@ -58,6 +59,16 @@ def test_torn_last_line_is_ignored(tmp_path: Path) -> None:
     assert b"recorded\"" not in (tmp_path / DEAD_LETTERS_FILE).read_bytes().split(b"\n")[1]
 
 
+def _read_with_line_between(directory: Path, line: bytes) -> DeadLetterReading:
+    """Letters 1-0 and 3-0 with ``line`` written between them."""
+    store = DeadLetterStore(directory)
+    _add(store, 1)
+    with (directory / DEAD_LETTERS_FILE).open("ab") as file:
+        file.write(line + b"\n")
+    _add(store, 3)
+    return read_dead_letters(directory)
+
+
 @pytest.mark.parametrize(
     "damage",
     [
@@ -77,12 +88,7 @@ def test_a_damaged_line_is_reported_not_passed_over(tmp_path: Path, damage: byte
     """A line in the middle that holds no letter was skipped as if torn (or raised KeyError,
     TypeError, binascii.Error): a file of garbage listed "no dead letters" and a drain then
     called the volume empty. Only a last line without its newline is torn."""
-    store = DeadLetterStore(tmp_path)
-    _add(store, 1)
-    with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
-        file.write(damage + b"\n")
-    _add(store, 3)
-    reading = read_dead_letters(tmp_path)
+    reading = _read_with_line_between(tmp_path, damage)
     assert [letter.id for letter in reading.letters] == ["1-0", "3-0"]
     assert reading.unreadable == [f"{DEAD_LETTERS_FILE} line 2"]
 
@@ -112,12 +118,7 @@ def test_a_line_a_crash_cut_short_is_no_damage(tmp_path: Path, torn: bytes) -> N
     """Agents before 2026-12-05 closed a torn last line with a newline and wrote on; a power
     loss leaves zeros where an append was never fsynced. Neither held a letter that counted
     as written, and neither may keep a drain from calling the volume empty."""
-    store = DeadLetterStore(tmp_path)
-    _add(store, 1)
-    with (tmp_path / DEAD_LETTERS_FILE).open("ab") as file:
-        file.write(torn + b"\n")
-    _add(store, 3)
-    reading = read_dead_letters(tmp_path)
+    reading = _read_with_line_between(tmp_path, torn)
     assert ([letter.id for letter in reading.letters], reading.unreadable) == (["1-0", "3-0"], [])
 
 
