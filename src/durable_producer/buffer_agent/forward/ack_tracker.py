@@ -10,9 +10,8 @@ is no record batch is dead-lettered before it counts as read (``passed`` once it
 on the volume). ``wal.checkpoint(tracker.watermark)`` never skips an
 undelivered record, whatever order Kafka acknowledges partitions in.
 
-Nothing is kept per frame (an entry a frame cost a quarter of the forwarder's work for
-``linger.ms=0`` clients' frames, docs/benchmarks.md): the watermark costs one look at each
-queue's head, as often as the forwarder's loop asks.
+Nothing is kept per frame (an entry a frame cost a quarter of the forwarder's work,
+docs/benchmarks.md): the watermark costs one look at each queue's head.
 """
 
 from __future__ import annotations

@@ -74,9 +74,8 @@ class ForwarderConfig:
     retry_backoff_s: float = 0.1
     retry_backoff_max_s: float = 1.0
     """A partition's retries back off from ``retry_backoff_s``, doubling, to this: Kafka's
-    producers' defaults (``retry.backoff.ms`` 100, ``retry.backoff.max.ms`` 1000, KIP-580).
-    It bounds how late the first batch goes after Kafka returns from an outage (5 s before:
-    2.8-4.4 s of every catch-up was waiting, docs/benchmarks.md)."""
+    producers' defaults (``retry.backoff.ms`` 100, ``retry.backoff.max.ms`` 1000, KIP-580). It
+    bounds how late the first batch goes after Kafka returns from an outage (docs/benchmarks.md)."""
     metadata_interval_s: float = 5.0
     """Seconds between metadata refreshes while batches wait (leader moves, deleted topics);
     sooner after a failure that calls for one: ``retry_backoff_s`` after the previous refresh,

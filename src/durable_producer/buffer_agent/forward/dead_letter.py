@@ -6,12 +6,9 @@ deleted) is appended here as it was stored, and the forwarder moves on. Operator
 and re-send them once the cause is fixed (``durable-agent dead-letters list|resend``).
 The area has a budget (``--dead-letter-max-bytes``): a letter that does not fit, or that
 the disk has no room for, is not written (an append cut short is cut back), its frame stays
-in the WAL and the forwarder retries (``forwarder.py``). Letters
-written by the per-record forwarder of earlier versions (one record each) are still listed
-and re-sent.
+in the WAL and the forwarder retries (``forwarder.py``).
 
-Layout of ``DATA/dead-letter/``: ``volume/format.py``. The letters of one pass, such as a
-deleted topic's whole backlog, are appended together, one fsync each ``LETTERS_WRITE_BYTES``.
+Layout of ``DATA/dead-letter/`` (letters of earlier versions included): ``volume/format.py``.
 """
 
 from __future__ import annotations
@@ -145,8 +142,7 @@ class DeadLetterStore:
 
     def _write(self, lines: list[bytes], budget: int | None) -> tuple[int, OSError | None]:
         """Append ``lines`` in one write and one fsync; if the disk or the budget has no room
-        for all, one at a time as far as they fit (as letters were written before they went
-        together): (how many, why the next was not)."""
+        for all, one at a time as far as they fit: (how many, why the next was not)."""
         try:
             if lines:
                 self._append(DEAD_LETTERS_FILE, b"".join(lines), budget)
@@ -353,9 +349,9 @@ def _entry(line: bytes) -> dict[str, Any] | None:
 
 
 def _torn(line: bytes) -> bool:
-    """A line a crash cut short: the start of one the agent writes (they end in ``}``; agents
-    before 2026-12-05 closed such a line with a newline and wrote on), or one with zeros of an
-    append never fsynced (a power loss; the agent writes no NUL). Other bytes are damage."""
+    """A line a crash cut short: the start of one the agent writes (they end in ``}``; older
+    agents wrote on after one, ``volume/format.py``), or one with zeros of an append never
+    fsynced (a power loss; the agent writes no NUL). Other bytes are damage."""
     if line.startswith(b"\x00"):
         return True
     return line.startswith(b'{"id":') and (b"\x00" in line or not line.rstrip().endswith(b"}"))

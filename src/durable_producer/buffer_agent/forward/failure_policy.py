@@ -42,11 +42,9 @@ TOO_LARGE = frozenset(
     int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
 )
 OWN_FAULTS = TOO_LARGE | {int(ErrorCode.invalid_record)}
-"""``PERMANENT`` refusals of what one batch is (its size, its records), not of the partition
-or the principal, that no wait changes: after one batch was dead-lettered for such a fault,
-waiting a window again for the next batch refused the same way gives nothing
-(``Sender.refused_for_good``). Not CORRUPT_MESSAGE (Kafka's clients retry it: damage in
-transit) nor INVALID_TIMESTAMP (a timestamp ahead of the broker's clock becomes valid)."""
+"""``PERMANENT`` refusals of what one batch is (its size, its records), that no wait changes
+(the module docstring). Not CORRUPT_MESSAGE (Kafka's clients retry it: damage in transit)
+nor INVALID_TIMESTAMP (a timestamp ahead of the broker's clock becomes valid)."""
 NOT_AUTHORIZED = frozenset(
     int(code)
     for code in (ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed)
@@ -102,8 +100,7 @@ NOT_APPENDED = (
     | _NO_LEADER_HERE
     | {OUT_OF_ORDER, int(ErrorCode.not_enough_replicas)}
 )
-"""Answers that say the broker did not append the batch (checked before the append). Not
-REQUEST_TIMED_OUT nor NOT_ENOUGH_REPLICAS_AFTER_APPEND: ``MAYBE_APPENDED``."""
+"""Answers that say the broker did not append the batch (checked before the append)."""
 MAYBE_APPENDED = frozenset(
     int(code) for code in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append)
 )

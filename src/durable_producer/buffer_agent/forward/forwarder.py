@@ -1,17 +1,12 @@
 """The forwarder: the WAL's stored client batches, as they are, to Kafka.
 
-One thread runs an asyncio loop. It reads frames from the WAL checkpoint onwards; each frame
-holds one client record batch, which gets its sequence numbers in its partition's queue
-(``partition_queue``) and goes to the partition's leader in Produce requests (``sender``) with
-only its producer id, epoch, base sequence and CRC rewritten (``kafka/batch_stamp``). Kafka's
-acknowledgements take frames out of their queues; the lowest frame still queued is the
-contiguous watermark (``ack_tracker``), which becomes the WAL checkpoint (``progress``). The
-producer identity and each partition's numbering are kept on the volume (``identity``),
-written before anything beyond the last sent frame is sent and before every checkpoint, so
-after a crash the frames Kafka may hold go out again with the same numbers and the partition
-leaders say which ones they hold (DescribeProducers): no duplicates from a crash. Batches
-Kafka refuses for good go to the dead-letter area whole (``dead_letter``); ``health`` says
-which fault the forwarder is in and ``publisher`` shows it.
+One thread runs an asyncio loop (the path of a frame: docs/architecture.md). Frames are read
+from the WAL checkpoint onwards, numbered in their partition's queue (``partition_queue``) and
+sent (``sender``); acknowledgements move the watermark (``ack_tracker``), which becomes the
+checkpoint (``progress``). The producer identity and each partition's numbering
+(``identity``) are written before anything beyond the last sent frame is sent and before
+every checkpoint, so after a crash the frames Kafka may hold go out again with the same
+numbers and the partition leaders say which ones they hold: no duplicates from a crash.
 """
 
 from __future__ import annotations
@@ -135,8 +130,7 @@ class Forwarder:
         self._progress = Progress(wal, state_dir, metrics, before_checkpoint)
         self._previous_identity, damage = load_identity(state_dir)
         self.state_damage: list[StateDamage] = [] if damage is None else [damage]
-        """State files found unusable when it was made (the producer identity; each fell back,
-        see ``identity.py``)."""
+        """State files found unusable when it was made (the producer identity)."""
         self._identity_file = IdentityFile(state_dir)
         self._queues: dict[tuple[str, int], PartitionQueue] = {}
         self._tracker = AckTracker(wal.checkpoint_offset, self._queues)
@@ -328,9 +322,9 @@ class Forwarder:
         self, appended: asyncio.Future[None] | None, timeout: float, *, busy: bool
     ) -> None:
         """Until the sender wakes the loop, ``appended`` is done, or ``timeout`` passes. With
-        batches in flight a new frame waits for the next answer, or _BUSY_WAIT_S: the loop
-        then runs a pass every few milliseconds under a steady load, as many as before, not
-        one a frame; with nothing in flight it is read at once (its latency)."""
+        batches in flight a new frame waits for the next answer, or _BUSY_WAIT_S (a pass
+        every few milliseconds under a steady load, not one a frame); with nothing in flight
+        it is read at once (its latency)."""
         woken = asyncio.ensure_future(self._sender.wake.wait())
         try:
             waits: set[asyncio.Future[Any]] = {woken} if appended is None else {woken, appended}
@@ -416,10 +410,8 @@ class Forwarder:
 
     async def _init_producer_id(self) -> tuple[int, int]:
         """A new producer id, taken by every queue still without one and written to the volume
-        (fdatasync) before it is used. The queues take it first: the record names each
-        partition's producer, and a record naming none (-1) left that partition unsendable
-        after a restart (kill -9 before the next identity write: the partition never
-        forwarded again)."""
+        (fdatasync) before it is used. The queues take it first: a record naming no producer
+        (-1) for a partition left it unsendable after a restart."""
         producer_id, epoch = await self._sender.client.init_producer_id()
         self._producer_id, self._epoch = producer_id, epoch
         for queue in self._queues.values():
@@ -480,10 +472,7 @@ class Forwarder:
         frames = reader.poll(config.read_batch_frames, max_bytes=room)
         if not frames:
             return False
-        # A frame's main line: one client batch, of a partition that has its queue, new to
-        # Kafka (number_frames, in C). Everything else (and the first frame of each
-        # partition) goes through _take. The queue is the frame's only record until Kafka
-        # holds it (ack_tracker).
+        # The main line (``number_frames``, in C); everything else goes through _take.
         taken_records, taken_bytes = number_all(frames, self._queues, self._plain_from, self._take)
         self._tracker.read(frames[-1].offset + 1, taken_records, taken_bytes)
         return True
@@ -499,9 +488,8 @@ class Forwarder:
 
     def _release_after_burst(self, now: float) -> None:
         """Everything read is acknowledged: after a burst (at least TRIM_AFTER_PEAK_BYTES
-        delivered since the last release: a catch-up, a busy spell), give the freed heap back
-        to the kernel (``process_tuning``: glibc otherwise keeps up to 64 MiB of it, and the
-        freed batches were scattered over more), at most every TRIM_INTERVAL_S."""
+        delivered since the last release), give the freed heap back to the kernel
+        (``process_tuning``), at most every TRIM_INTERVAL_S."""
         delivered = self._counts.forwarded_bytes
         if delivered - self._released_at_bytes < TRIM_AFTER_PEAK_BYTES or now < self._next_release:
             return
@@ -569,9 +557,8 @@ class Forwarder:
         if anchor is not None and not self._fresh_identity:
             producer_id, epoch = anchor.producer_id, anchor.epoch
             if producer_id < 0:
-                # Written by an agent before this fix: the partition's queue had not yet taken
-                # the run's first producer id when the record was written; it then sent (if at
-                # all) under that id and epoch, from the anchor's sequence.
+                # An older agent's record, written before the queue took the run's first
+                # producer id: it sent (if at all) under that id and epoch.
                 producer_id, epoch = self._producer_id, self._epoch
             queue = PartitionQueue(key, producer_id, epoch, anchor.sequence)
             queue.topic_id, queue.gap, queue.gap_why = anchor.topic_id, anchor.gap, anchor.gap_why
@@ -679,8 +666,7 @@ class Forwarder:
             self._letter_failed(error)
         if lettered:
             _log_letters(frames[:lettered], queue.key, reason, sum(copies[:lettered]))
-            # Taken out in one pass: one at a time renumbered every frame left each time
-            # (a deleted topic's backlog of 100,000 frames took half an hour).
+            # Taken out in one pass: one at a time renumbered every frame left each time.
             now = asyncio.get_running_loop().time()
             taken = settled_frames(queue.drop_heads(lettered, code, now))
             # The frames after them numbered anew, or a new epoch to come (``gap``: one may be
@@ -720,8 +706,7 @@ class Forwarder:
 
 
 def _log_letters(frames: list[Pending], key: tuple[str, int], reason: str, copies: int) -> None:
-    """One line for the frames of a pass (a deleted topic's backlog was a line a frame);
-    ``copies`` of them may be in Kafka as well."""
+    """One line for the frames of a pass; ``copies`` of them may be in Kafka as well."""
     if len(frames) == 1:
         where = f"batch of {frames[0][RECORDS]} records of WAL frame {frames[0][OFFSET]}"
         maybe_in_kafka = MAYBE_IN_KAFKA
@@ -732,10 +717,5 @@ def _log_letters(frames: list[Pending], key: tuple[str, int], reason: str, copie
             f" to {frames[-1][OFFSET]}"
         )
         maybe_in_kafka = f"; {copies} of them sent before without an answer: may be in Kafka"
-    log.error(
-        "%s (%s/%d) moved to the dead-letter area: %s%s",
-        where,
-        *key,
-        reason,
-        maybe_in_kafka if copies else "",
-    )
+    tail = maybe_in_kafka if copies else ""
+    log.error("%s (%s/%d) moved to the dead-letter area: %s%s", where, *key, reason, tail)

@@ -1,10 +1,8 @@
 """Which fault the forwarder is in: "Kafka is down" is not "the agent is stuck".
 
-``ForwarderHealth`` keeps what the forwarding thread tells it (deliveries, the errors its
-Kafka client reports, by kind, how much work waits, a heartbeat every loop) and derives one
-``ForwarderState``. The state and the seconds since the last delivery are computed when
-they are read (a metrics scrape), so a wedged forwarding thread shows as ``stuck`` even
-though it updates nothing. Every change of state is logged once, with the error behind it.
+``ForwarderHealth`` derives one ``ForwarderState`` from what the forwarding thread tells it.
+The state and the seconds since the last delivery are computed when they are read (a metrics
+scrape), so a wedged forwarding thread shows as ``stuck`` even though it updates nothing.
 
 Error kinds (``ERROR_KINDS``): ``delivery`` (Kafka's answer refused a batch, or
 InitProducerId, DescribeProducers or metadata named an error), ``transport`` (connections,
@@ -69,8 +67,7 @@ class ForwarderHealth:
         clock: Callable[[], float] = time.monotonic,
         on_error: Callable[[str, int, str], None] | None = None,
     ) -> None:
-        """``stall_after_s``: the forwarder's (``ForwarderConfig.stall_after_s``, its one
-        default). ``on_error(kind, code, name)`` is told every error (the metrics count them)."""
+        """``on_error(kind, code, name)`` is told every error (the metrics count them)."""
         self.stall_after_s = stall_after_s
         self._clock = clock
         self._on_error = on_error
@@ -158,16 +155,9 @@ class ForwarderHealth:
         now = self._clock()
         previous, lasted = self._reported, now - self._since
         self._reported, self._since = state, now
-        detail = self._detail(state)
         level = logging.INFO if state in _QUIET else logging.WARNING
-        log.log(
-            level,
-            "forwarder state %s -> %s after %.0f s%s",
-            previous.value,
-            state.value,
-            lasted,
-            detail,
-        )
+        message = "forwarder state %s -> %s after %.0f s%s"
+        log.log(level, message, previous.value, state.value, lasted, self._detail(state))
 
     def _detail(self, state: ForwarderState) -> str:
         if state in _QUIET:

@@ -3,37 +3,22 @@
 ``state/producer-identity`` lets the run after a crash send the frames Kafka may not have with
 the same producer id, epoch and sequence numbers as before, so that the brokers recognise the
 copies they hold (and its leaders can say, with DescribeProducers, which ones those are). It
-holds one ``IdentityRecord``:
+holds one ``IdentityRecord``; its fields, bytes, when it is fdatasync'ed and what a damaged
+one becomes: ``volume/format.py``. ``sent_below`` is written *before* the forwarder sends
+beyond it, so after a crash it is never too low. A partition's ``gaps`` entry (its leader was
+found not to know the producer, or a dead-lettered batch may be in Kafka) or another topic id
+makes the next run take a new epoch for it instead of asking its leader (``Anchor``).
+``written_ms``: a broker forgets an idle producer after ``producer.id.expiration.ms``.
 
-- ``producer_id``, ``epoch``: the identity new partitions start with (from InitProducerId);
-- ``delivered_below``: every frame below this WAL offset is in Kafka (the watermark);
-- ``sent_below``: no frame at or above this offset was ever sent. Written *before* the
-  forwarder sends beyond it, so after a crash it is never too low;
-- ``partitions``: per topic and partition, its producer id and epoch and an *anchor*: its
-  first frame at or after ``offset`` is numbered ``sequence``, and its frames below ``offset``
-  are in Kafka. Every partition with a frame below ``sent_below`` is listed;
-- ``topic_ids``, ``gaps``, ``gap_reasons``: per partition, the id of the topic its numbering
-  was taken for, and whether its leader was found not to know the producer, or a new epoch is
-  due for another reason (a dead-lettered batch may be in Kafka), and which (kept apart from
-  ``partitions``, which an agent from before them reads): either makes the next run take a
-  new epoch for it instead of asking its leader (``Anchor``);
-- ``written_ms``: wall-clock time of the write (a broker forgets an idle producer after
-  ``producer.id.expiration.ms``, one day by default);
-- ``wal_id``: the id of the WAL whose offsets it speaks of (``wal/log_id.py``).
+The record is valid only for the WAL it names (``wal/log_id.py``) at a checkpoint between
+``written_checkpoint`` and ``delivered_below`` (it is written before every checkpoint).
+Otherwise the next run takes a new producer id and counts the frames it sends again below
+``sent_below`` as possible duplicates.
 
-The record is valid for the WAL it names whose checkpoint is between ``written_checkpoint``
-and ``delivered_below`` (it is written before every checkpoint). A record without ``wal_id``
-(an agent before it) is valid only for a WAL whose id is marked adopted (given over frames
-an agent before ids wrote: an upgrade), not for a WAL made again at offset 0 (which, its
-first frames taken for the old log's, passed them unsent). Otherwise the next run takes a
-new producer id and counts the frames it sends again below ``sent_below`` as possible
-duplicates.
-
-The file's format, when it is fdatasync'ed and what a damaged one becomes: ``volume/format.py``.
 An ordinary write survives a process crash, not a node crash, after which the brokers' answers
 (an epoch they know, sequences out of order) are resolved as ``partition_queue`` describes. A
-damaged file never stops the agent: it is moved aside, named in one WARNING line and counted
-(``durable_agent_state_files_damaged``), and the forwarder takes a new producer id.
+damaged file never stops the agent: it is moved aside (``state_file.set_aside``) and the
+forwarder takes a new producer id.
 """
 
 from __future__ import annotations
@@ -68,9 +53,8 @@ class Anchor:
     offset: int
     sequence: int
     topic_id: str = ""
-    """The topic's id this numbering was taken for ("" unknown: a cluster without topic
-    ids, or a record from before they were kept). Another id now: the topic was created
-    again, and a new epoch is taken instead of asking its leader."""
+    """The topic's id this numbering was taken for ("" unknown); another id now: the topic
+    was created again, and a new epoch is taken instead of asking its leader."""
     gap: bool = False
     """Its leader took a batch past one it refused (``PartitionQueue.gap``): a new epoch."""
     gap_why: str = ""

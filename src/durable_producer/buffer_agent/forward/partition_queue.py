@@ -27,10 +27,9 @@ librdkafka's idempotence code for where this comes from; this is our own, simple
   it are acknowledged, the rest go again from there. When the leader no longer knows the
   producer, or cannot say, the partition moves to a new epoch (KIP-360: sequences start at 0)
   and the frames whose earlier copy's fate is unknown count as possible duplicates.
-- A merged batch refused for good (too large, invalid) is sent again frame by frame; a single
-  frame refused for good long enough (``Sender.refused_for_good``) is dead-lettered whole
-  (``Forwarder``) and the frames after it are numbered again from its first sequence (the
-  broker never took it).
+- A frame refused for good (``failure_policy``) is dead-lettered whole (``Forwarder``) and the
+  frames after it are numbered again from its first sequence (the broker never took it;
+  ``drop_heads``).
 
 No I/O here: the ``Forwarder`` sends, persists and settles.
 """
@@ -64,9 +63,7 @@ names below.
 A plain tuple, not an object: the forwarder holds up to its read-ahead of them (100,000
 one-record frames), and Python's garbage collector stops tracking a tuple of ints and bytes
 after its first collection, where it scans every object with slots in each full collection
-(1.2-1.7 us a frame, measured). Changed by making a new one (``_with``). The queues are the
-only record of the frames in flight: ``ack_tracker`` reads the WAL watermark from their
-heads."""
+(1.2-1.7 us a frame, measured). Changed by making a new one (``_with``)."""
 OFFSET: Final = 0
 BATCH: Final = 1
 RECORDS: Final = 2
@@ -200,8 +197,7 @@ class PartitionQueue:
         """(what ``take_run`` counted, the bytes the merge made) of the last merged batch:
         the next merge is planned that much smaller (``_new_batch``)."""
         self.retakes_paused = 0
-        """Plans of one frame not taken again at the limit: set to ``RETAKE_PAUSE`` when such
-        a retake merged above the limit, counted down at each plan not retaken."""
+        """Plans of one frame still not to be taken again at the limit (``_new_batch``)."""
 
     # ----------------------------------------------------------------- numbering
     def add(
@@ -274,14 +270,14 @@ class PartitionQueue:
         batch's start (2-4 bytes a record for small records from a backlog): a batch that
         came out larger is made again from fewer frames, as many as the overshoot allows.
         Kafka would refuse it, and the same frames merged the same way for ever. The growth
-        of the last merge plans the next (``merge_growth``): a backlog of many-record batches
-        was merged twice a batch, the first time always above the limit. A plan that let one
-        frame through is taken again at ``max_bytes`` (the same rule, ``take_run``), and a
-        merge there replaces the growth: the growth of small records' merges would otherwise
-        keep larger frames from merging for good. After such a merge came out above the limit,
-        the next ``RETAKE_PAUSE`` plans are not retaken (``retakes_paused``): frames whose pair
-        merges just above it were each merged twice, once in vain; a pause that lasted until a
-        merge fitted could keep frames that do fit apart for good."""
+        of the last merge plans the next (``merge_growth``), so a backlog of many-record
+        batches is not merged twice a batch. A plan that let one frame through is taken again
+        at ``max_bytes`` (the same rule, ``take_run``), and a merge there replaces the growth:
+        the growth of small records' merges would otherwise keep larger frames from merging
+        for good. After such a merge came out above the limit, the next ``RETAKE_PAUSE`` plans
+        are not retaken (``retakes_paused``): frames whose pair merges just above it were each
+        merged twice, once in vain; a pause that lasted until a merge fitted could keep frames
+        that do fit apart for good."""
         retry = False
         while True:
             planned, made = self.merge_growth
@@ -567,8 +563,7 @@ try:  # built from _number_frames.c by the package's build (optional: needs a C 
     from durable_producer.buffer_agent.forward import _number_frames as _compiled
 except ImportError:
     _compiled = None
-# Each entry on its own: a module built from an older _number_frames.c keeps number_frames
-# (its entry was number_frames, which took the sole_batch to call: not this one's arguments).
+# Each entry on its own (an older build's ``number_frames`` took other arguments).
 _compiled_number_frames = getattr(_compiled, "number_sole_batches", None)
 take_run: Callable[[deque[Pending], int, int], Run] = getattr(
     _compiled, "take_run", take_run_python

@@ -4,23 +4,18 @@ The contiguous watermark of the ``AckTracker`` is written as the WAL checkpoint 
 ``checkpoint_interval_s``, on stop, and as soon as the frames replayed after a start are
 delivered; the WAL deletes whole segments below it.
 
-The hint marks what a restart must treat with care. The forwarder persists a *sent
-high-water mark* (one past the last frame of a Produce request to a connected broker) and,
-for information, the delivered one in ``state/forwarder.hint`` every ``hint_interval_s`` (no
-fsync) and at every checkpoint and stop (fdatasync). On start, the frames between the
-checkpoint and the sent mark are *replayed*: Kafka may hold them already (forwarder.py says
-how they are sent again without duplicates). The hint is what is left when the producer
+The hint (``state/forwarder.hint``: its marks, bytes and when it is synced, in
+``volume/format.py``) marks what a restart must treat with care: on start, the frames between
+the checkpoint and the sent mark are *replayed*, as Kafka may hold them already (forwarder.py
+says how they are sent again without duplicates). The hint is what is left when the producer
 identity is not: then every replayed record counts as a possible duplicate
 (``cause="restart"``), and records sent within the last ``hint_interval_s`` before a crash
 may escape that count.
 
-**A full disk never stops the forwarder.** The hint is a preallocated two-slot file
-rewritten in place, like the WAL checkpoint (``volume/slot_file.py``; bytes in
-``volume/format.py``), so neither write needs a new block, and the checkpoint deletes
-delivered segments before anything else is written. Should a write fail anyway (EIO, or
-ENOSPC while the hint file is first created), it is logged, counted, and tried again at
-the next interval: the checkpoint keeps its segments until it is written; a missing hint
-only makes the duplicate count less exact.
+**A full disk never stops the forwarder.** The hint and the checkpoint are rewritten in place
+(``volume/slot_file.py``), so neither write needs a new block, and the checkpoint deletes
+delivered segments before anything else is written. A write that fails anyway is logged,
+counted and tried again at the next interval (docs/failure-semantics.md).
 """
 
 from __future__ import annotations

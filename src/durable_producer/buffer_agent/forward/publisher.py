@@ -1,11 +1,9 @@
 """What the forwarder shows of itself: its figures for other threads, its metrics, its health.
 
-``Publisher.publish`` runs on the forwarding thread at every turn of its loop: it copies
-figures other threads read (``ForwarderStats``), pushes increments to the Prometheus metrics
-and tells ``ForwarderHealth`` about deliveries and the work that waits (so a change of state
-is logged). Records newly counted as possible duplicates are logged too, one line a pass that
-counted some: the log keeps the count across kill -9 (the metric restarts from 0), and the line
-is written in the pass that counted them, before the requests that carry them go out.
+``Publisher.publish`` runs at every turn of the forwarding loop. Records newly counted as
+possible duplicates are logged, one line a pass that counted some: the log keeps the count
+across kill -9 (the metric restarts from 0), and the line is written in the pass that counted
+them, before the requests that carry them go out.
 """
 
 from __future__ import annotations

@@ -7,11 +7,9 @@ its ``PartitionQueue``; a lost connection or a timeout leaves the batches' fate 
 are sent again with the same numbers: the broker recognises a copy). Leader moves and unknown
 partitions refresh the metadata; a throttled broker (KIP-219) gets nothing until its throttle
 time has passed. A batch refused as too large has the topic's ``max.message.bytes`` asked
-again (DescribeConfigs): merges keep within what the broker says, and ``on_topic_max_bytes``
-hears it (the ingest then refuses such batches, as the topic does). ``maintain`` starts what a
-partition needs once nothing of it is in flight: a resolution (DescribeProducers, then
-acknowledge, or a new epoch) and the metadata refresh. Dead-lettering is the ``Forwarder``'s
-(it writes to the volume).
+again (docs/failure-semantics.md). ``maintain`` starts what a partition needs once nothing of
+it is in flight: a resolution (DescribeProducers, then acknowledge, or a new epoch) and the
+metadata refresh. Dead-lettering is the ``Forwarder``'s (it writes to the volume).
 """
 
 from __future__ import annotations
@@ -79,10 +77,9 @@ class Sender:
     """Runs on the forwarder's event loop. The ``Forwarder`` owns the queues and is told
     of acknowledged frames (``on_acked``), errors (``on_error(kind, code, name, message)``),
     frames sent again under a new identity (``on_new_identity``), and, before any byte of a
-    request leaves, one past the highest WAL offset it carries (``on_sending``: once a round
-    for brokers already connected; a request that has to connect first tells it once
-    connected, so frames refused a connection do not count as sent; a connection open at
-    the round that drops before the request counts them: over, never under)."""
+    request leaves, one past the highest WAL offset it carries (``on_sending``, see ``pump``
+    and ``_send``: frames refused a connection do not count as sent; a connection that drops
+    between the round and the request counts them: over, never under)."""
 
     def __init__(
         self,
@@ -450,12 +447,10 @@ class Sender:
 
     def _refreshed(self, now: float, *, complete: bool) -> None:
         """After a refresh that failed or left partitions with frames without a leader (a
-        topic that does not exist, Kafka unreachable) the next wanted one waits
-        ``retry_backoff_s``, doubling while they go on so, to ``retry_backoff_max_s``, as
-        Kafka's producer backs off its metadata (KIP-580). Without it every pass of the loop
-        asked again at once: a core spent and a storm of requests for as long as the topic
-        was missing or Kafka down. After a complete one the next goes at once (a new topic's
-        first frames, a leader move)."""
+        topic that does not exist, Kafka unreachable) the next wanted one backs off as
+        ``ForwarderConfig.metadata_interval_s`` says (KIP-580; else every pass of the loop
+        asked again at once, a core spent). After a complete one the next goes at once (a
+        new topic's first frames, a leader move)."""
         if complete:
             self._refresh_misses = 0
             self._refresh_not_before = now
@@ -592,8 +587,7 @@ class Sender:
 
     async def _past_a_gap(self, queue: PartitionQueue) -> None:
         """A new epoch for a partition whose leader does not know this producer
-        (``PartitionQueue.gap``; never a resolution: the leader's last sequence would
-        acknowledge batches it refused, or that went to the topic deleted before)."""
+        (``PartitionQueue.gap``; never a resolution: ``_found_gap`` says why)."""
         try:
             why = queue.gap_why or "its leader does not know this producer"
             await self._new_epoch(queue, None, why)
@@ -608,13 +602,8 @@ class Sender:
         producer_id = queue.producer_id
         if epoch > MAX_EPOCH:
             producer_id, epoch = await self._new_producer_id()
-        log.warning(
-            "%s/%d: %s; producer %d goes on with epoch %d from sequence 0",
-            *queue.key,
-            reason,
-            producer_id,
-            epoch,
-        )
+        message = "%s/%d: %s; producer %d goes on with epoch %d from sequence 0"
+        log.warning(message, *queue.key, reason, producer_id, epoch)
         unknown = queue.renumber(producer_id, epoch)
         queue.topic_id = self.topic_id(queue.key[0]) or queue.topic_id
         queue.resolve = False
