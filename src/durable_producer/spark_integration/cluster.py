@@ -7,6 +7,7 @@ directory, since Spark needs them as files.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from durable_producer.contract import SPARK_TEMPLATES_CONFIGMAP_SUFFIX
@@ -33,6 +34,7 @@ def fetch_rendered_templates(
     from urllib3.exceptions import HTTPError
 
     not_a_kubeconfig = (TypeError, AttributeError, UnicodeDecodeError, yaml.YAMLError)
+    named = _kubeconfig_named(kubeconfig)
 
     # The configuration is filled before the ApiClient exists: the client builds its
     # connection pool (CA, client certificate) from the configuration it is given, so one
@@ -44,20 +46,19 @@ def fetch_rendered_templates(
                 config_file=str(kubeconfig) if kubeconfig else None,
                 client_configuration=configuration,
             )
-        except (ConfigException, FileNotFoundError, *not_a_kubeconfig):
-            if kubeconfig is not None:
+        except (ConfigException, OSError, *not_a_kubeconfig):
+            if named is not None:  # its fault is the one to tell, not in-cluster's
                 raise
             config.load_incluster_config(client_configuration=configuration)
-    except (ConfigException, FileNotFoundError, *not_a_kubeconfig) as error:
-        where = f"kubeconfig {kubeconfig}" if kubeconfig else "no kubeconfig, not in a pod"
+    except (ConfigException, OSError, *not_a_kubeconfig) as error:
         reason = (
             "not a kubeconfig (YAML with clusters, contexts and users)"
             if isinstance(error, not_a_kubeconfig)
             else " ".join(str(error).split())
         )
         raise TemplateError(
-            f"no usable Kubernetes configuration ({where}): {reason}; "
-            "pass --kubeconfig or set KUBECONFIG"
+            f"no usable Kubernetes configuration ({named or 'no kubeconfig, not in a pod'}):"
+            f" {reason}; pass --kubeconfig or set KUBECONFIG to a working one"
         ) from error
     configuration.retries = False  # one try within the timeout: urllib3 tried 4 times, 2 min
     api_client = client.ApiClient(configuration=configuration)
@@ -82,9 +83,27 @@ def fetch_rendered_templates(
             f"cannot reach the Kubernetes API at {configuration.host}: {error}; "
             "check the kubeconfig's server and certificate authority"
         ) from error
+    except (ValueError, TypeError, AttributeError) as error:  # an answer that is no ConfigMap
+        raise TemplateError(
+            f"{configuration.host} answered with no ConfigMap: is it a Kubernetes API server?"
+            " check the kubeconfig's server"
+        ) from error
     finally:
         api_client.close()
     return dict(found.data or {})
+
+
+def _kubeconfig_named(kubeconfig: Path | None) -> str | None:
+    """The kubeconfig the client reads when one is given, named by KUBECONFIG (as the client
+    read it at import) or present at ~/.kube/config; None: the in-cluster account is next."""
+    from kubernetes.config.kube_config import KUBE_CONFIG_DEFAULT_LOCATION as default
+
+    if kubeconfig is not None:
+        return f"kubeconfig {kubeconfig}"
+    paths = [Path(part).expanduser() for part in default.split(os.pathsep) if part]
+    if default != "~/.kube/config" or any(path.exists() for path in paths):
+        return f"kubeconfig {default}"
+    return None
 
 
 def fetch_templates(

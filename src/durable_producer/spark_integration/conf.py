@@ -73,15 +73,18 @@ class TemplateInfo:
     def load(cls, path: Path) -> Self:
         try:
             document = yaml.safe_load(path.read_text())
-        except OSError as error:
+        except (OSError, UnicodeDecodeError) as error:
             raise TemplateError(f"cannot read pod template {path}: {error}") from error
         except yaml.YAMLError as error:
             raise TemplateError(f"pod template {path} is not valid YAML: {error}") from error
         if not isinstance(document, dict) or document.get("kind", "Pod") != "Pod":
             raise TemplateError(f"pod template {path} is not a Pod manifest")
-        spec = document.get("spec") or {}
-        containers = tuple(str(c.get("name", "")) for c in spec.get("containers") or [])
-        labels = (document.get("metadata") or {}).get("labels") or {}
+        spec = _part(document, "spec", dict, path)
+        labels = _part(_part(document, "metadata", dict, path), "labels", dict, path)
+        listed = _part(spec, "containers", list, path)
+        if not all(isinstance(container, dict) for container in listed):
+            raise TemplateError(f"pod template {path}: containers must be a list of mappings")
+        containers = tuple(str(container.get("name", "")) for container in listed)
         producer = labels.get(PRODUCER_LABEL)
         grace = spec.get("terminationGracePeriodSeconds")
         if grace is not None and (type(grace) is not int or grace < 0):
@@ -113,6 +116,17 @@ class TemplateInfo:
             f"pod template {self.path} has containers {list(self.containers)}: "
             f"name the Spark container explicitly"
         )
+
+
+def _part(parent: dict[str, Any], key: str, kind: type[Any], path: Path) -> Any:
+    """``parent[key]`` of a pod template, checked to be a ``kind`` (absent: an empty one)."""
+    value = parent.get(key) or kind()
+    if not isinstance(value, kind):
+        raise TemplateError(
+            f"pod template {path}: {key} must be a {'mapping' if kind is dict else 'list'},"
+            f" not {type(value).__name__}; use the template the operator renders"
+        )
+    return value
 
 
 def spark_conf(templates: PodTemplates) -> dict[str, str]:
@@ -187,12 +201,18 @@ def write_rendered_templates(rendered: Mapping[str, str], directory: Path) -> Po
             f"rendered templates have no {EXECUTOR_TEMPLATE_KEY!r} entry "
             f"(entries: {sorted(rendered)})"
         )
-    directory.mkdir(parents=True, exist_ok=True)
-    for key in (EXECUTOR_TEMPLATE_KEY, DRIVER_TEMPLATE_KEY):
-        if key in rendered:
-            (directory / key).write_text(rendered[key])
-        else:
-            (directory / key).unlink(missing_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for key in (EXECUTOR_TEMPLATE_KEY, DRIVER_TEMPLATE_KEY):
+            if key in rendered:
+                (directory / key).write_text(rendered[key])
+            else:
+                (directory / key).unlink(missing_ok=True)
+    except OSError as error:
+        raise TemplateError(
+            f"cannot write the pod templates into {directory}: {error.strerror or error};"
+            " give a directory this user can write"
+        ) from error
     return templates_in_directory(directory)
 
 

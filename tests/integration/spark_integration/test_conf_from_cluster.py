@@ -4,9 +4,13 @@ real API server, trusted through the kubeconfig's certificate authority alone.""
 from __future__ import annotations
 
 import base64
+import http.server
+import os
 import shlex
 import socket
 import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -180,3 +184,77 @@ def test_an_api_server_that_never_answers_is_given_up_on_after_one_timeout(
     assert code == 2, err
     assert "cannot reach the Kubernetes API" in err, err
     assert took < 60, f"{took:.0f} s"
+
+
+def test_a_kubeconfig_that_is_a_directory_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It was an IsADirectoryError traceback of 31 lines."""
+    code = conf_with(tmp_path, "default", tmp_path / "templates")
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        f"error: no usable Kubernetes configuration (kubeconfig {tmp_path}): [Errno 21] Is a"
+        f" directory: '{tmp_path}'; pass --kubeconfig or set KUBECONFIG to a working one"
+    ]
+
+
+def test_a_broken_kubeconfig_variable_is_named_not_the_in_cluster_account(
+    tmp_path: Path,
+) -> None:
+    """A KUBECONFIG that named a broken file fell through to the in-cluster account, and the
+    line said "Service host/port is not set ... set KUBECONFIG": the variable already set."""
+    broken = tmp_path / "kubeconfig"
+    broken.write_text("clusters: [unclosed")
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_producer.spark_integration", "conf", "--producer",
+         "orders", "--output-dir", str(tmp_path / "templates")],
+        env={**os.environ, "KUBECONFIG": str(broken), "HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"error: no usable Kubernetes configuration (kubeconfig {broken}): not a kubeconfig"
+        " (YAML with clusters, contexts and users); pass --kubeconfig or set KUBECONFIG to a"
+        " working one"
+    ]
+
+
+def test_a_server_that_answers_no_kubernetes_json_is_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A proxy's HTML page with status 200 was a JSONDecodeError traceback of 48 lines."""
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<html>a proxy's login page</html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    page = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=page.serve_forever, daemon=True).start()
+    server = f"http://127.0.0.1:{page.server_address[1]}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "page",
+        "clusters": [{"name": "page", "cluster": {"server": server}}],
+        "users": [{"name": "page", "user": {"token": "t"}}],
+        "contexts": [{"name": "page", "context": {"cluster": "page", "user": "page"}}],
+    }))  # fmt: skip
+    try:
+        code = conf_with(kubeconfig, "default", tmp_path / "templates")
+    finally:
+        page.shutdown()
+        page.server_close()
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.strip().splitlines() == [
+        f"error: {server} answered with no ConfigMap: is it a Kubernetes API server? check"
+        " the kubeconfig's server"
+    ]

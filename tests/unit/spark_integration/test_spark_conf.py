@@ -125,6 +125,37 @@ def test_unusable_template_files(tmp_path: Path, content: str, message: str) -> 
         spark_conf(PodTemplates(executor=path))
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"kind: Pod\nspec: x\n", "spec must be a mapping, not str"),
+        (b"kind: Pod\nspec:\n  containers: [1]\n", "containers must be a list of mappings"),
+        (b"kind: Pod\nspec:\n  containers: {name: x}\n", "containers must be a list, not"),
+        (b"kind: Pod\nmetadata: x\n", "metadata must be a mapping"),
+        (b"kind: Pod\nmetadata:\n  labels: [a]\n", "labels must be a mapping, not list"),
+        (b"\x00\xff\x10binary", "cannot read pod template"),
+    ],
+)
+def test_a_malformed_template_is_one_clear_error(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    """Each was an AttributeError or UnicodeDecodeError traceback (also through --producer,
+    from a ConfigMap edited by hand)."""
+    path = tmp_path / "executor.yaml"
+    path.write_bytes(content)
+    with pytest.raises(TemplateError, match=message):
+        spark_conf(PodTemplates(executor=path))
+
+
+def test_templates_written_where_no_directory_can_be_is_one_clear_error(tmp_path: Path) -> None:
+    """--output-dir naming a file was a FileExistsError traceback."""
+    (tmp_path / "afile").write_text("")
+    rendered = {EXECUTOR_TEMPLATE_KEY: EXECUTOR_TEMPLATE}
+    for directory in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        with pytest.raises(TemplateError, match=f"cannot write the pod templates into {directory}"):
+            write_rendered_templates(rendered, directory)
+
+
 def test_missing_template_file(tmp_path: Path) -> None:
     with pytest.raises(TemplateError, match="cannot read pod template"):
         spark_conf(PodTemplates(executor=tmp_path / "absent.yaml"))
