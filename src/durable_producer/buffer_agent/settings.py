@@ -191,7 +191,7 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
         _check_ports(ingest, agent)
-        _check_ingest(ingest, agent)
+        _check_ingest(ingest, agent, wal)
     return AgentSettings(
         agent=agent,
         kafka=_config(KafkaConnectionSettings, given),
@@ -201,9 +201,15 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
     )
 
 
-def _check_ingest(ingest: IngestConfig, agent: AgentConfig) -> None:
+def _check_ingest(ingest: IngestConfig, agent: AgentConfig, wal: WalConfig) -> None:
     """Limits that would refuse, for ever, what a client may rightly send, or answer a client
     with more than it can take."""
+    if wal.max_frame_bytes < ingest.max_batch_bytes:
+        raise SettingError(
+            f"--segment-bytes={wal.segment_bytes} cannot hold the largest batch"
+            f" (--max-batch-bytes={ingest.max_batch_bytes}): give it at least"
+            f" {ingest.max_batch_bytes + FRAME_HEADROOM_BYTES} or lower --max-batch-bytes"
+        )
     least = ingest.max_batch_bytes + FRAME_HEADROOM_BYTES  # the request's own bytes too
     if ingest.max_request_memory_bytes < least:
         raise SettingError(

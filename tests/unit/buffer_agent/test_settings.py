@@ -110,6 +110,17 @@ def test_limits_that_refuse_or_overwhelm_clients_are_refused(
     settings_from(build_parser({}).parse_args([*run, least_or_most]))
 
 
+def test_a_segment_smaller_than_the_largest_batch_is_refused() -> None:
+    """A frame must fit in a segment, so the WAL's frame limit was the segment: with 1 MiB
+    segments a batch of up to Kafka's 1,048,588 bytes was taken by the agent's limit and then
+    refused as MESSAGE_TOO_LARGE by the WAL, a gap of 12 bytes no client could know of."""
+    run = ["run", "--kafka-bootstrap", "k:9092", "--segment-bytes"]
+    with pytest.raises(SettingError, match="give it at least 1114124 or lower --max-batch"):
+        settings_from(build_parser({}).parse_args([*run, "1048576"]))
+    settings_from(build_parser({}).parse_args([*run, "1048576", "--max-batch-bytes=1048576"]))
+    settings_from(build_parser({}).parse_args([*run, str(2 << 20)]))
+
+
 def test_a_request_memory_below_the_largest_batch_is_refused() -> None:
     """With --max-request-memory-bytes 1 every request was refused as too large, for ever."""
     argv = ["run", "--kafka-bootstrap", "k:9092", "--max-request-memory-bytes", "1"]

@@ -32,8 +32,10 @@ from durable_producer.contract import VERSION as VERSION
 from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE
 from durable_producer.operator.model.quantities import QUANTITY_PATTERN, parse_quantity
 
-# A DNS-1123 subdomain: the names of Secrets, StorageClasses and containers.
+# A DNS-1123 subdomain: the names of Secrets and StorageClasses.
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# A DNS-1123 label (no dots, at most 63): the names of containers.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A TCP port, 1 to 65535, without leading zeros.
 PORT_NUMBER_PATTERN = (
     r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
@@ -50,6 +52,7 @@ IMAGE_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$"
 PATTERN_DESCRIPTIONS: dict[str, str] = {
     QUANTITY_PATTERN: "a Kubernetes quantity such as 20Gi or 500Mi",
     DNS_SUBDOMAIN_PATTERN: "a lowercase DNS name such as kafka-credentials",
+    DNS_LABEL_PATTERN: "a container name (lowercase letters, digits, '-') such as spark-executor",
     BOOTSTRAP_SERVER_PATTERN: "host:port (port 1 to 65535) such as kafka-0.kafka.svc:9092",
     IMAGE_PATTERN: "an image reference such as registry.example/durable-agent:0.1.0 (no spaces)",
     SECRET_KEY_PATTERN: "a Secret key (letters, digits, '-', '_', '.')",
@@ -57,6 +60,7 @@ PATTERN_DESCRIPTIONS: dict[str, str] = {
 
 Quantity = Annotated[str, Field(pattern=QUANTITY_PATTERN, max_length=64)]
 KubernetesName = Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, min_length=1, max_length=253)]
+ContainerName = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
 SecretKey = Annotated[str, Field(pattern=SECRET_KEY_PATTERN, min_length=1, max_length=253)]
 Port = Annotated[int, Field(ge=1024, le=65535)]
 
@@ -283,7 +287,10 @@ class AgentSidecarSettings(CamelModel):
     )
     ports: AgentPorts = Field(default=AgentPorts(), description="Agent ports.")
     segment_size_mib: int = Field(
-        default=64, ge=1, le=1024, description="Maximum size of one WAL segment, in MiB."
+        default=64,
+        ge=2,  # a segment holds the largest batch (Kafka's 1,048,588 bytes) and its frame
+        le=1024,
+        description="Maximum size of one WAL segment, in MiB.",
     )
 
 
@@ -292,7 +299,7 @@ class SparkSettings(CamelModel):
 
     executor_template: bool = Field(default=True, description="Render an executor pod template.")
     driver_template: bool = Field(default=False, description="Render a driver pod template.")
-    container_name: KubernetesName = Field(
+    container_name: ContainerName = Field(
         default=DEFAULT_EXECUTOR_CONTAINER,
         description="Spark container that gets the bootstrap environment variables.",
     )

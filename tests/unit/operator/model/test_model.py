@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from durable_producer.operator.decide.reconcile import desired_status
+from durable_producer.operator.decide.reconcile import desired_status, parse_spec
 from durable_producer.operator.model import model
 
 MINIMAL: dict[str, Any] = {
@@ -79,3 +79,20 @@ def test_status_model_accepts_what_reconcile_writes() -> None:
     parsed = model.DurableProducerStatus.model_validate(status)
     assert parsed.buffer_size == "1Gi"
     assert [c.type for c in parsed.conditions] == ["Ready", "Degraded"]
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"spark": {"containerName": "my.spark"}}, "a container name"),
+        ({"spark": {"containerName": "x" * 64}}, "at most 63 characters"),
+        ({"agent": {"segmentSizeMib": 1}}, "greater than or equal to 2"),
+    ],
+)
+def test_what_a_pod_or_the_agent_cannot_take_is_refused(
+    section: dict[str, Any], message: str
+) -> None:
+    """Both were accepted: a dotted container name made every executor pod Spark built from
+    the template invalid; 1 MiB segments refused batches the agent said it takes."""
+    refusal = parse_spec({**MINIMAL, **section})
+    assert isinstance(refusal, str) and message in refusal, refusal
