@@ -8,6 +8,7 @@ default (the operator must start even with a bad value in a Helm override).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -140,7 +141,7 @@ class WebhookSettings:
             port=port,
             certfile=environ.get(WEBHOOK_CERT_FILE_ENV) or None,
             keyfile=environ.get(WEBHOOK_KEY_FILE_ENV) or None,
-            timeout_seconds=timeout if timeout > 0 else DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
+            timeout_seconds=timeout if _positive(timeout) else DEFAULT_WEBHOOK_TIMEOUT_SECONDS,
         )
 
 
@@ -185,8 +186,17 @@ POOL_ENV: dict[str, str] = {
 }
 
 
+POOL_POSITIVE = frozenset({"drain_timeout_seconds"})
+"""PoolPolicy fields that 0 leaves unusable: a drain Job's ``--timeout`` must be positive."""
+
+
+def _positive(value: float) -> bool:
+    return math.isfinite(value) and value > 0
+
+
 def pool_policy_from_environ(environ: Mapping[str, str]) -> PoolPolicy:
-    """Each field from its POOL_ENV variable; unusable or negative values keep the default."""
+    """Each field from its POOL_ENV variable; unusable, infinite or negative values (0 too,
+    for POOL_POSITIVE) keep the default."""
     defaults = PoolPolicy()
     values: dict[str, Any] = {}
     for name, variable in POOL_ENV.items():
@@ -196,7 +206,8 @@ def pool_policy_from_environ(environ: Mapping[str, str]) -> PoolPolicy:
             value = type(default)(raw) if raw is not None else default
         except ValueError:
             value = default
-        values[name] = value if value >= 0 else default
+        usable = _positive(value) or (value == 0 and name not in POOL_POSITIVE)
+        values[name] = value if usable else default
     return PoolPolicy(**values)
 
 
@@ -206,7 +217,7 @@ def pool_interval_from_environ(environ: Mapping[str, str]) -> float:
         interval = float(environ.get(POOL_INTERVAL_ENV, str(DEFAULT_POOL_INTERVAL_SECONDS)))
     except ValueError:
         return DEFAULT_POOL_INTERVAL_SECONDS
-    return interval if interval > 0 else DEFAULT_POOL_INTERVAL_SECONDS
+    return interval if _positive(interval) else DEFAULT_POOL_INTERVAL_SECONDS
 
 
 def agent_image_from_environ(environ: Mapping[str, str]) -> AgentImage:

@@ -50,7 +50,10 @@ def test_watch_timeouts_from_environment(raw: str | None, expected: int) -> None
     assert tuning.watch_client_timeout > tuning.watch_server_timeout
 
 
-@pytest.mark.parametrize(("raw", "expected"), [("5", 5.0), ("nonsense", 60.0), ("-1", 60.0)])
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [("5", 5.0), ("0", 0.0), ("nonsense", 60.0), ("-1", 60.0), ("inf", 60.0), ("nan", 60.0)],
+)
 def test_policy_from_environment(raw: str, expected: float) -> None:
     policy = pool_policy_from_environ({"DURABLE_PRODUCER_POOL_DRAIN_GRACE_SECONDS": raw})
 
@@ -58,8 +61,17 @@ def test_policy_from_environment(raw: str, expected: float) -> None:
     assert policy.idle_ttl_seconds == PoolPolicy().idle_ttl_seconds
 
 
+def test_a_drain_timeout_of_zero_keeps_the_default() -> None:
+    """Taken, it rendered drain Jobs with --timeout=0, which the agent refuses: the volume's
+    backlog was never drained."""
+    policy = pool_policy_from_environ({"DURABLE_PRODUCER_POOL_DRAIN_TIMEOUT_SECONDS": "0"})
+
+    assert policy.drain_timeout_seconds == PoolPolicy().drain_timeout_seconds > 0
+
+
 @pytest.mark.parametrize(
-    ("raw", "expected"), [(None, 10.0), ("0.5", 0.5), ("0", 10.0), ("-2", 10.0), ("soon", 10.0)]
+    ("raw", "expected"),
+    [(None, 10.0), ("0.5", 0.5), ("0", 10.0), ("-2", 10.0), ("soon", 10.0), ("inf", 10.0)],
 )
 def test_pool_interval_is_positive(raw: str | None, expected: float) -> None:
     environ = {} if raw is None else {POOL_INTERVAL_ENV: raw}
@@ -115,6 +127,7 @@ def test_features_from_environment(raw: str | None, pool: bool, spark: bool) -> 
 
 @pytest.mark.parametrize(("raw", "timeout", "budget"), [
     (None, 10.0, 8.0), ("4", 4.0, 2.0), ("1", 1.0, 0.5), ("0", 10.0, 8.0), ("x", 10.0, 8.0),
+    ("inf", 10.0, 8.0), ("nan", 10.0, 8.0),
 ])  # fmt: skip
 def test_admission_api_budget_stays_under_the_webhook_timeout(
     raw: str | None, timeout: float, budget: float
