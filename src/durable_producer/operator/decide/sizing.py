@@ -47,6 +47,9 @@ SEGMENTS_ON_DISK = 2
 # Above this a computed size is warned about: many block storage classes provision no bigger
 # volume, and a size this large usually comes from a peak rate or outage typed too large.
 LARGE_VOLUME_BYTES = 16 * TIB
+# A volume's bytes are a signed 64-bit integer in Kubernetes (and status.runwaySeconds, which
+# a larger size at 1 B/s overflowed: the API server refused every status write).
+MAX_VOLUME_BYTES = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -176,6 +179,13 @@ def size_problem(inputs: SizingInputs) -> str | None:
     """Why spec.storage.size cannot be used at all (the agent would not start), or None."""
     if inputs.override_bytes is None:
         return None
+    if inputs.override_bytes > MAX_VOLUME_BYTES:
+        return (
+            f"spec.storage.size {format_bytes(inputs.override_bytes)} is more than a volume can"
+            " be (Kubernetes counts a volume's bytes in a signed 64-bit integer, at most 8Ei);"
+            " set a size your storage provides, or remove it to use the computed"
+            f" {format_bytes(required_size_bytes(inputs))}"
+        )
     try:
         volume_budget_of(inputs.override_bytes, inputs)
     except volume_budget.BudgetError as error:

@@ -193,6 +193,20 @@ def test_a_size_that_holds_no_wal_is_an_invalid_spec_with_the_numbers(size: str)
     assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
 
 
+def test_a_size_beyond_what_a_volume_can_be_is_an_invalid_spec() -> None:
+    """100Ei at 1 B/s gave status.runwaySeconds 9.1e19, beyond the int64 the API server
+    takes: every status write of that producer was refused."""
+    spec = {"kafka": {"bootstrapServers": ["kafka:9092"]},
+            "throughput": {"peakBytesPerSecond": 1}, "storage": {"size": "100Ei"}}
+    parsed = reconcile.parse_spec(spec)
+    assert isinstance(parsed, str) and "is more than a volume can be" in parsed, parsed
+    spec["storage"] = {"size": "8Ei"}  # 2**63 bytes: one more than an int64 holds
+    assert isinstance(reconcile.parse_spec(spec), str)
+    spec["storage"] = {"size": "7Ei"}
+    status = reconcile.desired_status(spec, {}, 1, T0).status
+    assert 0 < status["runwaySeconds"] < 2**63
+
+
 @given(size_mib=st.integers(min_value=1, max_value=4096), segment_mib=st.integers(1, 1024))
 def test_every_size_accepted_gives_the_agent_a_wal_it_accepts(
     size_mib: int, segment_mib: int
