@@ -19,6 +19,12 @@ PLURAL: Final = "durableproducers"
 SINGULAR: Final = "durableproducer"
 SHORT_NAMES: Final = ("dp",)
 
+# --------------------------------------------------------------------- Kubernetes names
+DNS_SUBDOMAIN_PATTERN: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+"""A DNS-1123 subdomain, at most 253: most objects' names (Secrets, StorageClasses, apps)."""
+DNS_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+"""A DNS-1123 label (no dots), at most 63: containers' and namespaces' names."""
+
 # --------------------------------------------------------------------- labels and annotations
 PRODUCER_LABEL: Final = f"{GROUP}/producer"
 """Pods opt in with ``durable.dev/producer: <DurableProducer name>``."""

@@ -20,11 +20,16 @@ the same templates, e.g.::
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from durable_producer.contract import SPARK_TEMPLATES_CONFIGMAP_SUFFIX
+from durable_producer.contract import (
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
+    SPARK_TEMPLATES_CONFIGMAP_SUFFIX,
+)
 from durable_producer.spark_integration.cluster import fetch_templates, templates_configmap_name
 from durable_producer.spark_integration.conf import (
     PodTemplates,
@@ -69,8 +74,12 @@ def build_parser() -> argparse.ArgumentParser:
         "through agents",
     )
     _add_template_source(app)
-    app.add_argument("--name", required=True, help="name of the SparkApplication")
-    app.add_argument("--image", required=True, help="Spark image with durable-producer installed")
+    app.add_argument(
+        "--name", required=True, type=_object_name, help="name of the SparkApplication"
+    )
+    app.add_argument(
+        "--image", required=True, type=_image, help="Spark image with durable-producer installed"
+    )
     app.add_argument(
         "--main-application-file",
         required=True,
@@ -87,9 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     app.add_argument("--executor-instances", type=_positive, default=2)
     app.add_argument("--executor-cores", type=_positive, default=1)
-    app.add_argument("--executor-memory", default="2g")
+    app.add_argument("--executor-memory", type=_memory, default="2g")
     app.add_argument("--driver-cores", type=_positive, default=1)
-    app.add_argument("--driver-memory", default="1g")
+    app.add_argument("--driver-memory", type=_memory, default="1g")
     app.add_argument(
         "--service-account",
         default=DEFAULT_SERVICE_ACCOUNT,
@@ -125,6 +134,7 @@ def _add_template_source(command: argparse.ArgumentParser) -> None:
     source.add_argument("--configmap", help="fetch the templates from this ConfigMap")
     command.add_argument(
         "--namespace",
+        type=_namespace,
         default="default",
         help="namespace of the ConfigMap (and of the SparkApplication)",
     )
@@ -141,6 +151,35 @@ def _add_template_source(command: argparse.ArgumentParser) -> None:
         "--executor-container", help="Spark container name in the executor template"
     )
     command.add_argument("--driver-container", help="Spark container name in the driver template")
+
+
+def _object_name(text: str) -> str:
+    if len(text) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no Kubernetes name: lowercase letters, digits, '-' and '.', at most 253"
+        )
+    return text
+
+
+def _namespace(text: str) -> str:
+    if len(text) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is no namespace: lowercase letters, digits and '-', at most 63"
+        )
+    return text
+
+
+def _image(text: str) -> str:
+    if not text or any(character.isspace() for character in text):
+        raise argparse.ArgumentTypeError(f"{text!r} is no image reference")
+    return text
+
+
+def _memory(text: str) -> str:
+    """Spark's memory setting: a whole number with an optional unit (512m, 2g, 1024)."""
+    if not re.fullmatch(r"[0-9]+([kmgtp]b?)?", text, re.IGNORECASE):
+        raise argparse.ArgumentTypeError(f"{text!r} is no Spark memory size such as 512m or 2g")
+    return text
 
 
 def _positive(text: str) -> int:

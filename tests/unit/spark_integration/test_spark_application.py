@@ -198,3 +198,27 @@ def test_cli_reports_bad_input_in_one_line(
     assert capsys.readouterr().err == (
         "error: --conf 'no-equals-sign' is not of the form KEY=VALUE\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        ("--name", "Bad Name", "is no Kubernetes name"),
+        ("--image", "", "is no image reference"),
+        ("--namespace", "", "is no namespace"),
+        ("--namespace", "a.b", "is no namespace"),
+        ("--executor-memory", "garbage", "is no Spark memory size"),
+        ("--driver-memory", "2 g", "is no Spark memory size"),
+    ],
+)
+def test_a_value_kubernetes_or_spark_would_refuse_is_refused_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str, said: str
+) -> None:
+    """Each printed a manifest and exited 0; kubectl apply or Spark refused it later."""
+    argv = ["sparkapplication", "--executor-template", str(tmp_path / "t.yaml"), "--name",
+            "orders", "--image", "spark:3", "--main-application-file", "local:///a.py",
+            flag, value]  # fmt: skip
+    with pytest.raises(SystemExit) as refused:
+        main(argv)
+    assert refused.value.code == 2
+    assert f"argument {flag}: {value!r} {said}" in capsys.readouterr().err

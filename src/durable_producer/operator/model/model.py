@@ -20,6 +20,8 @@ from durable_producer.contract import (
     DEFAULT_EXECUTOR_CONTAINER,
     DEFAULT_FSYNC_POLICY,
     DEFAULT_FULL_DISK_POLICY,
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     KAFKA_PORT,
     METRICS_PORT,
 )
@@ -32,10 +34,6 @@ from durable_producer.contract import VERSION as VERSION
 from durable_producer.operator.model.conditions import MAX_CONDITION_MESSAGE
 from durable_producer.operator.model.quantities import QUANTITY_PATTERN, parse_quantity
 
-# A DNS-1123 subdomain: the names of Secrets and StorageClasses.
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
-# A DNS-1123 label (no dots, at most 63): the names of containers.
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 # A TCP port, 1 to 65535, without leading zeros.
 PORT_NUMBER_PATTERN = (
     r"([1-9][0-9]{0,3}|[1-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-5])"
