@@ -28,7 +28,6 @@ from durable_producer.buffer_agent.options import (
     ArgumentParser,
     add_options,
     options_of,
-    path,
     upper_case_of,
 )
 from durable_producer.buffer_agent.settings import (
@@ -183,13 +182,7 @@ def build_parser(environ: Mapping[str, str] | None = None) -> ArgumentParser:
     letters = commands.add_parser("dead-letters", help="records Kafka refused for good")
     letter_commands = letters.add_subparsers(dest="letters_command", required=True)
     listing = letter_commands.add_parser("list", help="list pending dead letters")
-    (data_dir,) = options_of(AgentConfig, "data_dir")
-    listing.add_argument(
-        data_dir.flag,
-        default=environ.get(data_dir.env, data_dir.shown_default),
-        type=path,
-        help="the buffer volume",
-    )
+    add_options(listing, options_of(AgentConfig, "data_dir"), environ)
     listing.add_argument("--all", action="store_true", help="include re-sent ones")
     _add_quiet_logging(listing)
     listing.set_defaults(handler=_cmd_dead_letters_list)

@@ -208,7 +208,7 @@ def _check_ingest(ingest: IngestConfig, agent: AgentConfig, wal: WalConfig) -> N
         raise SettingError(
             f"--segment-bytes={wal.segment_bytes} cannot hold the largest batch"
             f" (--max-batch-bytes={ingest.max_batch_bytes}): give it at least"
-            f" {ingest.max_batch_bytes + FRAME_HEADROOM_BYTES} or lower --max-batch-bytes"
+            f" {ingest.max_batch_bytes} or lower --max-batch-bytes"
         )
     least = ingest.max_batch_bytes + FRAME_HEADROOM_BYTES  # the request's own bytes too
     if ingest.max_request_memory_bytes < least:

@@ -176,8 +176,8 @@ def _image(text: str) -> str:
 
 
 def _memory(text: str) -> str:
-    """Spark's memory setting: a whole number with an optional unit (512m, 2g, 1024)."""
-    if not re.fullmatch(r"[0-9]+([kmgtp]b?)?", text, re.IGNORECASE):
+    """Spark's memory setting: a whole number with an optional unit (512m, 2g, 1024b, 1024)."""
+    if not re.fullmatch(r"[0-9]+([kmgtp]?b|[kmgtp])?", text, re.IGNORECASE):
         raise argparse.ArgumentTypeError(f"{text!r} is no Spark memory size such as 512m or 2g")
     return text
 

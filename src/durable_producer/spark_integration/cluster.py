@@ -101,9 +101,9 @@ def _kubeconfig_named(kubeconfig: Path | None) -> str | None:
     if kubeconfig is not None:
         return f"kubeconfig {kubeconfig}"
     paths = [Path(part).expanduser() for part in default.split(os.pathsep) if part]
-    if default != "~/.kube/config" or any(path.exists() for path in paths):
+    if paths and (default != "~/.kube/config" or any(path.exists() for path in paths)):
         return f"kubeconfig {default}"
-    return None
+    return None  # an empty KUBECONFIG is unset, as kubectl takes it
 
 
 def fetch_templates(

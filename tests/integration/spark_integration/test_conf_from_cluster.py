@@ -258,3 +258,15 @@ def test_a_server_that_answers_no_kubernetes_json_is_one_clear_line(
         f"error: {server} answered with no ConfigMap: is it a Kubernetes API server? check"
         " the kubeconfig's server"
     ]
+
+
+def test_an_empty_kubeconfig_variable_counts_as_unset(tmp_path: Path) -> None:
+    """As kubectl takes it: the in-cluster account is tried next (here: not in a pod)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "durable_producer.spark_integration", "conf", "--producer",
+         "orders", "--output-dir", str(tmp_path / "templates")],
+        env={**os.environ, "KUBECONFIG": "", "HOME": str(tmp_path)},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "no usable Kubernetes configuration (no kubeconfig, not in a pod)" in done.stderr

@@ -226,3 +226,13 @@ def test_a_bad_variable_stops_only_the_commands_that_read_it(
         main(["drain", "--kafka-bootstrap", UNREACHABLE_KAFKA, "--timeout", "-1"])
     assert refused.value.code == 2
     assert "argument --timeout: -1 must be positive" in capsys.readouterr().err
+
+
+def test_a_bad_data_dir_variable_for_the_dead_letter_list_names_the_variable(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It printed the usage and "argument --data-dir: an empty path", a flag never given."""
+    monkeypatch.setenv("DURABLE_AGENT_DATA_DIR", "")
+    assert main(["dead-letters", "list"]) == 2
+    line = single_error_line(capsys)
+    assert "DURABLE_AGENT_DATA_DIR=''" in line and "--data-dir" in line

@@ -192,7 +192,7 @@ BAD_SPECS: dict[str, BadSpec] = {
         with_changes({"storage.size": "0"}),
         "spec.storage.size 0 cannot hold the agent's WAL",
         ".spec.storage.size: Invalid value: spec.storage.size 0 is too small: it must be at least"
-        " 2 x spec.agent.segmentSizeMib + 78 MiB (206Mi with the default 64 MiB segments)",
+        " 2 x spec.agent.segmentSizeMib + 77 MiB (205Mi with the default 64 MiB segments)",
         only_cel_rejects=True,
     ),
     "tiny-size": BadSpec(

@@ -184,7 +184,7 @@ def test_storage_size_rule_never_refuses_a_size_the_agent_budget_accepts() -> No
     base = {"kafka": {"bootstrapServers": ["k:9092"]}, "throughput": {"peakBytesPerSecond": 1}}
     # Every size the schema allows from 1 to 16 MiB, then around each power of two up to 1024
     # (celpy takes ~20 ms per object).
-    segments = sorted({*range(2, 17), *(2**k + d for k in range(4, 11) for d in (-1, 0, 1))}
+    segments = sorted({*range(1, 17), *(2**k + d for k in range(4, 11) for d in (-1, 0, 1))}
                       - {1025})
     for segment in segments:
         smallest = minimum_volume_bytes(segment * MIB, DEFAULT_MAX_BATCH_BYTES) // MIB
@@ -192,11 +192,11 @@ def test_storage_size_rule_never_refuses_a_size_the_agent_budget_accepts() -> No
             **copy.deepcopy(base), "storage": {"size": f"{smallest}Mi"},
             "agent": {"segmentSizeMib": segment}})
         assert rules.errors(spec, spec_schema) == [], segment
-    # Tight where the margin is smallest (2 MiB segments): one MiB less is refused.
-    smallest = minimum_volume_bytes(2 * MIB, DEFAULT_MAX_BATCH_BYTES) // MIB
+    # Tight where the margin is smallest (1 MiB segments): one MiB less is refused.
+    smallest = minimum_volume_bytes(MIB, DEFAULT_MAX_BATCH_BYTES) // MIB
     too_small = apply_schema_defaults(spec_schema, {
         **copy.deepcopy(base), "storage": {"size": f"{smallest - 1}Mi"},
-        "agent": {"segmentSizeMib": 2}})
+        "agent": {"segmentSizeMib": 1}})
     (error,) = rules.errors(too_small, spec_schema)
-    margin = smallest - 2 * 2
+    margin = smallest - 2 * 1
     assert f"at least 2 x spec.agent.segmentSizeMib + {margin} MiB" in error

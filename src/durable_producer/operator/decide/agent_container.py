@@ -15,6 +15,7 @@ from durable_producer.contract import (
     AGENT_HOST,
     BUFFER_VOLUME_NAME,
     DATA_DIR,
+    DEFAULT_MAX_BATCH_BYTES,
     METRICS_HOST,
 )
 from durable_producer.operator.decide import sizing
@@ -93,10 +94,17 @@ def agent_run_args(spec: DurableProducerSpec, log_level: str | None = None) -> l
         f"--full-disk-policy={spec.full_disk.policy}",
         f"--block-timeout={max(spec.full_disk.block_timeout_ms, 1) / 1000:g}",
         f"--segment-bytes={spec.agent.segment_size_mib * 2**20}",
+        *_max_batch_args(spec),
         f"--max-buffer-bytes={sizing.max_buffer_bytes(spec)}",
         f"--drain-timeout={AGENT_DRAIN_TIMEOUT_SECONDS}",
         *([f"--log-level={log_level}"] if log_level else []),
     ]
+
+
+def _max_batch_args(spec: DurableProducerSpec) -> list[str]:
+    """``--max-batch-bytes`` where it is not the agent's default (1 MiB segments)."""
+    largest = sizing.max_batch_bytes(spec)
+    return [] if largest == DEFAULT_MAX_BATCH_BYTES else [f"--max-batch-bytes={largest}"]
 
 
 def agent_drain_args(spec: DurableProducerSpec, timeout_seconds: int) -> list[str]:

@@ -74,7 +74,14 @@ class SizingInputs:
             headroom_percent=spec.storage.headroom_percent,
             segment_size_bytes=spec.agent.segment_size_mib * MIB,
             override_bytes=parse_bytes(override) if override is not None else None,
+            max_batch_bytes=max_batch_bytes(spec),
         )
+
+
+def max_batch_bytes(spec: DurableProducerSpec) -> int:
+    """The largest batch the agent takes: Kafka's default, or one segment where that is less
+    (a WAL frame fits in a segment; the agent refuses a larger ``--max-batch-bytes``)."""
+    return min(DEFAULT_MAX_BATCH_BYTES, spec.agent.segment_size_mib * MIB)
 
 
 @dataclass(frozen=True)
@@ -159,7 +166,7 @@ def minimum_size_margin_mib(segment_sizes_mib: Iterable[int]) -> int:
     """The largest C such that every volume the budget accepts is at least 2 segments + C MiB,
     whatever the segment size (the CRD's CEL rule checks this necessary condition)."""
     return min(
-        minimum_volume_bytes(segment * MIB, DEFAULT_MAX_BATCH_BYTES) // MIB
+        minimum_volume_bytes(segment * MIB, min(DEFAULT_MAX_BATCH_BYTES, segment * MIB)) // MIB
         - SEGMENTS_ON_DISK * segment
         for segment in segment_sizes_mib
     )
@@ -182,7 +189,8 @@ def size_problem(inputs: SizingInputs) -> str | None:
     if inputs.override_bytes > MAX_VOLUME_BYTES:
         return (
             f"spec.storage.size {format_bytes(inputs.override_bytes)} is more than a volume can"
-            " be (Kubernetes counts a volume's bytes in a signed 64-bit integer, at most 8Ei);"
+            " be (Kubernetes counts a volume's bytes in a signed 64-bit integer: less than"
+            " 8Ei);"
             " set a size your storage provides, or remove it to use the computed"
             f" {format_bytes(required_size_bytes(inputs))}"
         )

@@ -286,9 +286,10 @@ class AgentSidecarSettings(CamelModel):
     ports: AgentPorts = Field(default=AgentPorts(), description="Agent ports.")
     segment_size_mib: int = Field(
         default=64,
-        ge=2,  # a segment holds the largest batch (Kafka's 1,048,588 bytes) and its frame
+        ge=1,
         le=1024,
-        description="Maximum size of one WAL segment, in MiB.",
+        description="Maximum size of one WAL segment, in MiB; below 2 the largest batch a"
+        " client may send is one segment (1,048,576 bytes, not Kafka's 1,048,588).",
     )
 
 

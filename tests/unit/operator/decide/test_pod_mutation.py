@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from durable_producer import contract, volume_budget
 from durable_producer.buffer_agent.cli import build_parser
+from durable_producer.buffer_agent.settings import settings_from
 from durable_producer.operator.decide import agent_container, pod_mutation
 from durable_producer.operator.decide.sizing import SizingInputs, size_buffer
 from durable_producer.operator.model.installation import AgentImage
@@ -476,6 +477,19 @@ def test_security_protocol(tls: bool, sasl: bool, expected: str) -> None:
         kafka["sasl"] = {"mechanism": "PLAIN", "secretName": "s"}
 
     assert agent_container.security_protocol(make_spec(kafka=kafka)) == expected
+
+
+@pytest.mark.parametrize("segment_mib", [1, 2, 64, 1024])
+def test_the_agent_takes_the_settings_of_every_segment_size(segment_mib: int) -> None:
+    """With 1 MiB segments the agent took batches of up to Kafka's 1,048,588 bytes and its
+    WAL then refused those above 1,048,576 (MESSAGE_TOO_LARGE); now the agent refuses such
+    settings, so the operator gives it the one segment as its largest batch."""
+    spec = make_spec(agent={"segmentSizeMib": segment_mib})
+    run = settings_from(build_parser({}).parse_args(agent_container.agent_run_args(spec)))
+    largest = min(contract.DEFAULT_MAX_BATCH_BYTES, segment_mib << 20)
+    assert run.ingest.max_batch_bytes == largest <= run.wal.max_frame_bytes
+    drain = build_parser({}).parse_args(agent_container.agent_drain_args(spec, 300))
+    settings_from(drain)
 
 
 def test_drain_arguments_are_accepted_by_the_real_agent_cli() -> None:

@@ -86,13 +86,12 @@ def test_status_model_accepts_what_reconcile_writes() -> None:
     [
         ({"spark": {"containerName": "my.spark"}}, "a container name"),
         ({"spark": {"containerName": "x" * 64}}, "at most 63 characters"),
-        ({"agent": {"segmentSizeMib": 1}}, "greater than or equal to 2"),
     ],
 )
-def test_what_a_pod_or_the_agent_cannot_take_is_refused(
+def test_what_a_pod_cannot_take_is_refused(
     section: dict[str, Any], message: str
 ) -> None:
-    """Both were accepted: a dotted container name made every executor pod Spark built from
-    the template invalid; 1 MiB segments refused batches the agent said it takes."""
+    """It was accepted: a dotted container name made every executor pod Spark built from the
+    template invalid."""
     refusal = parse_spec({**MINIMAL, **section})
     assert isinstance(refusal, str) and message in refusal, refusal
