@@ -22,7 +22,11 @@ from pathlib import Path
 from durable_producer.buffer_agent.errors import SettingError, StartupError
 from durable_producer.buffer_agent.forward.dead_letter import read_dead_letters, unreadable_note
 from durable_producer.buffer_agent.forward.resend import resend_dead_letters
-from durable_producer.buffer_agent.kafka.client_config import KafkaConfigError, build_client_config
+from durable_producer.buffer_agent.kafka.client_config import (
+    KafkaConfigError,
+    KafkaConnectionSettings,
+    build_client_config,
+)
 from durable_producer.buffer_agent.logging_setup import LOG_FORMATS, LOG_LEVELS, configure_logging
 from durable_producer.buffer_agent.options import (
     ArgumentParser,
@@ -35,6 +39,7 @@ from durable_producer.buffer_agent.settings import (
     DRAIN_OPTIONS,
     RUN_OPTIONS,
     AgentConfig,
+    in_flags,
     settings_from,
 )
 from durable_producer.buffer_agent.volume.directories import prepare_data_dir
@@ -217,7 +222,10 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level, args.log_format)
     try:
         return int(args.handler(args))
-    except (KafkaConfigError, SettingError, StartupError) as error:
+    except KafkaConfigError as error:  # its fields, named by the agent's flags
+        print(f"durable-agent: {in_flags(str(error), KafkaConnectionSettings)}", file=sys.stderr)
+        return 2
+    except (SettingError, StartupError) as error:
         print(f"durable-agent: {error}", file=sys.stderr)
         return 2
     except WalLockedError as error:

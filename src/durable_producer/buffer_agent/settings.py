@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -253,13 +254,20 @@ def _check_wal(wal: WalConfig) -> None:
     try:
         wal.validate()
     except ValueError as error:
-        message = str(error)
-        for declared in options_of(WalConfig):
-            message = message.replace(f"{declared.fields[0]}=", f"{declared.flag}=")
-        message = message.replace(
+        message = in_flags(str(error), WalConfig).replace(
             "max_frame_bytes=", "the WAL frame limit (from --max-batch-bytes)="
         )
         raise SettingError(message) from None
+
+
+def in_flags(message: str, config: type[Any]) -> str:
+    """``message`` with the name of each of ``config``'s fields that has a flag (and an
+    underscore: ``host`` or ``extra`` may be plain words) replaced by the flag."""
+    for declared in options_of(config):
+        name = declared.fields[0]
+        if "_" in name:
+            message = re.sub(rf"\b{name}\b", declared.flag, message)
+    return message
 
 
 def wal_frame_limit(max_batch_bytes: int, segment_bytes: int) -> int:

@@ -236,3 +236,12 @@ def test_a_bad_data_dir_variable_for_the_dead_letter_list_names_the_variable(
     assert main(["dead-letters", "list"]) == 2
     line = single_error_line(capsys)
     assert "DURABLE_AGENT_DATA_DIR=''" in line and "--data-dir" in line
+
+
+def test_kafka_settings_are_named_by_the_flags_that_set_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The line named the config's fields (sasl_mechanism, security_protocol)."""
+    assert main(run_agent(tmp_path, "--sasl-mechanism", "PLAIN")) == 2
+    line = single_error_line(capsys)
+    assert "--sasl-mechanism given but --security-protocol is PLAINTEXT" in line, line
