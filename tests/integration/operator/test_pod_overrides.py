@@ -139,3 +139,20 @@ def test_an_opted_out_pod_is_admitted_as_it_is_and_not_reported(
     assert "sneaked-in" in degraded["message"]
     assert "debug-shell" not in degraded["message"]
     assert admissions(metrics_url)["admitted"] == 1
+
+
+def test_a_host_network_pod_gets_its_agent_and_a_warning_about_the_nodes_ports(
+    webhook_with_metrics: tuple[KubeApi, str]
+) -> None:
+    """Its agent listens on the node's ports; a second such pod on the node cannot start its
+    agent. Admitted (one a node works), but the user who applies it reads why."""
+    kube_api, _ = webhook_with_metrics
+    pod = opted_in_pod("on-the-node")
+    pod["spec"]["hostNetwork"] = True
+
+    status, created, warnings = kube_api.create_pod_warned(pod)
+
+    assert status == 201, created
+    assert any(c["name"] == contract.AGENT_CONTAINER_NAME
+               for c in created["spec"]["initContainers"]), created["spec"]
+    assert any("node's ports 9092 and 9644" in warning for warning in warnings), warnings

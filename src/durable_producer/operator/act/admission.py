@@ -358,6 +358,7 @@ def _admit(
             doing = f"claim a buffer volume for DurableProducer {producer_name}"
             raise api_failure(error, doing, namespace, budget) from error
     warnings = ["dry run: no buffer volume was claimed"] if dryrun else []
+    warnings += pod_clashes.warnings(pod, effective)
     ops = pod_mutation.mutation_patch(
         pod,
         producer_name,

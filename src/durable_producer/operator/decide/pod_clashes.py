@@ -129,3 +129,16 @@ def clashes(pod: Mapping[str, Any], spec: DurableProducerSpec) -> list[str]:
         *_env_clashes(pod, spec),
         *_port_clashes(pod, spec),
     ]
+
+
+def warnings(pod: Mapping[str, Any], spec: DurableProducerSpec) -> list[str]:
+    """What may clash outside the pod: a hostNetwork pod's agent listens on the node's ports,
+    so a second such pod on the node (or anything else holding them) stops its agent."""
+    if not (pod.get("spec") or {}).get("hostNetwork"):
+        return []
+    ports = spec.agent.ports
+    return [
+        f"hostNetwork: the buffer agent listens on the node's ports {ports.kafka} and"
+        f" {ports.metrics}; a second such pod on the node cannot start its agent: keep these"
+        " pods one a node (a DaemonSet or anti-affinity)"
+    ]

@@ -125,3 +125,14 @@ def test_every_clash_is_reported_at_once() -> None:
     pod["spec"]["containers"].append({"name": "durable-agent", "image": "x"})
 
     assert len(pod_clashes.clashes(pod, SPEC)) == 2
+
+
+def test_a_host_network_pod_is_warned_about_the_nodes_ports() -> None:
+    """Admitted without a word: two such pods on one node, and the second agent crash-looped
+    on "cannot listen there (Address already in use)"."""
+    pod = app_pod()
+    assert pod_clashes.warnings(pod, SPEC) == []
+    pod["spec"]["hostNetwork"] = True
+    (warning,) = pod_clashes.warnings(pod, SPEC)
+    assert "node's ports 9092 and 9644" in warning
+    assert pod_clashes.clashes(pod, SPEC) == []  # admitted: one such pod a node works
