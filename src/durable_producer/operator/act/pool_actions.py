@@ -173,7 +173,7 @@ def run_pool(
     metadata = producer.get("metadata") or {}
     namespace, name = str(metadata.get("namespace")), str(metadata.get("name"))
     api = cluster(POOL_USER_AGENT)
-    spec = reconcile.parse_spec(producer.get("spec"))
+    spec = reconcile.pool_spec(producer.get("spec"))
     # Read and plan without the producer's lock: the webhook waits for it (D5), and the
     # reads can be slow. A claim made meanwhile (here or by another replica, which no lock
     # keeps out anyway) changes its volume's resourceVersion, so every write below that

@@ -24,6 +24,7 @@ from durable_producer.operator.decide.reconcile import (
     set_condition,
     status_patch,
 )
+from durable_producer.operator.model.model import DurableProducerSpec
 
 T0 = datetime(2026, 11, 22, 1, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
@@ -266,3 +267,17 @@ def test_a_missing_storage_class_is_not_ready_and_the_resync_looks_again() -> No
     found = reconcile.desired_status(spec, missing.status, 2, T0)
     assert not reconcile.awaits_storage_class(found.status)
     assert next(c for c in found.status["conditions"] if c["type"] == "Ready")["status"] == "True"
+
+
+def test_a_spec_invalid_only_in_its_spark_section_still_drains() -> None:
+    """A container name from before the CRD checked it made the whole spec invalid, and the
+    pool then started no drain Job: the backlog of its ended pods stayed on their volumes."""
+    raw = {"kafka": {"bootstrapServers": ["kafka:9092"]},
+           "throughput": {"peakBytesPerSecond": 1000},
+           "spark": {"containerName": "my.spark"}}  # fmt: skip
+    assert isinstance(reconcile.parse_spec(raw), str)
+    drains = reconcile.pool_spec(raw)
+    assert isinstance(drains, DurableProducerSpec), drains
+    assert drains.kafka.bootstrap_servers == ["kafka:9092"]
+    raw["kafka"] = {"bootstrapServers": []}  # a drain cannot do without the Kafka section
+    assert isinstance(reconcile.pool_spec(raw), str)
