@@ -241,7 +241,7 @@ def handle_pool_timer(
     """Release, drain, grow, reclaim; audit pods without an agent; say what to publish."""
     run = run_pool(producer, config, deleting=False, logger=logger)
     figures = None
-    spec = reconcile.parse_spec(producer.get("spec"))
+    spec = reconcile.pool_spec(producer.get("spec"))
     if not isinstance(spec, str):
         urls = agent_scrape.agent_metrics_urls(run.pods, spec.agent.ports.metrics)
         figures = agent_scrape.scrape_agents(urls)
