@@ -79,9 +79,14 @@ class SizingInputs:
 
 
 def max_batch_bytes(spec: DurableProducerSpec) -> int:
-    """The largest batch the agent takes: Kafka's default, or one segment where that is less
-    (a WAL frame fits in a segment; the agent refuses a larger ``--max-batch-bytes``)."""
-    return min(DEFAULT_MAX_BATCH_BYTES, spec.agent.segment_size_mib * MIB)
+    """The largest batch the spec's agent takes (``largest_batch_bytes``)."""
+    return largest_batch_bytes(spec.agent.segment_size_mib * MIB)
+
+
+def largest_batch_bytes(segment_size_bytes: int) -> int:
+    """Kafka's default, or one segment where that is less (a WAL frame fits in a segment; the
+    agent refuses a larger ``--max-batch-bytes``)."""
+    return min(DEFAULT_MAX_BATCH_BYTES, segment_size_bytes)
 
 
 @dataclass(frozen=True)
@@ -166,7 +171,7 @@ def minimum_size_margin_mib(segment_sizes_mib: Iterable[int]) -> int:
     """The largest C such that every volume the budget accepts is at least 2 segments + C MiB,
     whatever the segment size (the CRD's CEL rule checks this necessary condition)."""
     return min(
-        minimum_volume_bytes(segment * MIB, min(DEFAULT_MAX_BATCH_BYTES, segment * MIB)) // MIB
+        minimum_volume_bytes(segment * MIB, largest_batch_bytes(segment * MIB)) // MIB
         - SEGMENTS_ON_DISK * segment
         for segment in segment_sizes_mib
     )
