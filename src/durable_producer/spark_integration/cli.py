@@ -22,7 +22,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from durable_producer.contract import (
@@ -153,20 +153,19 @@ def _add_template_source(command: argparse.ArgumentParser) -> None:
     command.add_argument("--driver-container", help="Spark container name in the driver template")
 
 
-def _object_name(text: str) -> str:
-    if len(text) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is no Kubernetes name: lowercase letters, digits, '-' and '.', at most 253"
-        )
-    return text
+def _kubernetes_name(pattern: str, most: int, what: str) -> Callable[[str], str]:
+    def parse(text: str) -> str:
+        if len(text) > most or not re.fullmatch(pattern, text):
+            raise argparse.ArgumentTypeError(f"{text!r} is no {what}, at most {most}")
+        return text
+
+    return parse
 
 
-def _namespace(text: str) -> str:
-    if len(text) > 63 or not re.fullmatch(DNS_LABEL_PATTERN, text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is no namespace: lowercase letters, digits and '-', at most 63"
-        )
-    return text
+_object_name = _kubernetes_name(
+    DNS_SUBDOMAIN_PATTERN, 253, "Kubernetes name: lowercase letters, digits, '-' and '.'"
+)
+_namespace = _kubernetes_name(DNS_LABEL_PATTERN, 63, "namespace: lowercase letters, digits and '-'")
 
 
 def _image(text: str) -> str:
