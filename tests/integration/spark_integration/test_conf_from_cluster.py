@@ -223,7 +223,8 @@ def test_a_broken_kubeconfig_variable_is_named_not_the_in_cluster_account(
 def test_a_server_that_answers_no_kubernetes_json_is_one_clear_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A proxy's HTML page with status 200 was a JSONDecodeError traceback of 48 lines."""
+    """A proxy's HTML page with status 200 was a JSONDecodeError traceback of 48 lines. A
+    local HTTP server stands in for the proxy: a real API server never answers so."""
 
     class Page(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
