@@ -3,20 +3,16 @@
 Timestamps stay exact to the millisecond (``baseTimestamp + timestampDelta``; kio's reader
 truncates them to seconds), a null key/value stays ``None`` and an empty one stays ``b""``,
 headers keep their order and null values. All Kafka codecs are handled (``compression``).
+The forwarder sends the stored batches as they are and decodes nothing; ``decode_batch`` and
+``iter_decoded`` serve the tools and the tests that read records back.
 
-This runs once per forwarded record, so it must be fast. When aiokafka's compiled
-(Cython) record reader is installed it parses the decompressed records (about 0.25 us a
-record here); otherwise a pure-Python loop with inline varint fast paths does (about
-1.5 us). Both give identical results; the tests run both. The forwarder uses
-``decode_produce_calls``: the same records, as the positional arguments of
-``Producer.produce`` and nothing more, with uncompressed batches read in place (about
-0.3 us a record instead of 1.0 us for ``iter_decoded`` here).
-
-The ingest validates every batch before acknowledging it with ``check_records``: the same
-decoding, with the same choice of reader, keeping nothing. Where aiokafka's reader decodes,
-``_record_scan`` (C, built with the package; about 0.01 us a 200 B record) accepts exactly
-what that reader accepts without creating its objects; without it the reader itself walks
-the records (about 0.1 us). So whatever the agent acknowledged, the forwarder can decode.
+The ingest validates every batch before acknowledging it with ``check_records``: every
+record is walked, keeping nothing. Where aiokafka's compiled (Cython) record reader is
+installed, ``_record_scan`` (C, built with the package; about 0.01 us a 200 B record)
+accepts exactly what that reader accepts without creating its objects; without the scanner
+the reader itself walks the records (about 0.1 us), and without aiokafka a pure-Python loop
+with inline varint fast paths does (about 1.5 us). All three accept the same batches; the
+tests run each.
 """
 
 from __future__ import annotations
@@ -52,11 +48,9 @@ __all__ = [
     "XERIAL_SNAPPY_MAGIC",
     "DecodedBatch",
     "InvalidRecords",
-    "ProduceCall",
     "Record",
     "check_records",
     "decode_batch",
-    "decode_produce_calls",
     "decompress",
     "iter_decoded",
 ]
@@ -81,13 +75,6 @@ class Record(NamedTuple):
     key: bytes | None
     value: bytes | None
     headers: list[Header]
-
-
-# The positional arguments of confluent-kafka's Producer.produce: (topic, value, key,
-# partition, callback, on_delivery (an alias, left None), timestamp_ms, headers or None).
-ProduceCall = tuple[
-    str, bytes | None, bytes | None, int, Callable[..., Any], None, int, list[Header] | None
-]
 
 
 class DecodedBatch(NamedTuple):
@@ -142,42 +129,6 @@ def iter_decoded(payload: bytes | memoryview) -> Iterator[DecodedBatch]:
         yield decode_batch(batch, header)
 
 
-def decode_produce_calls(
-    payload: bytes | memoryview,
-    topic: str,
-    partition: int,
-    on_delivery: Callable[..., Any],
-    *,
-    fast: bool = True,
-) -> list[ProduceCall]:
-    """Every record of every batch in ``payload``, in order, as the arguments of a produce call.
-
-    The same records as ``iter_decoded`` (the index in the list is the record's index in
-    the frame), decoded straight into what ``Producer.produce`` takes positionally: no
-    ``Record`` tuples, no empty header lists (``None`` instead), and an uncompressed batch
-    is parsed in place, without a copy.
-    """
-    calls: list[ProduceCall] = []
-    for header, batch in iter_batches(payload, check_crc=False):
-        if fast and _FastBatch is not None and _compiled_keeps_timestamps(header):
-            calls += _produce_calls_compiled(batch, header, topic, partition, on_delivery)
-        else:
-            calls += [
-                (
-                    topic,
-                    record.value,
-                    record.key,
-                    partition,
-                    on_delivery,
-                    None,
-                    record.timestamp_ms,
-                    record.headers or None,
-                )
-                for record in decode_batch(batch, header, fast=fast).records
-            ]
-    return calls
-
-
 def _compiled_keeps_timestamps(header: BatchHeader) -> bool:
     """The compiled reader turns a timestamp of -1 ("none") into ``None``; Kafka keeps -1.
 
@@ -199,11 +150,12 @@ def _compiled_reader(batch: memoryview, header: BatchHeader, limit: int | None =
 
 
 def check_records(batch: memoryview, header: BatchHeader, max_decompressed_bytes: int) -> None:
-    """Decode every record of one batch exactly as ``decode_produce_calls`` will, keeping none.
+    """Walk every record of one batch, keeping none.
 
-    What this accepts, the forwarder decodes (same code, same choice of reader); it raises
-    what the forwarder would raise, and :class:`~.compression.DecompressedTooLarge` for
-    records that decompress to more than ``max_decompressed_bytes``.
+    What this accepts, ``decode_batch`` decodes (same choice of reader); it raises
+    :class:`InvalidRecords` for malformed records and
+    :class:`~.compression.DecompressedTooLarge` for records that decompress to more than
+    ``max_decompressed_bytes``.
     """
     if _FastBatch is not None and _compiled_keeps_timestamps(header):
         if _scan_records is not None:  # what aiokafka's reader accepts, without its objects
@@ -232,23 +184,6 @@ def check_records(batch: memoryview, header: BatchHeader, max_decompressed_bytes
             header.compression, batch[HEADER_SIZE : header.size], max_decompressed_bytes
         )
         _decode_records(records, header.record_count, header.base_timestamp)
-
-
-def _produce_calls_compiled(
-    batch: memoryview,
-    header: BatchHeader,
-    topic: str,
-    partition: int,
-    on_delivery: Callable[..., Any],
-) -> list[ProduceCall]:
-    reader = _compiled_reader(batch, header)
-    try:
-        return [
-            (topic, r.value, r.key, partition, on_delivery, None, r.timestamp, r.headers or None)
-            for r in reader
-        ]
-    except _COMPILED_ERRORS as error:
-        raise InvalidRecords(f"invalid records: {error}") from error
 
 
 def _decode_records(buf: bytes, count: int, base_timestamp: int) -> list[Record]:

@@ -11,8 +11,8 @@ refused when
 - its records are not exactly ``recordCount`` well-formed records filling the section, with
   nothing left over: :class:`~.record_decode.InvalidRecords`.
 
-The records are checked by ``record_decode.check_records``, the forwarder's own decoder, so
-anything accepted here decodes when it is forwarded. Each exception carries a ``reason`` for
+The records are walked by ``record_decode.check_records``, which accepts what
+``record_decode`` decodes. Each exception carries a ``reason`` for
 metrics; which Kafka error answers it is the ingest's choice.
 """
 

@@ -163,3 +163,28 @@ def test_bytes_left_over_are_an_invalid_batch(fast: bool) -> None:
 def test_corrupt_compressed_data_is_an_invalid_batch() -> None:
     with pytest.raises(InvalidRecordBatch, match="decompress"):
         decompress(COMPRESSION_ZSTD, b"definitely not zstd")
+
+
+ATTRIBUTES_LOW_BYTE = 22
+TIMESTAMP_TYPE_BIT = 0x08
+BASE_TIMESTAMP_OFFSET = 27
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["compiled", "pure-python"])
+def test_log_append_time_uses_the_batch_max_timestamp(fast: bool) -> None:
+    batch = bytearray(build_batch([SampleRecord(b"k", b"v", 100), SampleRecord(b"k", b"w", 250)]))
+    batch[ATTRIBUTES_LOW_BYTE] |= TIMESTAMP_TYPE_BIT  # the CRC is not checked when decoding
+
+    records = decode_batch(bytes(batch), fast=fast).records
+
+    assert [record.timestamp_ms for record in records] == [250, 250]
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["compiled", "pure-python"])
+def test_a_batch_without_timestamps_keeps_minus_one(fast: bool) -> None:
+    """aiokafka's compiled reader would turn -1 into None; Kafka keeps -1."""
+    batch = bytearray(build_batch([SampleRecord(b"k", b"v", 0)]))
+    minus_one = (-1).to_bytes(8, "big", signed=True)
+    batch[BASE_TIMESTAMP_OFFSET : BASE_TIMESTAMP_OFFSET + 16] = minus_one + minus_one
+
+    assert decode_batch(bytes(batch), fast=fast).records[0].timestamp_ms == -1

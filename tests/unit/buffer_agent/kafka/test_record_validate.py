@@ -1,5 +1,5 @@
-"""Batch validation against the forwarder's decoder: whatever validation accepts, the forwarder
-decodes into the same records; whatever it refuses gets a broker's error.
+"""Batch validation against the decoder: whatever validation accepts decodes into the records
+the client sent; whatever it refuses gets a broker's error.
 
 Batches come from an independent encoder (kafka-python) and independent compressors (stdlib
 gzip, python-snappy, lz4, zstandard), then are mutated with the CRC recomputed, so only the
@@ -24,7 +24,7 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     InvalidRecordBatch,
     iter_batches,
 )
-from durable_producer.buffer_agent.kafka.record_decode import decode_produce_calls, iter_decoded
+from durable_producer.buffer_agent.kafka.record_decode import iter_decoded
 from durable_producer.buffer_agent.kafka.record_validate import (
     DecompressedTooLarge,
     InvalidRecords,
@@ -59,7 +59,7 @@ record_strategy = st.builds(
 
 READERS = ["scan", "aiokafka", "pure-python"]
 """How validation walks the records: the C scanner (when built), aiokafka's compiled reader,
-or the pure-Python loop (the forwarder decodes with the reader of the last two that applies)."""
+or the pure-Python loop (the decoder uses the reader of the last two that applies)."""
 
 
 @contextlib.contextmanager
@@ -81,13 +81,10 @@ def validate(batch: bytes) -> None:
     validate_batch(view, header, LIMIT)
 
 
-def forwarded(batch: bytes) -> list[tuple[Any, ...]]:
-    """What the forwarder produces for ``batch``; iter_decoded must give the same records."""
-    calls = decode_produce_calls(batch, "t", 0, print)
-    records = [record for decoded in iter_decoded(batch) for record in decoded.records]
-    as_calls = [(r.value, r.key, r.timestamp_ms, r.headers or None) for r in records]
-    assert [(c[1], c[2], c[6], c[7]) for c in calls] == as_calls
-    return as_calls
+def decoded(batch: bytes) -> list[tuple[Any, ...]]:
+    """The records of ``batch`` as (value, key, timestamp, headers or None)."""
+    records = [record for batch_ in iter_decoded(batch) for record in batch_.records]
+    return [(r.value, r.key, r.timestamp_ms, r.headers or None) for r in records]
 
 
 def expected(records: list[SampleRecord]) -> list[tuple[Any, ...]]:
@@ -98,13 +95,13 @@ def expected(records: list[SampleRecord]) -> list[tuple[Any, ...]]:
 @pytest.mark.parametrize("codec", CODECS)
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(records=st.lists(record_strategy, min_size=1, max_size=20))
-def test_valid_batches_are_accepted_and_forwarded_as_sent(
+def test_valid_batches_are_accepted_and_decoded_as_sent(
     codec: int, walk: str, records: list[SampleRecord]
 ) -> None:
     batch = recompress(build_batch(records), codec)
     with reader(walk):
         validate(batch)
-        assert forwarded(batch) == expected(records)
+        assert decoded(batch) == expected(records)
 
 
 @pytest.mark.parametrize("walk", READERS)
@@ -114,7 +111,7 @@ def test_valid_batches_are_accepted_and_forwarded_as_sent(
     records=st.lists(record_strategy, min_size=1, max_size=8),
     mutations=st.lists(mutation, min_size=1, max_size=3),
 )
-def test_accepted_means_forwardable_and_refused_means_a_broker_error(
+def test_accepted_means_decodable_and_refused_means_a_broker_error(
     codec: int, walk: str, records: list[SampleRecord], mutations: list[Any]
 ) -> None:
     batch = recompress(build_batch(records), codec)
@@ -130,14 +127,14 @@ def test_accepted_means_forwardable_and_refused_means_a_broker_error(
                 ErrorCode.message_too_large,
             )
             return
-        calls = forwarded(batch)  # never raises for an accepted batch
+        calls = decoded(batch)  # never raises for an accepted batch
     assert len(calls) == header_field(batch, "record_count")
 
 
 @pytest.mark.parametrize("walk", READERS)
 @settings(max_examples=300, deadline=None)
 @given(codec=st.sampled_from(CODECS), count=st.integers(1, 5), body=st.binary(max_size=300))
-def test_random_records_sections_are_refused_or_forwardable(
+def test_random_records_sections_are_refused_or_decodable(
     walk: str, codec: int, count: int, body: bytes
 ) -> None:
     base = build_batch([SampleRecord(None, b"x", 1_700_000_000_000)])
@@ -152,7 +149,7 @@ def test_random_records_sections_are_refused_or_forwardable(
             validate(batch)
         except InvalidRecordBatch:
             return
-        assert len(forwarded(batch)) == count
+        assert len(decoded(batch)) == count
 
 
 # ---------------------------------------------------------------------- each case, its error
