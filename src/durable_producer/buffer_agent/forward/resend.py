@@ -24,12 +24,7 @@ from durable_producer.buffer_agent.forward.failure_policy import error_name
 from durable_producer.buffer_agent.kafka import batch_stamp
 from durable_producer.buffer_agent.kafka.cluster_client import NO_LEADER, ClusterClient
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
-from durable_producer.buffer_agent.kafka.produce_wire import (
-    HIGHEST_PRODUCE_VERSION,
-    LOWEST_PRODUCE_VERSION,
-    decode_produce,
-    encode_produce,
-)
+from durable_producer.buffer_agent.kafka.produce_wire import produce, produce_version
 from durable_producer.buffer_agent.kafka.protocol import encode_uvarint
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 
@@ -130,10 +125,8 @@ async def _send_one(
     timeout: float,
 ) -> str | None:
     connection = await client.connection(leader)
-    version = connection.version(0, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
-    body = encode_produce(version, -1, int(timeout * 1000), [(key[0], [(key[1], parts)])])
-    data = await asyncio.wait_for(connection.request(0, version, body), timeout)
-    answers, _ = decode_produce(version, data)
+    topics = [(key[0], [(key[1], parts)])]
+    answers, _ = await produce(connection, produce_version(connection), topics, timeout)
     code = answers[0].error_code if answers else -1
     return None if code == 0 else error_name(code)
 

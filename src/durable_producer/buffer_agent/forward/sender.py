@@ -53,12 +53,7 @@ from durable_producer.buffer_agent.kafka.cluster_client import (
     ProducerOnPartition,
 )
 from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
-from durable_producer.buffer_agent.kafka.produce_wire import (
-    HIGHEST_PRODUCE_VERSION,
-    LOWEST_PRODUCE_VERSION,
-    decode_produce,
-    encode_produce,
-)
+from durable_producer.buffer_agent.kafka.produce_wire import produce, produce_version
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -202,31 +197,28 @@ class Sender:
     async def _send(
         self, node: int, batches: list[tuple[PartitionQueue, Batch]], below: int
     ) -> None:
-        loop = asyncio.get_running_loop()
         try:
             try:
                 connection = await self.client.connection(node)
-                version = connection.version(0, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
+                version = produce_version(connection)
             except (BrokerUnreachable, OSError, ValueError) as error:
                 self._transport_failed(batches, error, sent=False)
                 return
             self._on_sending(below)  # told already unless it had to connect: then now
-            timeout_ms = int(self.settings.request_timeout_s * 1000)
             topics: dict[str, list[tuple[int, list[bytes | memoryview]]]] = {}
             for queue, batch in batches:
                 topics.setdefault(queue.key[0], []).append((queue.key[1], batch.parts))
-            body = encode_produce(version, -1, timeout_ms, list(topics.items()))
+            timeout_s = self.settings.request_timeout_s
             try:
-                data = await asyncio.wait_for(
-                    connection.request(0, version, body), self.settings.request_timeout_s + 5
+                answers, throttle_ms = await produce(
+                    connection, version, list(topics.items()), timeout_s
                 )
             except (BrokerUnreachable, OSError) as error:  # TimeoutError is an OSError
                 if isinstance(error, TimeoutError):
                     connection.close()
                 self._transport_failed(batches, error, sent=True)
                 return
-            answers, throttle_ms = decode_produce(version, data)
-            now = loop.time()
+            now = asyncio.get_running_loop().time()
             if throttle_ms > 0:
                 self._throttled_until[node] = now + throttle_ms / 1000
             by_key = {(a.topic, a.partition): a for a in answers}

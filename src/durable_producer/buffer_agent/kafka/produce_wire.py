@@ -2,14 +2,17 @@
 
 The request is encoded by hand as a list of parts (the batches are not copied into it); the
 response is decoded by kio. Versions 3 to ``HIGHEST_PRODUCE_VERSION`` (v13 names topics by id).
+``produce`` sends one (acks=all) on a connection: the forwarder's and ``dead-letters resend``'s.
 """
 
 from __future__ import annotations
 
+import asyncio
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from durable_producer.buffer_agent.kafka.connection import BrokerConnection
 from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, decode_body, encode_uvarint
 
 LOWEST_PRODUCE_VERSION = 3  # record batch v2
@@ -19,8 +22,13 @@ _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
+ANSWER_GRACE_S = 5.0
+"""An answer is awaited this much longer than the broker is given: its own timeout first."""
+
 BatchParts = Sequence[bytes | memoryview]
 """One record batch as parts that, joined, are its bytes."""
+TopicBatches = Sequence[tuple[str, Sequence[tuple[int, BatchParts]]]]
+"""Per topic, its partitions' batches (one a partition)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +45,7 @@ def encode_produce(
     version: int,
     acks: int,
     timeout_ms: int,
-    topics: Sequence[tuple[str, Sequence[tuple[int, BatchParts]]]],
+    topics: TopicBatches,
 ) -> list[bytes | memoryview]:
     """The request body: one batch per partition (Kafka refuses more), as parts."""
     flexible = version >= _FIRST_FLEXIBLE
@@ -82,3 +90,20 @@ def decode_produce(version: int, data: bytes) -> tuple[list[PartitionAnswer], in
         for partition in topic.partition_responses
     ]
     return answers, int(body.throttle_time.total_seconds() * 1000)
+
+
+def produce_version(connection: BrokerConnection) -> int:
+    """The Produce version to use on ``connection``; ValueError if the broker has none."""
+    return connection.version(API_PRODUCE, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
+
+
+async def produce(
+    connection: BrokerConnection, version: int, topics: TopicBatches, timeout_s: float
+) -> tuple[list[PartitionAnswer], int]:
+    """One Produce request (acks=all), the broker given ``timeout_s``: the partitions'
+    answers and the throttle time in milliseconds. ``TimeoutError`` if no answer comes
+    within ``ANSWER_GRACE_S`` more; ``BrokerUnreachable`` if the connection drops."""
+    body = encode_produce(version, -1, int(timeout_s * 1000), topics)
+    request = connection.request(API_PRODUCE, version, body)
+    data = await asyncio.wait_for(request, timeout_s + ANSWER_GRACE_S)
+    return decode_produce(version, data)
