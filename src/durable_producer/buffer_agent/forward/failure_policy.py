@@ -38,72 +38,56 @@ class AnswerVerdict(Enum):
     RETRY = "retry"
 
 
-TOO_LARGE = frozenset(
-    int(code) for code in (ErrorCode.message_too_large, ErrorCode.record_list_too_large)
-)
-OWN_FAULTS = TOO_LARGE | {int(ErrorCode.invalid_record)}
+def _codes(*codes: ErrorCode | int) -> frozenset[int]:
+    return frozenset(map(int, codes))
+
+
+_E = ErrorCode
+TOO_LARGE = _codes(_E.message_too_large, _E.record_list_too_large)
+OWN_FAULTS = TOO_LARGE | _codes(_E.invalid_record)
 """``PERMANENT`` refusals of what one batch is (its size, its records), that no wait changes
 (the module docstring). Not CORRUPT_MESSAGE (Kafka's clients retry it: damage in transit)
 nor INVALID_TIMESTAMP (a timestamp ahead of the broker's clock becomes valid)."""
-NOT_AUTHORIZED = frozenset(
-    int(code)
-    for code in (ErrorCode.topic_authorization_failed, ErrorCode.cluster_authorization_failed)
-)
+NOT_AUTHORIZED = _codes(_E.topic_authorization_failed, _E.cluster_authorization_failed)
 PERMANENT = (
     OWN_FAULTS
     | NOT_AUTHORIZED
-    | frozenset(
-        int(code)
-        for code in (
-            ErrorCode.corrupt_message,
-            ErrorCode.invalid_timestamp,
-            ErrorCode.policy_violation,
-            ErrorCode.invalid_topic_exception,
-            ErrorCode.unsupported_for_message_format,
-            ErrorCode.unsupported_compression_type,
-            ErrorCode.invalid_required_acks,
-            ErrorCode.transactional_id_authorization_failed,
-        )
+    | _codes(
+        _E.corrupt_message,
+        _E.invalid_timestamp,
+        _E.policy_violation,
+        _E.invalid_topic_exception,
+        _E.unsupported_for_message_format,
+        _E.unsupported_compression_type,
+        _E.invalid_required_acks,
+        _E.transactional_id_authorization_failed,
     )
 )
-UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
-_NO_LEADER_HERE = frozenset(
-    int(code)
-    for code in (
-        ErrorCode.not_leader_or_follower,
-        ErrorCode.leader_not_available,
-        ErrorCode.unknown_topic_or_partition,
-        ErrorCode.fenced_leader_epoch,
-        ErrorCode.unknown_leader_epoch,
-    )
+UNKNOWN_TOPIC = int(_E.unknown_topic_or_partition)
+_NO_LEADER_HERE = _codes(
+    _E.not_leader_or_follower,
+    _E.leader_not_available,
+    _E.unknown_topic_or_partition,
+    _E.fenced_leader_epoch,
+    _E.unknown_leader_epoch,
 )
 """The partition's leader is not where the metadata said (refused before the append)."""
-_REFRESH = _NO_LEADER_HERE | {
-    int(ErrorCode.kafka_storage_error),
-    int(ErrorCode.network_exception),
-    int(ErrorCode.replica_not_available),
-}
-OUT_OF_ORDER = int(ErrorCode.out_of_order_sequence_number)
-_PRODUCER_STATE = frozenset(
-    int(code)
-    for code in (
-        ErrorCode.unknown_producer_id,
-        ErrorCode.invalid_producer_epoch,
-        ErrorCode.producer_fenced,
-        ErrorCode.invalid_producer_id_mapping,
-    )
+_REFRESH = _NO_LEADER_HERE | _codes(
+    _E.kafka_storage_error, _E.network_exception, _E.replica_not_available
 )
-_DONE = frozenset({0, int(ErrorCode.duplicate_sequence_number)})
+OUT_OF_ORDER = int(_E.out_of_order_sequence_number)
+_PRODUCER_STATE = _codes(
+    _E.unknown_producer_id,
+    _E.invalid_producer_epoch,
+    _E.producer_fenced,
+    _E.invalid_producer_id_mapping,
+)
+_DONE = _codes(_E.none, _E.duplicate_sequence_number)
 NOT_APPENDED = (
-    PERMANENT
-    | _PRODUCER_STATE
-    | _NO_LEADER_HERE
-    | {OUT_OF_ORDER, int(ErrorCode.not_enough_replicas)}
+    PERMANENT | _PRODUCER_STATE | _NO_LEADER_HERE | _codes(OUT_OF_ORDER, _E.not_enough_replicas)
 )
 """Answers that say the broker did not append the batch (checked before the append)."""
-MAYBE_APPENDED = frozenset(
-    int(code) for code in (ErrorCode.request_timed_out, ErrorCode.not_enough_replicas_after_append)
-)
+MAYBE_APPENDED = _codes(_E.request_timed_out, _E.not_enough_replicas_after_append)
 """Answers that say the leader appended the batch but could not replicate it in time: a copy
 may be in Kafka (or be truncated away with a leader change)."""
 
@@ -121,8 +105,8 @@ def judge(code: int, *, head_of_line: bool) -> AnswerVerdict:
     return AnswerVerdict.RETRY
 
 
-NETWORK = int(ErrorCode.network_exception)
-_TIMEOUT = int(ErrorCode.request_timed_out)
+NETWORK = int(_E.network_exception)
+_TIMEOUT = int(_E.request_timed_out)
 
 
 def transport_code(error: BaseException) -> int:
