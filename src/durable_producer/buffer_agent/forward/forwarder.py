@@ -59,7 +59,6 @@ from durable_producer.buffer_agent.forward.publisher import (
 )
 from durable_producer.buffer_agent.forward.sender import Sender
 from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient, KafkaRequestFailed
-from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
 from durable_producer.buffer_agent.kafka.record_batch import (
     InvalidRecordBatch,
     iter_batches,
@@ -101,7 +100,7 @@ class Forwarder:
         client_config: Mapping[str, Any],
         *,
         dead_letters: DeadLetterStore,
-        state_dir: Path | None = None,
+        state_dir: Path,
         metrics: AgentMetrics | None = None,
         config: ForwarderConfig | None = None,
         before_checkpoint: Callable[[], None] | None = None,
@@ -223,7 +222,7 @@ class Forwarder:
             forwarded_bytes=counts.forwarded_bytes,
             dead_letters=counts.dead_letters,
             producer_resets=counts.new_epochs,
-            in_flight_records=self._publisher.in_flight,
+            in_flight_records=self.health.in_flight,
             watermark=self._publisher.watermark,
             possible_duplicates=counts.possible_duplicates,
         )
@@ -398,7 +397,7 @@ class Forwarder:
             return
         try:
             await self._init_producer_id()  # the queues read meanwhile take it
-        except (BrokerUnreachable, KafkaRequestFailed, OSError, TimeoutError) as error:
+        except (KafkaRequestFailed, OSError) as error:
             self._next_id_attempt = time.monotonic() + self._config.retry_backoff_max_s
             code = error.code if isinstance(error, KafkaRequestFailed) else transport_code(error)
             self.health.error(  # refused for good (an ACL): "delivery"; else not yet, or not there
@@ -622,23 +621,21 @@ class Forwarder:
             if not (gone or sender.refused_for_good(queue, loop_now, config.dead_letter_after_s)):
                 continue
             code = UNKNOWN_TOPIC if gone else queue.last_error
-            failing_since = queue.failing_since
-            waited = None if failing_since is None else loop_now - failing_since
-            if not self._letter_for_heads(queue, code, waited, every=gone):
+            if not self._letter_for_heads(queue, code, loop_now):
                 self._letters_waiting = True
                 self._letters_due = now + LETTER_RETRY_S
                 return
 
-    def _letter_for_heads(
-        self, queue: PartitionQueue, code: int, waited: float | None, *, every: bool
-    ) -> bool:
-        """Dead-letter the queue's first frame (``every``: all its frames, its topic gone),
-        refused with ``code`` for ``waited`` s; False if a letter could not be written (the
-        frames lettered before it leave the queue)."""
+    def _letter_for_heads(self, queue: PartitionQueue, code: int, loop_now: float) -> bool:
+        """Dead-letter the queue's first frame (all its frames for ``UNKNOWN_TOPIC``: its topic
+        is gone), refused with ``code``; False if a letter could not be written (the frames
+        lettered before it leave the queue)."""
+        every = code == UNKNOWN_TOPIC
+        waited = None if queue.failing_since is None else loop_now - queue.failing_since
         queue.unbatch()
         topic, partition = queue.key
         window = self._config.dead_letter_after_s
-        if code == UNKNOWN_TOPIC:
+        if every:
             wait = self._config.unknown_topic_wait_s
             reason = f"partition {topic}/{partition} does not exist (for {wait:g} s)"
         elif waited is not None and waited < window:

@@ -117,6 +117,13 @@ class IdentityRecord:
         topic_ids = {(str(t), int(p)): str(i) for t, p, i in entry.get("topic_ids", [])}
         gaps = {(str(t), int(p)) for t, p in entry.get("gaps", [])}
         why = {(str(t), int(p)): str(w) for t, p, w in entry.get("gap_reasons", [])}
+        partitions = {}
+        for t, p, pid, epoch, offset, sequence in entry["partitions"]:
+            key = (str(t), int(p))
+            partitions[key] = Anchor(
+                int(pid), int(epoch), int(offset), int(sequence),
+                topic_ids.get(key, ""), key in gaps, why.get(key, ""),
+            )
         return IdentityRecord(
             producer_id=int(entry["producer_id"]),
             epoch=int(entry["epoch"]),
@@ -125,18 +132,7 @@ class IdentityRecord:
             written_checkpoint=int(entry["written_checkpoint"]),
             written_ms=int(entry["written_ms"]),
             wal_id=str(entry.get("wal_id", "")),
-            partitions={
-                (str(t), int(p)): Anchor(
-                    int(pid),
-                    int(epoch),
-                    int(offset),
-                    int(sequence),
-                    topic_ids.get((str(t), int(p)), ""),
-                    (str(t), int(p)) in gaps,
-                    why.get((str(t), int(p)), ""),
-                )
-                for t, p, pid, epoch, offset, sequence in entry["partitions"]
-            },
+            partitions=partitions,
         )
 
 
@@ -157,12 +153,10 @@ def _slots(data: bytes) -> list[tuple[int, bytes]]:
 FALLBACK = "taking a new producer id (records sent again may be duplicates)"
 
 
-def load_identity(state_dir: Path | None) -> tuple[IdentityRecord | None, StateDamage | None]:
+def load_identity(state_dir: Path) -> tuple[IdentityRecord | None, StateDamage | None]:
     """The newest valid record (None: no file, or damaged) and the damage found, if any.
 
     A damaged file is moved aside and logged once (``state_file.set_aside``)."""
-    if state_dir is None:
-        return None, None
     path = Path(state_dir) / IDENTITY_FILE
     try:
         data = path.read_bytes()
@@ -186,16 +180,14 @@ class IdentityFile:
     """Writes ``IdentityRecord``s in place. A failing write (full disk, I/O error) is logged
     once and returns False: the next run after a crash then takes a new producer id."""
 
-    def __init__(self, state_dir: Path | None) -> None:
-        self._path = None if state_dir is None else Path(state_dir) / IDENTITY_FILE
+    def __init__(self, state_dir: Path) -> None:
+        self._path = Path(state_dir) / IDENTITY_FILE
         self._fd: int | None = None
         self._slot = SLOT_BYTES
         self._sequence = 0
         self._failed = False
 
     def write(self, record: IdentityRecord, *, sync: bool = False) -> bool:
-        if self._path is None:
-            return False
         record = replace(record, written_ms=int(time.time() * 1000))
         payload = record.encode()
         try:
@@ -223,7 +215,6 @@ class IdentityFile:
 
     def _grow(self, slot: bytes) -> None:
         """A new file with larger slots, both holding ``slot`` (written through a rename)."""
-        assert self._path is not None
         size = 1 << max(len(slot) - 1, SLOT_BYTES - 1).bit_length()
         data = bytearray(2 * size)
         data[: len(slot)] = slot
@@ -234,7 +225,6 @@ class IdentityFile:
 
     def _open(self) -> int:
         if self._fd is None:
-            assert self._path is not None
             self._path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
             try:

@@ -41,10 +41,8 @@ LEGACY_HINT_FILES = ("forwarder.json", ".forwarder.json.fast")
 HINT_KEYS = ("sent_high", "delivered_high")
 
 
-def read_hint(state_dir: Path | None) -> dict[str, int]:
+def read_hint(state_dir: Path) -> dict[str, int]:
     """The marks a previous run left; empty if there are none or they cannot be read."""
-    if state_dir is None:
-        return {}
     values = read_slots(state_dir / HINT_FILE, HINT_MAGIC, HINT_FIELDS)
     if values is not None:
         return dict(zip(HINT_KEYS, values, strict=True))
@@ -87,7 +85,7 @@ class Progress:
     def __init__(
         self,
         wal: WriteAheadLog,
-        state_dir: Path | None,
+        state_dir: Path,
         metrics: AgentMetrics | None,
         before_checkpoint: Callable[[], None] | None,
     ) -> None:
@@ -97,8 +95,8 @@ class Progress:
         space matters more than exact duplicate detection after a restart) and the hook runs
         once more right after it, when the deleted segments may have made room for it."""
         self._wal = wal
-        self._state_dir = Path(state_dir) if state_dir is not None else None
-        self._hint = HintFile(self._state_dir) if self._state_dir is not None else None
+        self._state_dir = Path(state_dir)
+        self._hint = HintFile(self._state_dir)
         self._metrics = metrics
         self._before_checkpoint = before_checkpoint
         self._log = RateLimitedLog(log, interval_s=30.0)
@@ -149,8 +147,6 @@ class Progress:
         return True
 
     def write_hint(self, tracker: AckTracker, sent_below: int, *, durable: bool) -> None:
-        if self._hint is None:
-            return
         try:
             self._hint.write(
                 max(sent_below, self.replay_until),
@@ -168,5 +164,4 @@ class Progress:
             self._metrics.write_errors.labels(file=file).inc()
 
     def close(self) -> None:
-        if self._hint is not None:
-            self._hint.close()
+        self._hint.close()

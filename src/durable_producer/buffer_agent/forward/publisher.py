@@ -69,7 +69,7 @@ class DrainSummary:
 
 class Publisher:
     """Publishes one forwarder's figures. Forwarding thread only, except the attributes other
-    threads read: ``watermark``, ``in_flight``."""
+    threads read: ``watermark``."""
 
     def __init__(
         self, wal: WriteAheadLog, metrics: AgentMetrics | None, health: ForwarderHealth
@@ -78,7 +78,6 @@ class Publisher:
         self._metrics = metrics
         self._health = health
         self.watermark = wal.checkpoint_offset
-        self.in_flight = 0
         self._forwarded = (0, 0)
         self._possible = dict.fromkeys(DUPLICATE_CAUSES, 0)
         self._new_epochs = 0
@@ -92,7 +91,6 @@ class Publisher:
 
     def publish(self, tracker: AckTracker, counts: ForwarderCounts, refused_waiting: int) -> None:
         self.watermark = tracker.watermark
-        self.in_flight = tracker.pending_records
         health = self._health
         records, size = self._forwarded
         if counts.forwarded_records != records:

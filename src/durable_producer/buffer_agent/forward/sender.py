@@ -52,7 +52,6 @@ from durable_producer.buffer_agent.kafka.cluster_client import (
     ClusterClient,
     ProducerOnPartition,
 )
-from durable_producer.buffer_agent.kafka.connection import BrokerUnreachable
 from durable_producer.buffer_agent.kafka.produce_wire import produce, produce_version
 from durable_producer.buffer_agent.log_limits import RateLimitedLog
 
@@ -201,7 +200,7 @@ class Sender:
             try:
                 connection = await self.client.connection(node)
                 version = produce_version(connection)
-            except (BrokerUnreachable, OSError, ValueError) as error:
+            except (OSError, ValueError) as error:  # BrokerUnreachable is an OSError
                 self._transport_failed(batches, error, sent=False)
                 return
             self._on_sending(below)  # told already unless it had to connect: then now
@@ -213,7 +212,7 @@ class Sender:
                 answers, throttle_ms = await produce(
                     connection, version, list(topics.items()), timeout_s
                 )
-            except (BrokerUnreachable, OSError) as error:  # TimeoutError is an OSError
+            except OSError as error:  # BrokerUnreachable and TimeoutError among them
                 if isinstance(error, TimeoutError):
                     connection.close()
                 self._transport_failed(batches, error, sent=True)
@@ -308,7 +307,7 @@ class Sender:
     async def _describe_max_bytes(self, topic: str) -> None:
         try:
             limit = (await self.client.max_message_bytes([topic])).get(topic)
-        except (BrokerUnreachable, OSError, TimeoutError) as error:
+        except OSError as error:  # BrokerUnreachable and TimeoutError among them
             log.info("could not ask the max.message.bytes of %s: %s", topic, error)
             return  # merges go on halving, down to one client batch a request
         if limit is None:
@@ -379,7 +378,7 @@ class Sender:
         except BaseException as error:
             self._refreshed(asyncio.get_running_loop().time(), complete=False)
             self._refresh_wanted = self._refresh_wanted or bool(waiting)  # after its backoff
-            if not isinstance(error, (BrokerUnreachable, OSError, TimeoutError)):
+            if not isinstance(error, OSError):
                 raise  # the task's end logs it; the next refresh still backs off
             code = transport_code(error)
             self._on_error("transport", code, error_name(code), str(error))
@@ -491,7 +490,7 @@ class Sender:
                         leader, key[0], [key[1]], queue.producer_id
                     )
                 ).get(key[1])
-            except (BrokerUnreachable, OSError, TimeoutError, ValueError) as error:
+            except (OSError, ValueError) as error:
                 if isinstance(error, ValueError):  # DescribeProducers not supported
                     if queue.resolve_code == 0:  # the check after a restart: the broker's
                         queue.resolve = False  # duplicate window recognises what it holds

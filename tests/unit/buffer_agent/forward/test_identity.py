@@ -76,7 +76,6 @@ def test_topic_ids_and_gaps_are_read_back_and_kept_apart_from_the_numbering() ->
 
 def test_no_file_is_no_damage(tmp_path: Path) -> None:
     assert load_identity(tmp_path) == (None, None)
-    assert load_identity(None) == (None, None)
 
 
 def test_a_file_of_zeros_is_no_damage(tmp_path: Path) -> None:
