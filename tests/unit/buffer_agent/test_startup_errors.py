@@ -245,3 +245,20 @@ def test_kafka_settings_are_named_by_the_flags_that_set_them(
     assert main(run_agent(tmp_path, "--sasl-mechanism", "PLAIN")) == 2
     line = single_error_line(capsys)
     assert "--sasl-mechanism given but --security-protocol is PLAINTEXT" in line, line
+
+
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ("linger.ms", "'linger.ms' (--kafka-setting) is not of the form key=value"),
+        ("enable.idempotence=false", "'enable.idempotence' (--kafka-setting) is not allowed"),
+        ("security.protocol=SSL", "(--kafka-setting) conflicts with a structured setting: use"),
+    ],
+)
+def test_a_bad_kafka_setting_is_named_by_its_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], setting: str, said: str
+) -> None:
+    """The line said "extra setting 'linger.ms'", a name no flag or variable has."""
+    assert main(run_agent(tmp_path, "--kafka-setting", setting)) == 2
+    line = single_error_line(capsys)
+    assert said in line, line

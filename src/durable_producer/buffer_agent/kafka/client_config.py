@@ -54,6 +54,10 @@ class KafkaConfigError(ValueError):
         super().__init__("invalid Kafka connection settings: " + "; ".join(problems))
 
 
+EXTRA_FLAG = "--kafka-setting"
+"""The flag (and ``DURABLE_AGENT_KAFKA_SETTING``) that gives extra librdkafka settings."""
+
+
 def parse_extra_settings(items: Iterable[str]) -> dict[str, str]:
     """``["linger.ms=5", "compression.type=lz4"]`` -> a dict; raises on malformed items."""
     settings: dict[str, str] = {}
@@ -62,10 +66,10 @@ def parse_extra_settings(items: Iterable[str]) -> dict[str, str]:
         key, sep, value = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            problems.append(f"extra setting {item!r} is not of the form key=value")
+            problems.append(f"Kafka setting {item!r} ({EXTRA_FLAG}) is not of the form key=value")
             continue
         if key in settings:
-            problems.append(f"extra setting {key!r} is given more than once")
+            problems.append(f"Kafka setting {key!r} ({EXTRA_FLAG}) is given more than once")
         settings[key] = value.strip()
     if problems:
         raise KafkaConfigError(problems)
@@ -117,7 +121,7 @@ class KafkaConnectionSettings:
             "extra librdkafka setting KEY=VALUE for the agent's metadata client; the"
             " forwarder, a Kafka client of its own, takes only the connection and security"
             " settings (repeatable; the env var takes a comma-separated list)",
-            flag="--kafka-setting",
+            flag=EXTRA_FLAG,
             repeatable=True,
             collect=parse_extra_settings,
         ),
@@ -343,11 +347,12 @@ def _add_extras(extra: Mapping[str, str], config: dict[str, str], problems: list
     for key, value in extra.items():
         if key in FORWARDER_OWNED_SETTINGS:
             problems.append(
-                f"extra setting {key!r} is not allowed: {FORWARDER_OWNED_SETTINGS[key]}"
+                f"Kafka setting {key!r} ({EXTRA_FLAG}) is not allowed:"
+                f" {FORWARDER_OWNED_SETTINGS[key]}"
             )
         elif key in STRUCTURED_SETTINGS:
             problems.append(
-                f"extra setting {key!r} conflicts with a structured setting: use"
+                f"Kafka setting {key!r} ({EXTRA_FLAG}) conflicts with a structured setting: use"
                 f" {STRUCTURED_SETTINGS[key]} instead"
             )
         else:

@@ -118,7 +118,7 @@ def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
         ),
         (
             KafkaConnectionSettings("k:9092", extra={"enable.idempotence": "false"}),
-            "'enable.idempotence' is not allowed",
+            r"'enable.idempotence' \(--kafka-setting\) is not allowed",
         ),
         (
             KafkaConnectionSettings("k:9092", extra={"message.timeout.ms": "30000"}),
