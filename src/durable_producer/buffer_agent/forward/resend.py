@@ -21,10 +21,14 @@ from durable_producer.buffer_agent.forward.dead_letter import (
     DeadLetterStore,
     read_dead_letters,
 )
-from durable_producer.buffer_agent.forward.failure_policy import error_name
+from durable_producer.buffer_agent.forward.failure_policy import NOT_APPENDED, error_name
 from durable_producer.buffer_agent.kafka import batch_stamp
 from durable_producer.buffer_agent.kafka.cluster_client import NO_LEADER, ClusterClient
-from durable_producer.buffer_agent.kafka.produce_wire import produce, produce_version
+from durable_producer.buffer_agent.kafka.produce_wire import (
+    ANSWER_GRACE_S,
+    produce,
+    produce_version,
+)
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 
 
@@ -77,6 +81,9 @@ async def _resend(
         await client.refresh({letter.topic for letter in letters})
         producer_id, epoch = await client.init_producer_id()
         sequences: dict[tuple[str, int], int] = {}
+        # Partitions whose last send may be in Kafka: a later letter, sent under its
+        # sequence, would be taken for its copy (answered NONE, never stored).
+        stopped: dict[tuple[str, int], str] = {}
         for reached, letter in enumerate(letters):  # noqa: B007 (the except reads it)
             try:
                 batches = _batches_of(letter)
@@ -84,6 +91,9 @@ async def _resend(
                 summary.skipped.append((letter.id, f"not a record batch: {error}"))
                 continue
             key = (letter.topic, letter.partition)
+            if key in stopped:
+                summary.failed.append((letter.id, stopped[key]))
+                continue
             leader = client.leaders.get(key, NO_LEADER)
             if leader == NO_LEADER:
                 code = client.topic_errors.get(letter.topic)
@@ -91,27 +101,36 @@ async def _resend(
                     (letter.id, error_name(code) if code else "the partition has no leader")
                 )
                 continue
-            failure = None
+            code = 0
             for batch, records in batches:
                 sequence = sequences.get(key, 0)
-                failure = await _send_one(
+                code = await _send_one(
                     client,
                     leader,
                     key,
                     batch_stamp.stamp(batch, producer_id, epoch, sequence),
                     timeout,
                 )
-                if failure is not None:
+                if code:
                     break
                 sequences[key] = sequence + records
-            if failure is None:
+            if not code:
                 store.mark_resent(letter)
                 summary.resent.append(letter.id)
-            else:
-                summary.failed.append((letter.id, failure))
+                continue
+            summary.failed.append((letter.id, error_name(code)))
+            if code not in NOT_APPENDED:
+                stopped[key] = (
+                    f"not sent: letter {letter.id} before it may be in Kafka"
+                    f" ({error_name(code)}); resend both once it is answered"
+                )
     except OSError as error:  # BrokerUnreachable and TimeoutError among them
+        if isinstance(error, TimeoutError):
+            why = f"no answer from Kafka within {timeout + ANSWER_GRACE_S:g} s"
+        else:
+            why = f"Kafka unreachable: {error or type(error).__name__}"
         for letter in letters[reached:]:  # the one being sent and those after it
-            summary.failed.append((letter.id, f"Kafka unreachable: {error}"))
+            summary.failed.append((letter.id, why))
     finally:
         client.close()
 
@@ -122,12 +141,12 @@ async def _send_one(
     key: tuple[str, int],
     parts: list[bytes | memoryview],
     timeout: float,
-) -> str | None:
+) -> int:
+    """Kafka's answer: 0 (taken), or the error code (-1: no answer for the partition)."""
     connection = await client.connection(leader)
     topics = [(key[0], [(key[1], parts)])]
     answers, _ = await produce(connection, produce_version(connection), topics, timeout)
-    code = answers[0].error_code if answers else -1
-    return None if code == 0 else error_name(code)
+    return answers[0].error_code if answers else -1
 
 
 def _batches_of(letter: DeadLetter) -> list[tuple[bytes | memoryview, int]]:

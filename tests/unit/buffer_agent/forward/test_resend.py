@@ -16,6 +16,7 @@ from durable_producer.buffer_agent.forward.dead_letter import (
     list_dead_letters,
 )
 from durable_producer.buffer_agent.forward.resend import _batches_of
+from durable_producer.buffer_agent.kafka.record_batch import parse_batch_header
 from durable_producer.buffer_agent.kafka.record_decode import decode_batch
 from support.batch_builder import SampleRecord, build_batch
 from support.dead_letters import refused
@@ -91,10 +92,11 @@ def test_a_letter_of_an_id_already_re_sent_that_kafka_never_took_is_reported_fai
     store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"new", 2)]))])
     sent = []
 
-    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> None:
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> int:
         if sent:
             raise OSError("connection reset")
         sent.append(parts)
+        return 0
 
     monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
     monkeypatch.setattr(resend, "_send_one", send_one)
@@ -116,11 +118,98 @@ def test_two_letters_of_one_id_that_both_fail_are_two_failures(
     store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"old", 1)]))])
     store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"new", 2)]))])
 
-    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> str:
-        return "MESSAGE_TOO_LARGE"
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> int:
+        return MESSAGE_TOO_LARGE
 
     monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
     monkeypatch.setattr(resend, "_send_one", send_one)
     summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
     assert (summary.resent, summary.failed) == ([], [("7-0", "MESSAGE_TOO_LARGE")] * 2)
     assert len(list_dead_letters(directory)) == 2, "both stay pending"
+
+
+MESSAGE_TOO_LARGE = 10
+REQUEST_TIMED_OUT = 7
+
+
+class _Leader:
+    """What a partition leader does with an idempotent producer's batches, as far as these
+    tests need: a batch repeating a sequence it appended is answered NONE and not stored
+    again (a copy). ``answers`` are given to the first sends instead of NONE; a batch
+    answered REQUEST_TIMED_OUT is appended all the same (as Kafka's leader does when its
+    followers do not confirm in time). A real broker cannot be made to answer so at one
+    chosen request of a run: hence this stand-in."""
+
+    def __init__(self, *answers: int) -> None:
+        self.answers = list(answers)
+        self.stored: list[bytes] = []
+        self.sequences: set[int] = set()
+
+    async def send_one(
+        self, client: object, leader: int, key: object, parts: list[bytes], t: float
+    ) -> int:
+        batch = b"".join(bytes(part) for part in parts)
+        sequence = parse_batch_header(batch).base_sequence
+        code = self.answers.pop(0) if self.answers else 0
+        if sequence in self.sequences:
+            return 0  # a copy of a batch it holds
+        if code in (0, REQUEST_TIMED_OUT):
+            self.sequences.add(sequence)
+            self.stored.append(batch)
+        return code
+
+
+def _two_letters(tmp_path: Path) -> Path:
+    directory = tmp_path / "dead-letter"
+    store = DeadLetterStore(directory)
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"first", 1)]))])
+    store.add_batches([refused(8, build_batch([SampleRecord(b"k", b"second", 2)]))])
+    return directory
+
+
+def test_after_an_answer_that_leaves_a_letter_in_kafka_or_not_its_partition_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """REQUEST_TIMED_OUT: the leader appended the first letter. The second went under the
+    same sequence, was taken for its copy (NONE) and marked re-sent, its record never
+    stored."""
+    directory = _two_letters(tmp_path)
+    leader = _Leader(REQUEST_TIMED_OUT)
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", leader.send_one)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
+    assert summary.resent == []
+    assert summary.failed[0] == ("7-0", "REQUEST_TIMED_OUT")
+    assert summary.failed[1][0] == "8-0"
+    assert "not sent: letter 7-0 before it may be in Kafka" in summary.failed[1][1]
+    assert len(list_dead_letters(directory)) == 2, "both stay pending"
+    assert len(leader.stored) == 1
+
+
+def test_after_a_refusal_kafka_did_not_append_the_next_letter_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """MESSAGE_TOO_LARGE: nothing appended, so the next letter takes the sequence."""
+    directory = _two_letters(tmp_path)
+    leader = _Leader(MESSAGE_TOO_LARGE)
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", leader.send_one)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
+    assert (summary.resent, summary.failed) == (["8-0"], [("7-0", "MESSAGE_TOO_LARGE")])
+    assert [decode_batch(b).records[0].value for b in leader.stored] == [b"second"]
+
+
+def test_a_letter_kafka_never_answered_says_how_long_it_waited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reason read "Kafka unreachable: " (a TimeoutError has no message)."""
+    directory = _two_letters(tmp_path)
+
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> int:
+        raise TimeoutError
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", send_one)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "x:9092"}, timeout=10)
+    waited = "no answer from Kafka within 15 s"
+    assert summary.failed == [("7-0", waited), ("8-0", waited)]
