@@ -1,7 +1,7 @@
 """The produce path: a Produce request's record batches into the WAL, answered once stored.
 
 **Produce** (v3+, record batch magic 2): every batch is validated (magic, lengths, CRC32C,
-``max_batch_bytes``, then every record: ``kafka.record_validate``, the forwarder's own decoder)
+``max_batch_bytes``, then every record: ``kafka.record_validate``)
 and checked for idempotent sequence; all accepted batches of one request
 are appended with one ``append_many_async`` (one WAL frame per batch, the batch verbatim) and
 the response is sent only after it returns, i.e. with the durability the WAL's fsync policy

@@ -2,7 +2,7 @@
  * validation before acknowledging, at a few nanoseconds a record.
  *
  * It accepts exactly what aiokafka's compiled reader (aiokafka/record/_crecords/
- * default_records.pyx, DefaultRecordBatch._read_msg and __next__), the forwarder's decoder,
+ * default_records.pyx, DefaultRecordBatch._read_msg and __next__), record_decode's reader,
  * accepts, record for record: tests/unit/buffer_agent/kafka/test_record_scan.py compares
  * them on valid, mutated and random input. Every read is bounds-checked (that reader reads
  * a varint past the end before it notices; it then always refuses, as this does at once).

@@ -2,17 +2,17 @@
 
 Kafka's codecs: gzip (stdlib zlib, several concatenated members allowed), snappy (the raw
 blocks librdkafka writes and the xerial framing of Java clients), lz4 (frame format) and zstd,
-the last three through ``cramjam``. The forwarder's decoder and the ingest's validation call
-the same :func:`decompress`, so a batch the ingest accepted decompresses identically when it
-is forwarded.
+the last three through ``cramjam``. The ingest's validation and ``record_decode`` (tools and
+tests reading records back) call the same :func:`decompress`; the forwarder sends batches
+compressed as they were stored.
 
 ``limit`` bounds the output: a few kilobytes of zstd or lz4 expand to gigabytes, and a raw
 snappy header alone claims up to 4 GiB (cramjam aborts the process when it cannot allocate
 that). With a limit, nothing larger is ever allocated: snappy's declared length is checked
 before decompressing, gzip decompresses at most ``limit + 1`` bytes, and zstd and lz4 write
 into a per-thread scratch mapping of ``limit`` bytes whose pages are committed only as they
-are written. ``limit=None`` (the forwarder, whose input the ingest already bounded) decodes
-without the scratch copy.
+are written. ``limit=None`` (``record_decode``, whose input the ingest already bounded)
+decodes without the scratch copy.
 """
 
 from __future__ import annotations
