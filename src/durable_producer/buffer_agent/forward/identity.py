@@ -121,8 +121,13 @@ class IdentityRecord:
         for t, p, pid, epoch, offset, sequence in entry["partitions"]:
             key = (str(t), int(p))
             partitions[key] = Anchor(
-                int(pid), int(epoch), int(offset), int(sequence),
-                topic_ids.get(key, ""), key in gaps, why.get(key, ""),
+                int(pid),
+                int(epoch),
+                int(offset),
+                int(sequence),
+                topic_ids.get(key, ""),
+                key in gaps,
+                why.get(key, ""),
             )
         return IdentityRecord(
             producer_id=int(entry["producer_id"]),
