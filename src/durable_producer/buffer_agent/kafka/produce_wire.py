@@ -97,13 +97,26 @@ def produce_version(connection: BrokerConnection) -> int:
     return connection.version(API_PRODUCE, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
 
 
+class UndecodableAnswer(ConnectionError):
+    """A Produce answer that does not decode: the request's fate is unknown, as if the
+    connection had dropped (it is closed)."""
+
+
 async def produce(
     connection: BrokerConnection, version: int, topics: TopicBatches, timeout_s: float
 ) -> tuple[list[PartitionAnswer], int]:
     """One Produce request (acks=all), the broker given ``timeout_s``: the partitions'
     answers and the throttle time in milliseconds. ``TimeoutError`` if no answer comes
-    within ``ANSWER_GRACE_S`` more; ``BrokerUnreachable`` if the connection drops."""
+    within ``ANSWER_GRACE_S`` more; ``BrokerUnreachable`` if the connection drops;
+    ``UndecodableAnswer`` if the answer does not decode (all three OSErrors)."""
     body = encode_produce(version, -1, int(timeout_s * 1000), topics)
     request = connection.request(API_PRODUCE, version, body)
     data = await asyncio.wait_for(request, timeout_s + ANSWER_GRACE_S)
-    return decode_produce(version, data)
+    try:
+        return decode_produce(version, data)
+    except Exception as error:  # kio's reader raises many kinds on bytes it cannot read
+        connection.close()
+        raise UndecodableAnswer(
+            f"broker {connection.address}: its Produce v{version} answer does not decode"
+            f" ({type(error).__name__}: {error})"
+        ) from None

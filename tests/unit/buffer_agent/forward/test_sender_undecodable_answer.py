@@ -1,0 +1,74 @@
+"""A Produce answer that does not decode leaves its batch's fate unknown, as a dropped
+connection does: the batch goes again, the partition does not stall.
+
+Before, the decoding error escaped the request's task: its batch stayed in flight for good,
+and nothing more of the partition was sent until a restart. A real broker does not answer
+bytes that do not decode (a version's bug, a proxy in the way might): the connection here is
+a stand-in that answers such bytes, with no broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from durable_producer.buffer_agent.forward.partition_queue import UNKNOWN, PartitionQueue
+from support.batch_builder import SampleRecord, build_batch
+from support.sender_stand_ins import OneLeader, sender_for
+
+KEY = ("t", 0)
+BATCH = build_batch([SampleRecord(None, b"v", 1000)])
+
+
+class Garbled:
+    """Answers every request with bytes that are no Produce answer."""
+
+    address = "127.0.0.1:9"
+    closed = False
+
+    def version(self, *_: int) -> int:
+        return 9
+
+    async def request(self, *_: object) -> bytes:
+        return b"\xff\xff\xff"
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Cluster(OneLeader):
+    def __init__(self) -> None:
+        super().__init__()
+        self.opened = Garbled()
+
+    def open_connection(self, node: int) -> Garbled:
+        return self.opened
+
+    async def connection(self, node: int) -> Garbled:
+        return self.opened
+
+
+def test_an_answer_that_does_not_decode_leaves_the_batch_to_go_again() -> None:
+    queue = PartitionQueue(KEY, 7, 0, 0)
+    queue.confirmed = True
+    queue.add(40, BATCH, 1, 0, 0, False)
+    errors: list[tuple[str, str]] = []
+
+    async def scenario() -> Cluster:
+        cluster = Cluster()
+        sender = sender_for(
+            cluster, {KEY: queue}, on_error=lambda kind, _, __, text: errors.append((kind, text))
+        )
+        sender.pump(asyncio.get_running_loop().time())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not sender.busy, "the request's task ended"
+        sender.close()
+        return cluster
+
+    cluster = asyncio.run(scenario())
+    assert queue.in_flight == 0, "no batch left in flight for good"
+    assert not queue.halted and queue.refresh_first, "sent again after a metadata refresh"
+    assert [frame[UNKNOWN] for frame in queue.batches[0].frames] == [True], "a copy may be in Kafka"
+    assert cluster.opened.closed
+    assert errors and errors[0][0] == "transport"
+    assert "Produce v9 answer does not decode" in errors[0][1]
