@@ -24,12 +24,12 @@ from durable_producer.buffer_agent.kafka.connection import (
     BrokerConnection,
     BrokerUnreachable,
     Security,
+    decode_answer,
 )
 from durable_producer.buffer_agent.kafka.protocol import (
     API_INIT_PRODUCER_ID,
     API_METADATA,
     build,
-    decode_body,
     encode_body,
     nested_schema,
     request_schema,
@@ -164,7 +164,7 @@ class ClusterClient:
         version = connection.version(api_key, highest)
         body = encode_body(api_key, version, **values)
         data = await asyncio.wait_for(connection.request(api_key, version, body), self.timeout_s)
-        return decode_body(api_key, version, data)
+        return decode_answer(connection, api_key, version, data)
 
     # ----------------------------------------------------------------- metadata
     async def refresh(self, topics: Iterable[str]) -> None:

@@ -45,6 +45,24 @@ class BrokerUnreachable(ConnectionError):
     """The broker could not be reached, or the connection failed with requests pending."""
 
 
+class UndecodableAnswer(ConnectionError):
+    """An answer that does not decode: the request's fate is unknown, as if the connection
+    had dropped (it is closed)."""
+
+
+def decode_answer(connection: BrokerConnection, api_key: int, version: int, data: bytes) -> Any:
+    """``data``, an answer on ``connection``, through kio's reader; ``UndecodableAnswer``
+    (and the connection closed) if it cannot be read."""
+    try:
+        return decode_body(api_key, version, data)
+    except Exception as error:  # kio's reader raises many kinds on bytes it cannot read
+        connection.close()
+        raise UndecodableAnswer(
+            f"broker {connection.address}: its answer (API {api_key} v{version}) does not"
+            f" decode ({type(error).__name__}: {error})"
+        ) from None
+
+
 @dataclass(frozen=True, slots=True)
 class Security:
     """How to reach the brokers: TLS context and SASL credentials (None: plaintext, none)."""

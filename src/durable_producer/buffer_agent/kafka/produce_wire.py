@@ -11,9 +11,10 @@ import asyncio
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from durable_producer.buffer_agent.kafka.connection import BrokerConnection
-from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, decode_body, encode_uvarint
+from durable_producer.buffer_agent.kafka.connection import BrokerConnection, decode_answer
+from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, encode_uvarint
 
 LOWEST_PRODUCE_VERSION = 3  # record batch v2
 HIGHEST_PRODUCE_VERSION = 11
@@ -74,9 +75,8 @@ def encode_produce(
     return parts
 
 
-def decode_produce(version: int, data: bytes) -> tuple[list[PartitionAnswer], int]:
+def _answers(body: Any) -> tuple[list[PartitionAnswer], int]:
     """The partitions' answers and the throttle time in milliseconds."""
-    body = decode_body(API_PRODUCE, version, data)
     answers = [
         PartitionAnswer(
             str(topic.name),
@@ -97,11 +97,6 @@ def produce_version(connection: BrokerConnection) -> int:
     return connection.version(API_PRODUCE, HIGHEST_PRODUCE_VERSION, LOWEST_PRODUCE_VERSION)
 
 
-class UndecodableAnswer(ConnectionError):
-    """A Produce answer that does not decode: the request's fate is unknown, as if the
-    connection had dropped (it is closed)."""
-
-
 async def produce(
     connection: BrokerConnection, version: int, topics: TopicBatches, timeout_s: float
 ) -> tuple[list[PartitionAnswer], int]:
@@ -112,11 +107,4 @@ async def produce(
     body = encode_produce(version, -1, int(timeout_s * 1000), topics)
     request = connection.request(API_PRODUCE, version, body)
     data = await asyncio.wait_for(request, timeout_s + ANSWER_GRACE_S)
-    try:
-        return decode_produce(version, data)
-    except Exception as error:  # kio's reader raises many kinds on bytes it cannot read
-        connection.close()
-        raise UndecodableAnswer(
-            f"broker {connection.address}: its Produce v{version} answer does not decode"
-            f" ({type(error).__name__}: {error})"
-        ) from None
+    return _answers(decode_answer(connection, API_PRODUCE, version, data))

@@ -1,5 +1,6 @@
-"""A Produce answer that does not decode leaves its batch's fate unknown, as a dropped
-connection does: the batch goes again, the partition does not stall.
+"""An answer that does not decode is a lost answer, as a dropped connection is: a Produce
+answer's batch goes again (the partition does not stall), and the resolution's
+DescribeProducers is asked again after its backoff.
 
 Before, the decoding error escaped the request's task: its batch stayed in flight for good,
 and nothing more of the partition was sent until a restart. A real broker does not answer
@@ -10,8 +11,13 @@ a stand-in that answers such bytes, with no broker.
 from __future__ import annotations
 
 import asyncio
+from typing import cast
+
+import pytest
 
 from durable_producer.buffer_agent.forward.partition_queue import UNKNOWN, PartitionQueue
+from durable_producer.buffer_agent.kafka.cluster_client import ClusterClient
+from durable_producer.buffer_agent.kafka.connection import BrokerConnection, UndecodableAnswer
 from support.batch_builder import SampleRecord, build_batch
 from support.sender_stand_ins import OneLeader, sender_for
 
@@ -25,8 +31,8 @@ class Garbled:
     address = "127.0.0.1:9"
     closed = False
 
-    def version(self, *_: int) -> int:
-        return 9
+    def version(self, api_key: int, *_: int) -> int:
+        return 9 if api_key == 0 else 0
 
     async def request(self, *_: object) -> bytes:
         return b"\xff\xff\xff"
@@ -71,4 +77,19 @@ def test_an_answer_that_does_not_decode_leaves_the_batch_to_go_again() -> None:
     assert [frame[UNKNOWN] for frame in queue.batches[0].frames] == [True], "a copy may be in Kafka"
     assert cluster.opened.closed
     assert errors and errors[0][0] == "transport"
-    assert "Produce v9 answer does not decode" in errors[0][1]
+    assert "answer (API 0 v9) does not decode" in errors[0][1]
+
+
+def test_a_describe_producers_answer_that_does_not_decode_is_a_lost_answer() -> None:
+    """The resolution catches OSErrors (it asks again after a backoff); a decoding error
+    escaped it, and with ``resolve`` still set it was asked again at once, pass after pass."""
+    client = ClusterClient("127.0.0.1:9")
+    connection = Garbled()
+    client._connections[1] = cast(BrokerConnection, connection)
+
+    async def ask() -> None:
+        await client.describe_producers(1, "t", [0], 7)
+
+    with pytest.raises(UndecodableAnswer, match=r"answer \(API 61 v0\) does not decode"):
+        asyncio.run(ask())
+    assert connection.closed
