@@ -3,12 +3,21 @@ and benchmarks that speak the protocol directly."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import io
 import socket
 import struct
+import uuid
+from typing import Any
 
 from kio.serial import entity_writer
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    classify_field,
+    get_schema_field_type,
+)
 
 from durable_producer.buffer_agent.kafka.protocol import (
     API_PRODUCE,
@@ -81,3 +90,30 @@ def recv_exactly(sock: socket.socket, size: int) -> bytes:
             raise ConnectionError(f"closed after {len(chunks)} of {size} bytes")
         chunks += chunk
     return bytes(chunks)
+
+
+_SAMPLES: dict[str, Any] = {
+    "string": "topic-a",
+    "bytes": b"\x01\x02",
+    "records": b"\x01\x02\x03",
+    "uuid": uuid.UUID(int=7),
+    "bool": True,
+    "timedelta_i32": datetime.timedelta(milliseconds=1500),
+    "timedelta_i64": datetime.timedelta(milliseconds=1500),
+    "datetime_i64": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
+}
+
+
+def full_sample(schema: type) -> Any:
+    """An entity with every field set (tagged ones too, so they are written), and two
+    elements in every array."""
+    values = {}
+    for field in dataclasses.fields(schema):
+        kind = classify_field(field)
+        if isinstance(kind, (EntityField, EntityTupleField)):
+            one = full_sample(kind.type_)
+        else:
+            kafka_type = get_schema_field_type(field)
+            one = _SAMPLES[kafka_type] if kafka_type in _SAMPLES else kind.type_(3)
+        values[field.name] = (one, one) if kind.is_array else one
+    return schema(**values)

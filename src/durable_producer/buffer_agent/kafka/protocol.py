@@ -21,6 +21,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from durable_producer.buffer_agent.kafka.request_bounds import check_bounds
+
 API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
@@ -123,7 +125,8 @@ def parse_request(frame: bytes | memoryview) -> Request:
     if api_key == API_PRODUCE:
         return parse_produce(frame)
     schema: Any = request_schema(api_key, api_version)  # a kio entity class
-    try:
+    try:  # lengths and counts within the frame first: kio reserves what they declare
+        check_bounds(schema, frame, check_bounds(schema.__header_schema__, frame, 0, header=True))
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
         body, body_size = entity_reader(schema)(frame, header_size)
     except Exception as exc:  # kio raises assorted errors for truncated/invalid input
