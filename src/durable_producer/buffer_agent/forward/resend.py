@@ -84,7 +84,7 @@ async def _resend(
         # Partitions whose last send may be in Kafka: a later letter, sent under its
         # sequence, would be taken for its copy (answered NONE, never stored).
         stopped: dict[tuple[str, int], str] = {}
-        for reached, letter in enumerate(letters):  # noqa: B007 (the except reads it)
+        for reached, letter in enumerate(letters):
             try:
                 batches = _batches_of(letter)
             except InvalidRecordBatch as error:
@@ -115,7 +115,13 @@ async def _resend(
                     break
                 sequences[key] = sequence + records
             if not code:
-                store.mark_resent(letter)
+                try:
+                    store.mark_resent(letter)
+                except OSError as error:  # in Kafka, but still listed: say so, and stop
+                    summary.failed.append((letter.id, _unmarked(error)))
+                    why = f"not sent: the re-sent mark of letter {letter.id} could not be written"
+                    summary.failed += [(later.id, why) for later in letters[reached + 1 :]]
+                    return
                 summary.resent.append(letter.id)
                 continue
             summary.failed.append((letter.id, error_name(code)))
@@ -147,6 +153,14 @@ async def _send_one(
     topics = [(key[0], [(key[1], parts)])]
     answers, _ = await produce(connection, produce_version(connection), topics, timeout)
     return answers[0].error_code if answers else -1
+
+
+def _unmarked(error: OSError) -> str:
+    return (
+        f"sent to Kafka, but its re-sent mark could not be written ({error.strerror or error}):"
+        " it is still listed; leave it out of the next resend (name the others), or it is"
+        " stored twice"
+    )
 
 
 def _batches_of(letter: DeadLetter) -> list[tuple[bytes | memoryview, int]]:

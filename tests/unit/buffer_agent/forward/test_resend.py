@@ -5,6 +5,7 @@ stored (tests/integration/buffer_agent/forward/test_forwarder.py)."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -213,3 +214,29 @@ def test_a_letter_kafka_never_answered_says_how_long_it_waited(
     summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "x:9092"}, timeout=10)
     waited = "no answer from Kafka within 15 s"
     assert summary.failed == [("7-0", waited), ("8-0", waited)]
+
+
+def test_a_letter_sent_whose_mark_cannot_be_written_says_so_and_the_run_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It was reported "Kafka unreachable: [Errno 28] ...", with every letter after it, though
+    Kafka had taken it: a user would send it again, and it would be stored twice. The full
+    disk is a raising ``mark_resent`` here (the store's own full-disk behaviour is tested on
+    a real small filesystem in test_dead_letter_disk_full.py)."""
+    directory = _two_letters(tmp_path)
+    leader = _Leader()
+
+    def no_room(self: DeadLetterStore, letter: DeadLetter) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", leader.send_one)
+    monkeypatch.setattr(DeadLetterStore, "mark_resent", no_room)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "x:9092"})
+    assert summary.resent == []
+    [(first, why), (second, then)] = summary.failed
+    assert (first, second) == ("7-0", "8-0")
+    assert why.startswith("sent to Kafka, but its re-sent mark could not be written (No space")
+    assert "leave it out of the next resend" in why
+    assert then == "not sent: the re-sent mark of letter 7-0 could not be written"
+    assert len(leader.stored) == 1
