@@ -5,6 +5,7 @@ stored (tests/integration/buffer_agent/forward/test_forwarder.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import errno
 from pathlib import Path
 
@@ -240,3 +241,31 @@ def test_a_letter_sent_whose_mark_cannot_be_written_says_so_and_the_run_stops(
     assert "leave it out of the next resend" in why
     assert then == "not sent: the re-sent mark of letter 7-0 could not be written"
     assert len(leader.stored) == 1
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [{"timestamp_ms": 2**63}, {"headers": (("\ud800", b"x"),)}],
+    ids=["timestamp-beyond-int64", "lone-surrogate-header-key"],
+)
+def test_an_earlier_agents_letter_that_cannot_be_encoded_is_skipped_and_the_rest_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fields: dict[str, object]
+) -> None:
+    """Such a line (edited by hand: an agent never wrote one) ended the whole run with a
+    traceback (OverflowError, UnicodeEncodeError)."""
+    bad = letter(id="1-0", partition=2, key=b"k", value=b"v", **fields)
+    good = letter(id="2-0", partition=2, key=b"k", value=b"w", timestamp_ms=5)
+    leader = _Leader()
+
+    class Store:
+        def mark_resent(self, letter: DeadLetter) -> None:
+            return None
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", leader.send_one)
+    summary = resend.ResendSummary()
+    asyncio.run(resend._resend(Store(), [bad, good], {}, 5.0, summary))  # type: ignore[arg-type]
+    assert summary.resent == ["2-0"]
+    assert [(id_, why.split(":")[0]) for id_, why in summary.skipped] == [
+        ("1-0", "its record cannot be encoded")
+    ]
