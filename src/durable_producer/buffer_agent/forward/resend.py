@@ -9,12 +9,11 @@ agent version holds one record: it is sent as a batch of that record.
 from __future__ import annotations
 
 import asyncio
+import struct
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
 from durable_producer.buffer_agent.forward.dead_letter import (
     DeadLetter,
@@ -29,6 +28,7 @@ from durable_producer.buffer_agent.kafka.produce_wire import (
     produce,
     produce_version,
 )
+from durable_producer.buffer_agent.kafka.protocol import encode_uvarint
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
 
 
@@ -90,7 +90,7 @@ async def _resend(
             except InvalidRecordBatch as error:
                 summary.skipped.append((letter.id, f"not a record batch: {error}"))
                 continue
-            except (ValueError, OverflowError) as error:  # an earlier agent's, edited by hand
+            except (ValueError, OverflowError, struct.error) as error:  # a hand-edited old letter
                 summary.skipped.append((letter.id, f"its record cannot be encoded: {error}"))
                 continue
             key = (letter.topic, letter.partition)
@@ -177,8 +177,22 @@ def _batches_of(letter: DeadLetter) -> list[tuple[bytes | memoryview, int]]:
 
 
 def _one_record_batch(letter: DeadLetter) -> bytes:
-    """A v2 batch of the one record an earlier agent's letter holds (stamped on send)."""
-    builder = DefaultRecordBatchBuilder(2, 0, 0, -1, -1, -1, 2**31 - 1)
-    timestamp = -1 if letter.timestamp_ms is None else letter.timestamp_ms  # None: "now"
-    builder.append(0, timestamp, letter.key, letter.value, list(letter.headers))
-    return bytes(builder.build())
+    """A v2 batch of the one record an earlier agent's letter holds (CRC stamped on send)."""
+    timestamp = letter.timestamp_ms if letter.timestamp_ms is not None else -1
+    body = b"\x00" + _varint(0) + _varint(0)  # attributes, timestamp and offset deltas
+    for field_bytes in (letter.key, letter.value):
+        body += _varint(-1) if field_bytes is None else _varint(len(field_bytes)) + field_bytes
+    body += _varint(len(letter.headers))
+    for name, value in letter.headers:
+        encoded = name.encode()
+        body += _varint(len(encoded)) + encoded
+        body += _varint(-1) if value is None else _varint(len(value)) + value
+    record = _varint(len(body)) + body
+    header = struct.pack(
+        ">qiibIhiqqqhii", 0, 49 + len(record), -1, 2, 0, 0, 0, timestamp, timestamp, -1, -1, -1, 1
+    )
+    return header + record
+
+
+def _varint(value: int) -> bytes:
+    return encode_uvarint((value << 1) ^ (value >> 63))  # zigzag, as a record's fields are
