@@ -32,6 +32,7 @@ from durable_producer.buffer_agent.kafka.protocol import (
     request_schema,
 )
 from durable_producer.buffer_agent.kafka.sasl import SaslCredentials, authenticate
+from durable_producer.buffer_agent.kafka.varint import read_uvarint
 
 _SIZE = struct.Struct(">i")
 _HEADER = struct.Struct(">hhi")
@@ -232,7 +233,7 @@ class BrokerConnection:
                 data = await reader.readexactly(size)
                 if not self._pending:
                     raise BrokerUnreachable(f"{self.address} sent a response nobody asked for")
-                correlation, flexible, future = self._pending.popleft()
+                correlation, flexible, future = self._pending[0]  # failed too if it does not read
                 if correlation >= 0:
                     (received,) = _SIZE.unpack_from(data)
                     if received != correlation:
@@ -244,10 +245,14 @@ class BrokerConnection:
                     if flexible:
                         start = _skip_tagged_fields(data, start)
                     data = data[start:]
+                self._pending.popleft()
                 if not future.done():
                     future.set_result(data)
         except (OSError, EOFError, asyncio.IncompleteReadError, BrokerUnreachable) as error:
             self._fail(error)
+        except (ValueError, struct.error) as error:  # a response header that does not read
+            reason = f"{self.address} sent an answer that does not read ({error})"
+            self._fail(BrokerUnreachable(reason))
         except asyncio.CancelledError:
             self._fail(BrokerUnreachable(f"connection to {self.address} closed"))
             raise
@@ -276,20 +281,9 @@ class BrokerConnection:
 
 
 def _skip_tagged_fields(data: bytes, pos: int) -> int:
-    count, pos = _uvarint(data, pos)
+    count, pos = read_uvarint(data, pos)
     for _ in range(count):
-        _, pos = _uvarint(data, pos)
-        size, pos = _uvarint(data, pos)
+        _, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
         pos += size
     return pos
-
-
-def _uvarint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7

@@ -26,6 +26,8 @@ from kio.serial._introspect import (
     is_optional,
 )
 
+from durable_producer.buffer_agent.kafka.varint import read_uvarint
+
 _FIXED = {
     "int8": 1,
     "uint8": 1,
@@ -100,7 +102,7 @@ def _entity(data: memoryview, plan: Plan, pos: int) -> int:
             pos = _one(data, kind, arg, nullable, flexible, pos)
             continue
         if flexible:
-            raw, pos = _uvarint(data, pos)
+            raw, pos = read_uvarint(data, pos)
             count = raw - 1  # 0: null
         else:
             count, pos = _int32(data, pos)
@@ -108,10 +110,10 @@ def _entity(data: memoryview, plan: Plan, pos: int) -> int:
             pos = _one(data, kind, arg, False, flexible, pos)
     if not flexible:
         return pos
-    count, pos = _uvarint(data, pos)  # tagged fields: skipped, as kio skips an unknown tag
+    count, pos = read_uvarint(data, pos)  # tagged fields: skipped, as kio skips an unknown tag
     for _ in range(_count(data, count, pos, 2)):  # a tag and a size: two bytes at least
-        _, pos = _uvarint(data, pos)
-        size, pos = _uvarint(data, pos)
+        _, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
         pos = _within(data, pos, size)
     return pos
 
@@ -127,7 +129,7 @@ def _one(data: memoryview, kind: int, arg: Any, nullable: bool, flexible: bool, 
             pos += 1
         return _entity(data, arg, pos)
     if flexible and kind == TEXT:  # compact: uvarint length + 1 (0: null)
-        raw, pos = _uvarint(data, pos)
+        raw, pos = read_uvarint(data, pos)
         return _within(data, pos, max(raw - 1, 0))
     _within(data, pos, arg.size)  # legacy: a signed length (-1: null)
     (length,) = arg.unpack_from(data, pos)
@@ -137,19 +139,6 @@ def _one(data: memoryview, kind: int, arg: Any, nullable: bool, flexible: bool, 
 def _int32(data: memoryview, pos: int) -> tuple[int, int]:
     _within(data, pos, 4)
     return _INT32.unpack_from(data, pos)[0], pos + 4
-
-
-def _uvarint(data: memoryview, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        if pos >= len(data) or shift > 28:
-            raise OutOfBounds(f"a varint at byte {pos} runs past the request or 5 bytes")
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
 
 
 def _within(data: memoryview, pos: int, size: int) -> int:

@@ -96,3 +96,36 @@ def test_an_answer_too_long_for_kafka_says_it_is_no_kafka_listener() -> None:
     "62 bytes read on a total of 1213486160 expected bytes"."""
     error = asyncio.run(_ask_an_http_server())
     assert "answered with a length of 1213486160 bytes: no Kafka answer" in str(error)
+
+
+async def _answered(answer: bytes, api_key: int, version: int) -> tuple[BaseException, bool]:
+    """A peer that answers one request with ``answer`` (size-prefixed here): what the request
+    raised, and whether the connection counts as closed after it."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.write(struct.pack(">i", len(answer)) + answer)
+        await writer.drain()
+        await asyncio.sleep(3600)
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    connection = BrokerConnection(reader, writer, f"127.0.0.1:{port}")
+    try:
+        await asyncio.wait_for(connection.request(api_key, version, b""), 10)
+    except (BrokerUnreachable, TimeoutError) as error:
+        return error, connection.closed
+    finally:
+        connection.close()
+        server.close()
+    raise AssertionError("an answer whose header does not read was taken")
+
+
+def test_an_answer_whose_header_does_not_read_fails_the_connection_at_once() -> None:
+    """A flexible answer header whose tagged fields run past the answer: the read loop died
+    with IndexError, the connection stayed open, and every request on it waited its whole
+    timeout, for good."""
+    error, closed = asyncio.run(_answered(struct.pack(">i", 1) + b"\x05\x01", 3, 12))
+    assert isinstance(error, BrokerUnreachable) and closed
+    assert "sent an answer that does not read (a varint at byte 6 runs past the end" in str(error)

@@ -1,0 +1,18 @@
+"""Kafka's unsigned varints (lengths, counts and tags of flexible versions), read from bytes."""
+
+from __future__ import annotations
+
+
+def read_uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` (at most 5 bytes, 32 bits) and the position after it;
+    ``ValueError`` if it runs past the end of ``data`` or past 5 bytes."""
+    value = shift = 0
+    while True:
+        if pos >= len(data) or shift > 28:
+            raise ValueError(f"a varint at byte {pos} runs past the end or past 5 bytes")
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
