@@ -70,41 +70,13 @@ def test_a_request_is_buffered_a_part_at_a_time_and_sent_whole_in_order() -> Non
     assert received == expected
 
 
-async def _ask_an_http_server() -> BaseException:
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(1)
-        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
-        await writer.drain()
-        await asyncio.sleep(3600)
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    connection = BrokerConnection(reader, writer, f"127.0.0.1:{port}")
-    try:
-        await asyncio.wait_for(connection.request(18, 0, b""), 10)
-    except BrokerUnreachable as error:
-        return error
-    finally:
-        connection.close()
-        server.close()
-    raise AssertionError("an HTTP server's answer was taken")
-
-
-def test_an_answer_too_long_for_kafka_says_it_is_no_kafka_listener() -> None:
-    """An HTTP port given as a broker: "HTTP" read as a length (1.2 GB) was waited for, then
-    "62 bytes read on a total of 1213486160 expected bytes"."""
-    error = asyncio.run(_ask_an_http_server())
-    assert "answered with a length of 1213486160 bytes: no Kafka answer" in str(error)
-
-
 async def _answered(answer: bytes, api_key: int, version: int) -> tuple[BaseException, bool]:
-    """A peer that answers one request with ``answer`` (size-prefixed here): what the request
-    raised, and whether the connection counts as closed after it."""
+    """A peer that answers one request with the bytes ``answer``: what the request raised,
+    and whether the connection counts as closed after it."""
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(1)
-        writer.write(struct.pack(">i", len(answer)) + answer)
+        writer.write(answer)
         await writer.drain()
         await asyncio.sleep(3600)
 
@@ -119,13 +91,22 @@ async def _answered(answer: bytes, api_key: int, version: int) -> tuple[BaseExce
     finally:
         connection.close()
         server.close()
-    raise AssertionError("an answer whose header does not read was taken")
+    raise AssertionError(f"the answer {answer!r} was taken")
+
+
+def test_an_answer_too_long_for_kafka_says_it_is_no_kafka_listener() -> None:
+    """An HTTP port given as a broker: "HTTP" read as a length (1.2 GB) was waited for, then
+    "62 bytes read on a total of 1213486160 expected bytes"."""
+    http = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+    error, _ = asyncio.run(_answered(http, 18, 0))
+    assert "answered with a length of 1213486160 bytes: no Kafka answer" in str(error)
 
 
 def test_an_answer_whose_header_does_not_read_fails_the_connection_at_once() -> None:
     """A flexible answer header whose tagged fields run past the answer: the read loop died
     with IndexError, the connection stayed open, and every request on it waited its whole
     timeout, for good."""
-    error, closed = asyncio.run(_answered(struct.pack(">i", 1) + b"\x05\x01", 3, 12))
+    answer = struct.pack(">ii", 6, 1) + b"\x05\x01"  # size, correlation id, tagged fields
+    error, closed = asyncio.run(_answered(answer, 3, 12))
     assert isinstance(error, BrokerUnreachable) and closed
     assert "sent an answer that does not read (a varint at byte 6 runs past the end" in str(error)
