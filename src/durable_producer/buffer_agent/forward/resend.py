@@ -22,7 +22,11 @@ from durable_producer.buffer_agent.forward.dead_letter import (
 )
 from durable_producer.buffer_agent.forward.failure_policy import NOT_APPENDED, error_name
 from durable_producer.buffer_agent.kafka import batch_stamp
-from durable_producer.buffer_agent.kafka.cluster_client import NO_LEADER, ClusterClient
+from durable_producer.buffer_agent.kafka.cluster_client import (
+    NO_LEADER,
+    ClusterClient,
+    KafkaRequestFailed,
+)
 from durable_producer.buffer_agent.kafka.produce_wire import (
     ANSWER_GRACE_S,
     produce,
@@ -93,6 +97,9 @@ async def _resend(
             except (ValueError, OverflowError, struct.error) as error:  # a hand-edited old letter
                 summary.skipped.append((letter.id, f"its record cannot be encoded: {error}"))
                 continue
+            if not batches:  # a hand-edited line: nothing to send, nothing to mark
+                summary.skipped.append((letter.id, "holds no record batch"))
+                continue
             key = (letter.topic, letter.partition)
             if key in stopped:
                 summary.failed.append((letter.id, stopped[key]))
@@ -104,7 +111,7 @@ async def _resend(
                     (letter.id, error_name(code) if code else "the partition has no leader")
                 )
                 continue
-            code = 0
+            code = taken = 0
             for batch, records in batches:
                 sequence = sequences.get(key, 0)
                 code = await _send_one(
@@ -117,6 +124,7 @@ async def _resend(
                 if code:
                     break
                 sequences[key] = sequence + records
+                taken += 1
             if not code:
                 try:
                     store.mark_resent(letter)
@@ -127,17 +135,19 @@ async def _resend(
                     return
                 summary.resent.append(letter.id)
                 continue
-            summary.failed.append((letter.id, error_name(code)))
+            summary.failed.append((letter.id, error_name(code) + _partly(taken, len(batches))))
             if code not in NOT_APPENDED:
                 stopped[key] = (
                     f"not sent: letter {letter.id} before it may be in Kafka"
                     f" ({error_name(code)}); resend both once it is answered"
                 )
-    except OSError as error:  # BrokerUnreachable and TimeoutError among them
+    except (OSError, ValueError, KafkaRequestFailed) as error:  # ValueError: no Produce version
         if isinstance(error, TimeoutError):
             why = f"no answer from Kafka within {timeout + ANSWER_GRACE_S:g} s"
-        else:
+        elif isinstance(error, OSError):
             why = f"Kafka unreachable: {error or type(error).__name__}"
+        else:
+            why = str(error)
         for letter in letters[reached:]:  # the one being sent and those after it
             summary.failed.append((letter.id, why))
     finally:
@@ -156,6 +166,16 @@ async def _send_one(
     topics = [(key[0], [(key[1], parts)])]
     answers, _ = await produce(connection, produce_version(connection), topics, timeout)
     return answers[0].error_code if answers else -1
+
+
+def _partly(taken: int, batches: int) -> str:
+    """What of a letter of several batches Kafka took before it refused one."""
+    if not taken:
+        return ""
+    return (
+        f"; Kafka took its first {taken} of {batches} batches, which a resend of it sends"
+        " again (stored twice)"
+    )
 
 
 def _unmarked(error: OSError) -> str:

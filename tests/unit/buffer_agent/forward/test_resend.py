@@ -269,3 +269,47 @@ def test_an_earlier_agents_letter_that_cannot_be_encoded_is_skipped_and_the_rest
     assert [(id_, why.split(":")[0]) for id_, why in summary.skipped] == [
         ("1-0", "its record cannot be encoded")
     ]
+
+
+def _run(letters: list[DeadLetter], send_one: object) -> resend.ResendSummary:
+    class Store:
+        def mark_resent(self, letter: DeadLetter) -> None:
+            return None
+
+    summary = resend.ResendSummary()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+        patch.setattr(resend, "_send_one", send_one)
+        asyncio.run(resend._resend(Store(), letters, {}, 5.0, summary))  # type: ignore[arg-type]
+    return summary
+
+
+def test_a_letter_holding_no_batch_is_skipped_not_marked_re_sent() -> None:
+    """A hand-edited line with an empty payload was marked re-sent with nothing sent."""
+    summary = _run([letter(partition=2, payload=b"")], _Leader().send_one)
+    assert (summary.resent, summary.skipped) == ([], [("9-0", "holds no record batch")])
+
+
+def test_a_letter_whose_first_batches_kafka_took_says_so() -> None:
+    """An older agent's letter of two batches, the first taken and the second refused: a
+    later resend stores the first twice, which the reason now says."""
+    two = build_batch([SampleRecord(b"k", b"a", 1)]) + build_batch([SampleRecord(b"k", b"b", 2)])
+    summary = _run([letter(partition=2, payload=two)], _Leader(0, MESSAGE_TOO_LARGE).send_one)
+    assert summary.failed == [
+        (
+            "9-0",
+            "MESSAGE_TOO_LARGE; Kafka took its first 1 of 2 batches, which a resend of it sends"
+            " again (stored twice)",
+        )
+    ]
+
+
+def test_a_broker_with_no_usable_produce_version_fails_the_letters_with_a_summary() -> None:
+    """The ValueError ended the run with a traceback and no summary."""
+
+    async def no_version(client: object, leader: int, key: object, parts: object, t: float) -> int:
+        raise ValueError("broker 127.0.0.1:9 speaks no usable version of API 0")
+
+    one = letter(partition=2, payload=build_batch([SampleRecord(None, b"v", 1)]))
+    summary = _run([one], no_version)
+    assert summary.failed == [("9-0", "broker 127.0.0.1:9 speaks no usable version of API 0")]
