@@ -217,6 +217,10 @@ class Sender:
                     connection.close()
                 self._transport_failed(batches, error, sent=True)
                 return
+            except Exception as error:  # an answer that makes no sense (a broken broker): lost
+                connection.close()
+                self._transport_failed(batches, error, sent=True)
+                return
             now = asyncio.get_running_loop().time()
             if throttle_ms > 0:
                 self._throttled_until[node] = now + throttle_ms / 1000

@@ -142,6 +142,10 @@ class BrokerConnection:
             connection.close()
             if isinstance(error, TimeoutError):
                 raise BrokerUnreachable(f"{address}: no answer within {timeout_s} s") from None
+            if isinstance(error, Exception) and not isinstance(error, OSError):
+                raise BrokerUnreachable(  # kio's errors on an answer that does not read, ...
+                    f"{address}: its first answers do not read ({type(error).__name__}: {error})"
+                ) from None
             raise
         return connection
 
@@ -175,13 +179,6 @@ class BrokerConnection:
         # The ApiVersions response header is always v0, whatever the request's version.
         flexible_response = flexible and api_key != API_API_VERSIONS
         self._pending.append((self._correlation, flexible_response, future))
-        return future
-
-    def raw_request(self, frame: bytes) -> asyncio.Future[bytes]:
-        """A SASL v0 token (no Kafka header): answered by a size-prefixed token."""
-        future: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
-        self._send([_SIZE.pack(len(frame)) + frame])
-        self._pending.append((-1, False, future))
         return future
 
     def _send(self, parts: list[bytes | memoryview]) -> None:

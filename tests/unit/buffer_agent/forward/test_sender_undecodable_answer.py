@@ -93,3 +93,30 @@ def test_a_describe_producers_answer_that_does_not_decode_is_a_lost_answer() -> 
     with pytest.raises(UndecodableAnswer, match=r"answer \(API 61 v0\) does not decode"):
         asyncio.run(ask())
     assert connection.closed
+
+
+class NullAnswer(Garbled):
+    """A Produce v9 answer that kio reads, with a null list of topics where Kafka never
+    sends one (``_answers`` then raises TypeError, no OSError)."""
+
+    async def request(self, *_: object) -> bytes:
+        return b"\x00" + b"\x00\x00\x00\x00" + b"\x00"  # responses null, throttle 0, no tags
+
+
+def test_an_answer_that_reads_but_makes_no_sense_leaves_the_batch_to_go_again() -> None:
+    queue = PartitionQueue(KEY, 7, 0, 0)
+    queue.confirmed = True
+    queue.add(40, BATCH, 1, 0, 0, False)
+    cluster = Cluster()
+    cluster.opened = NullAnswer()
+
+    async def scenario() -> None:
+        sender = sender_for(cluster, {KEY: queue})
+        sender.pump(asyncio.get_running_loop().time())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        sender.close()
+
+    asyncio.run(scenario())
+    assert queue.in_flight == 0 and queue.refresh_first, "sent again after a refresh"
+    assert cluster.opened.closed

@@ -12,7 +12,11 @@ import asyncio
 import socket
 import struct
 
-from durable_producer.buffer_agent.kafka.connection import BrokerConnection, BrokerUnreachable
+from durable_producer.buffer_agent.kafka.connection import (
+    BrokerConnection,
+    BrokerUnreachable,
+    Security,
+)
 from support.waiting import wait_for_async
 
 MIB = 1 << 20
@@ -110,3 +114,29 @@ def test_an_answer_whose_header_does_not_read_fails_the_connection_at_once() -> 
     error, closed = asyncio.run(_answered(answer, 3, 12))
     assert isinstance(error, BrokerUnreachable) and closed
     assert "sent an answer that does not read (a varint at byte 6 runs past the end" in str(error)
+
+
+def test_a_first_answer_that_does_not_read_is_a_broker_unreachable() -> None:
+    """An ApiVersions answer kio cannot read raised its BufferUnderflow out of opening, past
+    every caller's except clause (the forwarder's first producer id stopped the forwarder)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(1)
+        writer.write(struct.pack(">ii", 5, 1) + b"\xff")  # correlation id 1, then no answer
+        await writer.drain()
+        await asyncio.sleep(3600)
+
+    async def scenario() -> BaseException:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            await BrokerConnection.open("127.0.0.1", port, Security(), 5.0)
+        except BaseException as error:
+            return error
+        finally:
+            server.close()
+        raise AssertionError("opened")
+
+    error = asyncio.run(scenario())
+    assert isinstance(error, BrokerUnreachable), repr(error)
+    assert "its first answers do not read (BufferUnderflow" in str(error)
