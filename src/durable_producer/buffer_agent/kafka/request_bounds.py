@@ -110,7 +110,7 @@ def _entity(data: memoryview, plan: Plan, pos: int) -> int:
             pos = _one(data, kind, arg, False, flexible, pos)
     if not flexible:
         return pos
-    count, pos = read_uvarint(data, pos)  # tagged fields: skipped, as kio skips an unknown tag
+    count, pos = read_uvarint(data, pos)  # tagged fields: skipped (kio refuses an unknown tag)
     for _ in range(_count(data, count, pos, 2)):  # a tag and a size: two bytes at least
         _, pos = read_uvarint(data, pos)
         size, pos = read_uvarint(data, pos)
