@@ -231,17 +231,13 @@ class BrokerConnection:
                 if not self._pending:
                     raise BrokerUnreachable(f"{self.address} sent a response nobody asked for")
                 correlation, flexible, future = self._pending[0]  # failed too if it does not read
-                if correlation >= 0:
-                    (received,) = _SIZE.unpack_from(data)
-                    if received != correlation:
-                        raise BrokerUnreachable(
-                            f"{self.address} answered correlation id {received},"
-                            f" expected {correlation}"
-                        )
-                    start = 4
-                    if flexible:
-                        start = _skip_tagged_fields(data, start)
-                    data = data[start:]
+                (received,) = _SIZE.unpack_from(data)
+                if received != correlation:
+                    raise BrokerUnreachable(
+                        f"{self.address} answered correlation id {received},"
+                        f" expected {correlation}"
+                    )
+                data = data[_skip_tagged_fields(data, 4) if flexible else 4 :]
                 self._pending.popleft()
                 if not future.done():
                     future.set_result(data)
