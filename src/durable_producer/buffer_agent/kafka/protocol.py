@@ -21,7 +21,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from durable_producer.buffer_agent.kafka.request_bounds import check_bounds
+from durable_producer.buffer_agent.kafka.wire_bounds import check_bounds
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -47,7 +47,7 @@ only with FindCoordinator v0.
 """
 MAX_OTHER_REQUEST_BYTES = 1 << 20
 """A request other than Produce is at most this long: a Metadata request naming 30,000
-topics fits. Each is walked (``request_bounds``) and decoded into objects by kio on the
+topics fits. Each is walked (``wire_bounds``) and decoded into objects by kio on the
 ingest's loop: a Metadata request of 4 MB naming 2,000,000 empty topics held it for 3.7 s
 (2.7 s the walk, 1.1 s kio), and a frame may be 100 MiB."""
 
@@ -319,8 +319,11 @@ def encode_body(api_key: int, api_version: int, **values: Any) -> bytes:
 
 
 def decode_body(api_key: int, api_version: int, data: bytes) -> Any:
-    """A response body (the bytes after its header) through kio's reader."""
-    body: Any = entity_reader(response_schema(api_key, api_version))(data, 0)[0]
+    """A response body (the bytes after its header) through kio's reader, once its counts and
+    lengths are known to fit its bytes (``OutOfBounds``, a ValueError, if not)."""
+    schema = response_schema(api_key, api_version)
+    check_bounds(schema, data, 0)
+    body: Any = entity_reader(schema)(data, 0)[0]
     return body
 
 

@@ -4,7 +4,7 @@ A Metadata v12 request of 17 bytes declaring 2**32 - 2 topics made kio's reader 
 for them: 34 GB, a failed allocation, and the agent's process aborted ("memory allocation of
 34359738352 bytes failed"), with no exception to catch. Any client could crash the agent at
 will. The agent now checks every count and length against the request's bytes first
-(``kafka/request_bounds.py``), answers such a request by closing the connection, as a broker
+(``kafka/wire_bounds.py``), answers such a request by closing the connection, as a broker
 does, and goes on serving.
 """
 

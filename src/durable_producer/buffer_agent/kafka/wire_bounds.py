@@ -1,0 +1,195 @@
+"""Every length and count of a request or an answer checked against its bytes, before kio reads it.
+
+kio's reader (Rust) reserves room for an array's declared count before it reads an element:
+a Metadata request of 17 bytes declaring 2**32 topics made it ask for 34 GB, and the failed
+allocation aborted the agent's process (no exception to catch). A client, hostile or broken,
+could crash the agent at will; so could a broker's answer (a Produce answer of 6 bytes), or
+anything that answers on a broker's port. ``check_bounds`` walks a request or an answer as
+kio's reader will, by the same schema, and refuses any count or length beyond the bytes left
+(an element of an array takes at least one byte; a fixed-size one its size). The tagged fields
+a schema knows (Produce answers v10+) are walked within their declared size; others are
+skipped by it. It reads nothing into objects; kio then decodes what it let through. Produce
+requests are parsed by ``parse_produce``, not kio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+from functools import cache
+from typing import Any
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
+
+from durable_producer.buffer_agent.kafka.varint import read_uvarint
+
+_FIXED = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+"""The sizes of kio's fixed-size primitive types."""
+_INT16 = struct.Struct(">h")
+_INT32 = struct.Struct(">i")
+
+
+class OutOfBounds(ValueError):
+    """A length or count the bytes of a request or answer cannot hold."""
+
+
+def check_bounds(schema: type, data: bytes | memoryview, pos: int, *, header: bool = False) -> int:
+    """Walk one ``schema`` entity (a request's or an answer's) at ``pos`` of ``data``; the
+    position after it. ``OutOfBounds`` if a length or count exceeds what is left. ``header``:
+    a request header (its client id is a legacy string whatever the version, as Kafka and kio
+    read it)."""
+    view = memoryview(data)
+    try:
+        return _within(view, _entity(view, _plan(schema, header), pos), 0)
+    except IndexError:  # a varint's first byte read past the end (fixed fields added up)
+        raise OutOfBounds(f"a {len(view)}-byte entity ends in the middle of a field") from None
+
+
+FIXED, TEXT, LEGACY_TEXT, ENTITY = range(4)
+Step = tuple[int, Any, bool, bool]
+"""How to walk one field: (kind, its argument, an array, nullable). FIXED: the size; TEXT:
+a string's or bytes' legacy length prefix (compact in a flexible schema); LEGACY_TEXT: the
+same, legacy in any schema; ENTITY: the entity's plan."""
+Plan = tuple[bool, tuple[Step, ...], dict[int, Step]]
+"""A schema's walk: (flexible, its fields' steps in wire order, the steps of the tagged fields
+it knows by their tags)."""
+
+
+@cache
+def _plan(schema: type, header: bool = False) -> Plan:
+    """The walk of ``schema``, worked out once from its fields (introspecting them each time
+    cost ten times kio's own read)."""
+    steps: list[Step] = []
+    tagged: dict[int, Step] = {}
+    for field in dataclasses.fields(schema):
+        tag = get_field_tag(field)
+        kind = classify_field(field)
+        array = isinstance(kind, (PrimitiveTupleField, EntityTupleField))
+        # A tagged field is present or not: no null marker (as kio writes and reads it).
+        nullable = is_optional(field) and not array and tag is None
+        if header and field.name == "client_id":
+            step: Step = (LEGACY_TEXT, _INT16, False, True)
+        elif isinstance(kind, (EntityField, EntityTupleField)):
+            step = (ENTITY, _plan(kind.type_), array, nullable)
+        else:
+            kafka_type = get_schema_field_type(field)
+            size = _FIXED.get(kafka_type)
+            if size is not None:
+                step = (FIXED, size, array, nullable)
+            else:
+                step = (TEXT, _INT16 if kafka_type == "string" else _INT32, array, nullable)
+        if tag is not None:
+            tagged[tag] = step
+        elif steps and step[0] == FIXED == steps[-1][0] and not step[2] and not steps[-1][2]:
+            steps[-1] = (FIXED, steps[-1][1] + step[1], False, False)  # one step for a run
+        else:
+            steps.append(step)
+    return bool(getattr(schema, "__flexible__", False)), tuple(steps), tagged
+
+
+def _entity(data: memoryview, plan: Plan, pos: int) -> int:
+    """The position after the entity; it may be past the end (fixed-size fields are only
+    added up: ``check_bounds`` checks the end, and any read past it is refused)."""
+    flexible, steps, tagged = plan
+    for kind, arg, array, nullable in steps:
+        if kind == FIXED and not array:
+            pos += arg
+        else:
+            pos = _field(data, kind, arg, array, nullable, flexible, pos)
+    if not flexible:
+        return pos
+    count = data[pos]  # most often none: one byte
+    if count == 0:
+        return pos + 1
+    count, pos = read_uvarint(data, pos)
+    for _ in range(_count(data, count, pos, 2)):  # a tag and a size: two bytes at least
+        tag, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
+        end = _within(data, pos, size)
+        step = tagged.get(tag)
+        if step is not None:  # walked within its size; an unknown one skipped (kio refuses it)
+            _within(data, _field(data[:end], *step, flexible, pos), 0)
+        pos = end
+    return pos
+
+
+def _field(
+    data: memoryview, kind: int, arg: Any, array: bool, nullable: bool, flexible: bool, pos: int
+) -> int:
+    if array:
+        if flexible:
+            count = data[pos] - 1  # 0: null
+            if count < 0x7F:  # one byte
+                pos += 1
+            else:
+                raw, pos = read_uvarint(data, pos)
+                count = raw - 1
+        else:
+            _within(data, pos, 4)
+            (count,) = _INT32.unpack_from(data, pos)
+            pos += 4
+        if kind == FIXED:
+            size: int = arg
+            return pos + _count(data, count, pos, size) * size
+        for _ in range(_count(data, count, pos, 1)):
+            pos = _field(data, kind, arg, False, False, flexible, pos)
+        return pos
+    if kind == FIXED:
+        fixed: int = arg
+        return pos + fixed
+    if kind == ENTITY:
+        if nullable:  # a nullable struct: a marker first, -1 for null
+            _within(data, pos, 1)
+            if data[pos] == 0xFF:
+                return pos + 1
+            pos += 1
+        return _entity(data, arg, pos)
+    if flexible and kind == TEXT:  # compact: uvarint length + 1 (0: null)
+        raw = data[pos]
+        if raw < 0x80:  # one byte
+            return _within(data, pos + 1, raw - 1 if raw else 0)
+        raw, pos = read_uvarint(data, pos)  # 0 may take more bytes
+        return _within(data, pos, max(raw - 1, 0))
+    _within(data, pos, arg.size)  # legacy: a signed length (-1: null)
+    (length,) = arg.unpack_from(data, pos)
+    return _within(data, pos + arg.size, max(length, 0))
+
+
+def _within(data: memoryview, pos: int, size: int) -> int:
+    """The position ``size`` bytes on; ``OutOfBounds`` past the end."""
+    if pos + size > len(data):
+        raise OutOfBounds(f"{size} bytes at byte {pos} of {len(data)}")
+    return pos + size
+
+
+def _count(data: memoryview, count: int, pos: int, smallest: int) -> int:
+    """``count`` elements of at least ``smallest`` bytes fit from ``pos`` (negative: null,
+    none)."""
+    room = len(data) - pos
+    if count * smallest > room:
+        raise OutOfBounds(f"{count} elements declared at byte {pos} of {len(data)}")
+    return max(count, 0)
