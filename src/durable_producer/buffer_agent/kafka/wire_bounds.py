@@ -127,13 +127,16 @@ def _entity(data: memoryview, plan: Plan, pos: int) -> int:
         return pos + 1
     count, pos = read_uvarint(data, pos)
     for _ in range(_count(data, count, pos, 2)):  # a tag and a size: two bytes at least
+        start = pos
         tag, pos = read_uvarint(data, pos)
         size, pos = read_uvarint(data, pos)
         end = _within(data, pos, size)
         step = tagged.get(tag)
-        if step is not None:  # walked within its size; an unknown one skipped (kio refuses it)
-            _within(data, _field(data[:end], *step, flexible, pos), 0)
-        pos = end
+        # A known one must fill its size exactly: kio reads on from where its value ends, not
+        # from its declared end, and would take what follows the value for the next tag.
+        if step is not None and _field(data[:end], *step, flexible, pos) != end:
+            raise OutOfBounds(f"tagged field {tag} at byte {start}: not {size} bytes long")
+        pos = end  # an unknown one skipped (kio refuses it)
     return pos
 
 
