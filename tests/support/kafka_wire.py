@@ -92,6 +92,18 @@ def recv_exactly(sock: socket.socket, size: int) -> bytes:
     return bytes(chunks)
 
 
+def exchange(port: int, frame: bytes) -> bytes:
+    """Send one size-prefixed request to 127.0.0.1:``port``: the whole answer (its size
+    prefix included), or b"" if the other side closes first or 5 s pass."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(struct.pack(">i", len(frame)) + frame)
+        try:
+            size = recv_exactly(sock, 4)
+            return size + recv_exactly(sock, struct.unpack(">i", size)[0])
+        except (TimeoutError, ConnectionError):
+            return b""
+
+
 _SAMPLES: dict[str, Any] = {
     "string": "topic-a",
     "bytes": b"\x01\x02",

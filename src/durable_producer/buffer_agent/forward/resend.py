@@ -32,8 +32,8 @@ from durable_producer.buffer_agent.kafka.produce_wire import (
     produce,
     produce_version,
 )
-from durable_producer.buffer_agent.kafka.protocol import encode_uvarint
 from durable_producer.buffer_agent.kafka.record_batch import InvalidRecordBatch, iter_batches
+from durable_producer.buffer_agent.kafka.varint import encode_uvarint
 
 
 @dataclass(slots=True)

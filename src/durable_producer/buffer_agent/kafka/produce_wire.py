@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_producer.buffer_agent.kafka.connection import BrokerConnection, decode_answer
-from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, encode_uvarint
+from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE
+from durable_producer.buffer_agent.kafka.varint import encode_uvarint
 
 LOWEST_PRODUCE_VERSION = 3  # record batch v2
 HIGHEST_PRODUCE_VERSION = 11

@@ -21,7 +21,8 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from durable_producer.buffer_agent.kafka.wire_bounds import check_bounds
+from durable_producer.buffer_agent.kafka.varint import encode_uvarint
+from durable_producer.buffer_agent.kafka.wire_bounds import Unknown, check_bounds, drop_unknown_tags
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -136,7 +137,11 @@ def parse_request(frame: bytes | memoryview) -> Request:
         )
     schema: Any = request_schema(api_key, api_version)  # a kio entity class
     try:  # lengths and counts within the frame first: kio reserves what they declare
-        check_bounds(schema, frame, check_bounds(schema.__header_schema__, frame, 0, header=True))
+        unknown: Unknown = []
+        header_end = check_bounds(schema.__header_schema__, frame, 0, header=True, unknown=unknown)
+        check_bounds(schema, frame, header_end, unknown=unknown)
+        if unknown:  # tagged fields this version does not know: skipped, as by Kafka
+            frame = drop_unknown_tags(frame, unknown)
         header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
         body, body_size = entity_reader(schema)(frame, header_size)
     except Exception as exc:  # kio raises assorted errors for truncated/invalid input
@@ -322,7 +327,10 @@ def decode_body(api_key: int, api_version: int, data: bytes) -> Any:
     """A response body (the bytes after its header) through kio's reader, once its counts and
     lengths are known to fit its bytes (``OutOfBounds``, a ValueError, if not)."""
     schema = response_schema(api_key, api_version)
-    check_bounds(schema, data, 0)
+    unknown: Unknown = []
+    check_bounds(schema, data, 0, unknown=unknown)
+    if unknown:  # tagged fields this version does not know (a newer broker's): skipped
+        data = drop_unknown_tags(data, unknown)
     body: Any = entity_reader(schema)(data, 0)[0]
     return body
 
@@ -352,15 +360,6 @@ _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 
 
-def encode_uvarint(value: int) -> bytes:
-    """``value`` (not negative) as an unsigned varint (the flexible versions' lengths; a
-    record's fields after the zigzag step)."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def encode_produce_response(

@@ -1,4 +1,4 @@
-"""Kafka's unsigned varints (lengths, counts and tags of flexible versions), read from bytes."""
+"""Kafka's unsigned varints (lengths, counts and tags of flexible versions): read and written."""
 
 from __future__ import annotations
 
@@ -16,3 +16,14 @@ def read_uvarint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
         if byte < 0x80:
             return value, pos
         shift += 7
+
+
+def encode_uvarint(value: int) -> bytes:
+    """``value`` (not negative) as an unsigned varint (the flexible versions' lengths; a
+    record's fields after the zigzag step)."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -7,9 +7,15 @@ could crash the agent at will; so could a broker's answer (a Produce answer of 6
 anything that answers on a broker's port. ``check_bounds`` walks a request or an answer as
 kio's reader will, by the same schema, and refuses any count or length beyond the bytes left
 (an element of an array takes at least one byte; a fixed-size one its size). The tagged fields
-a schema knows (Produce answers v10+) are walked within their declared size; others are
-skipped by it. It reads nothing into objects; kio then decodes what it let through. Produce
-requests are parsed by ``parse_produce``, not kio.
+a schema knows (Produce answers v10+) are walked within their declared size, which they must
+fill. It reads nothing into objects; kio then decodes what it let through. Produce requests
+are parsed by ``parse_produce``, not kio.
+
+Tagged fields a schema does not know are skipped by Kafka's readers: that is how a broker
+adds a field to an answer, or a client to a request, without a new version. kio refuses
+them (KeyError), so the walk notes where they lie (``unknown``) and ``drop_unknown_tags``
+gives kio the bytes without them (only then copied). One inside a known tagged field is not
+dropped: kio refuses it.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from kio.serial._introspect import (
     is_optional,
 )
 
-from durable_producer.buffer_agent.kafka.varint import read_uvarint
+from durable_producer.buffer_agent.kafka.varint import encode_uvarint, read_uvarint
 
 _FIXED = {
     "int8": 1,
@@ -57,16 +63,45 @@ class OutOfBounds(ValueError):
     """A length or count the bytes of a request or answer cannot hold."""
 
 
-def check_bounds(schema: type, data: bytes | memoryview, pos: int, *, header: bool = False) -> int:
+Unknown = list[tuple[int, int, int, list[tuple[int, int]]]]
+"""Where an entity's tagged fields include unknown ones, in the order of the bytes: (where its
+count of tagged fields starts, where it ends, how many are known, each unknown one's (start,
+end))."""
+
+
+def check_bounds(
+    schema: type,
+    data: bytes | memoryview,
+    pos: int,
+    *,
+    header: bool = False,
+    unknown: Unknown | None = None,
+) -> int:
     """Walk one ``schema`` entity (a request's or an answer's) at ``pos`` of ``data``; the
     position after it. ``OutOfBounds`` if a length or count exceeds what is left. ``header``:
     a request header (its client id is a legacy string whatever the version, as Kafka and kio
-    read it)."""
+    read it). ``unknown``: where unknown tagged fields lie is added to it."""
     view = memoryview(data)
     try:
-        return _within(view, _entity(view, _plan(schema, header), pos), 0)
+        return _within(view, _entity(view, _plan(schema, header), pos, unknown), 0)
     except IndexError:  # a varint's first byte read past the end (fixed fields added up)
         raise OutOfBounds(f"a {len(view)}-byte entity ends in the middle of a field") from None
+
+
+def drop_unknown_tags(data: bytes | memoryview, unknown: Unknown) -> bytes:
+    """``data`` without the unknown tagged fields ``check_bounds`` found, each entity's count
+    of them lowered to its known ones."""
+    parts: list[bytes | memoryview] = []
+    view = memoryview(data)
+    done = 0
+    for count_start, count_end, known, spans in unknown:
+        parts += (view[done:count_start], encode_uvarint(known))
+        done = count_end
+        for start, end in spans:
+            parts.append(view[done:start])
+            done = end
+    parts.append(view[done:])
+    return b"".join(parts)
 
 
 FIXED, TEXT, LEGACY_TEXT, ENTITY = range(4)
@@ -111,7 +146,7 @@ def _plan(schema: type, header: bool = False) -> Plan:
     return bool(getattr(schema, "__flexible__", False)), tuple(steps), tagged
 
 
-def _entity(data: memoryview, plan: Plan, pos: int) -> int:
+def _entity(data: memoryview, plan: Plan, pos: int, unknown: Unknown | None) -> int:
     """The position after the entity; it may be past the end (fixed-size fields are only
     added up: ``check_bounds`` checks the end, and any read past it is refused)."""
     flexible, steps, tagged = plan
@@ -119,29 +154,43 @@ def _entity(data: memoryview, plan: Plan, pos: int) -> int:
         if kind == FIXED and not array:
             pos += arg
         else:
-            pos = _field(data, kind, arg, array, nullable, flexible, pos)
+            pos = _field(data, kind, arg, array, nullable, flexible, pos, unknown)
     if not flexible:
         return pos
     count = data[pos]  # most often none: one byte
     if count == 0:
         return pos + 1
+    count_start = pos
     count, pos = read_uvarint(data, pos)
+    count_end = pos
+    spans: list[tuple[int, int]] = []
     for _ in range(_count(data, count, pos, 2)):  # a tag and a size: two bytes at least
         start = pos
         tag, pos = read_uvarint(data, pos)
         size, pos = read_uvarint(data, pos)
         end = _within(data, pos, size)
         step = tagged.get(tag)
+        if step is None:
+            spans.append((start, end))
         # A known one must fill its size exactly: kio reads on from where its value ends, not
         # from its declared end, and would take what follows the value for the next tag.
-        if step is not None and _field(data[:end], *step, flexible, pos) != end:
+        elif _field(data[:end], *step, flexible, pos, None) != end:
             raise OutOfBounds(f"tagged field {tag} at byte {start}: not {size} bytes long")
-        pos = end  # an unknown one skipped (kio refuses it)
+        pos = end
+    if spans and unknown is not None:
+        unknown.append((count_start, count_end, count - len(spans), spans))
     return pos
 
 
 def _field(
-    data: memoryview, kind: int, arg: Any, array: bool, nullable: bool, flexible: bool, pos: int
+    data: memoryview,
+    kind: int,
+    arg: Any,
+    array: bool,
+    nullable: bool,
+    flexible: bool,
+    pos: int,
+    unknown: Unknown | None,
 ) -> int:
     if array:
         if flexible:
@@ -159,7 +208,7 @@ def _field(
             size: int = arg
             return pos + _count(data, count, pos, size) * size
         for _ in range(_count(data, count, pos, 1)):
-            pos = _field(data, kind, arg, False, False, flexible, pos)
+            pos = _field(data, kind, arg, False, False, flexible, pos, unknown)
         return pos
     if kind == FIXED:
         fixed: int = arg
@@ -170,7 +219,7 @@ def _field(
             if data[pos] == 0xFF:
                 return pos + 1
             pos += 1
-        return _entity(data, arg, pos)
+        return _entity(data, arg, pos, unknown)
     if flexible and kind == TEXT:  # compact: uvarint length + 1 (0: null)
         raw = data[pos]
         if raw < 0x80:  # one byte

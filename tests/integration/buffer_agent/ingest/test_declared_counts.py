@@ -10,13 +10,13 @@ does, and goes on serving.
 
 from __future__ import annotations
 
-import socket
 import struct
 from pathlib import Path
 
 import pytest
 
 from durable_producer.local.agent_process import AgentProcess
+from support.kafka_wire import exchange
 
 pytestmark = pytest.mark.integration
 
@@ -27,16 +27,6 @@ HOSTILE = [
 ]
 """Metadata v12 (compact array), Metadata v1 (legacy array), Fetch v4 (legacy array)."""
 API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 9, -1)
-
-
-def exchange(port: int, frame: bytes) -> bytes:
-    """Send one size-prefixed request; what comes back before the agent closes or 5 s pass."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(struct.pack(">i", len(frame)) + frame)
-        try:
-            return sock.recv(65536)
-        except (TimeoutError, ConnectionResetError):
-            return b""
 
 
 def test_a_request_declaring_more_than_it_holds_is_refused_and_the_agent_serves_on(

@@ -11,7 +11,6 @@ the agent's answer reader, in a child process where the abort would show).
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import struct
 import subprocess
@@ -20,12 +19,6 @@ import textwrap
 
 import pytest
 from kio.serial import entity_writer
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    classify_field,
-    get_field_tag,
-)
 
 from durable_producer.buffer_agent.kafka.cluster_client import (
     API_DESCRIBE_CONFIGS,
@@ -45,7 +38,12 @@ from durable_producer.buffer_agent.kafka.protocol import (
     response_schema,
 )
 from durable_producer.buffer_agent.kafka.sasl import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE
-from durable_producer.buffer_agent.kafka.wire_bounds import OutOfBounds, check_bounds
+from durable_producer.buffer_agent.kafka.wire_bounds import (
+    OutOfBounds,
+    Unknown,
+    check_bounds,
+    drop_unknown_tags,
+)
 from support.kafka_wire import encode_request_body, full_sample
 
 VERSIONS = [
@@ -89,25 +87,6 @@ def test_a_count_or_length_beyond_the_frame_is_a_malformed_frame(
 ) -> None:
     with pytest.raises(MalformedFrame, match=r"OutOfBounds: .*(elements declared|bytes at byte)"):
         parse_request(frame_of(api, version, body))
-
-
-def tagged_fields(schema: type) -> list[str]:
-    found = []
-    for field in dataclasses.fields(schema):
-        if get_field_tag(field) is not None:
-            found.append(f"{schema.__name__}.{field.name}")
-        kind = classify_field(field)
-        if isinstance(kind, (EntityField, EntityTupleField)):
-            found += tagged_fields(kind.type_)
-    return found
-
-
-def test_no_request_read_here_has_tagged_fields() -> None:
-    """check_bounds skips tagged fields by their size, unread: one a schema knew would be
-    read by kio, its counts unchecked. Adding such a version needs check_bounds to walk it."""
-    assert [tagged_fields(request_schema(api, version)) for api, version in VERSIONS] == [
-        [] for _ in VERSIONS
-    ]
 
 
 def test_a_request_other_than_produce_above_its_limit_is_a_malformed_frame() -> None:
@@ -228,3 +207,61 @@ def test_a_length_of_zero_in_two_bytes_is_walked_as_kio_reads_it() -> None:
     assert check_bounds(response_schema(API_SASL_AUTHENTICATE, 2), data, 0) == len(data)
     answer = decode_body(API_SASL_AUTHENTICATE, 2, data)
     assert (answer.error_message, answer.auth_bytes) == (None, b"ab")
+
+
+
+UNKNOWN_TAG = b"\x63\x03abc"  # tag 99, 3 bytes: no version of these answers knows it
+CURRENT_LEADER = b"\x00\x09" + struct.pack(">ii", 2, 7) + b"\x00"  # tag 0: Produce v10+ knows it
+
+
+def produce_answer(partition_tags: bytes, topic_tags: bytes, top_tags: bytes) -> bytes:
+    """A flexible Produce answer: one topic, one partition (base offset 5), each level's
+    tagged fields as given."""
+    partition = struct.pack(">ihqqq", 0, 0, 5, -1, 0) + b"\x01\x00" + partition_tags
+    return b"\x02\x02t\x02" + partition + topic_tags + struct.pack(">i", 0) + top_tags
+
+
+@pytest.mark.parametrize(
+    ("version", "known"), [(9, b""), (11, CURRENT_LEADER)], ids=["v9", "v11-beside-a-known-one"]
+)
+def test_an_answer_with_tagged_fields_its_version_does_not_know_reads_as_without_them(
+    version: int, known: bytes
+) -> None:
+    """A broker adds a tagged field to an answer without a new version, and Kafka's readers
+    skip one they do not know. kio refused it (KeyError): every answer of such a broker was
+    lost, and the forwarder sent the same batches again for good."""
+    plain = produce_answer(bytes([1 if known else 0]) + known, b"\x00", b"\x00")
+    extra = produce_answer(
+        bytes([2 if known else 1]) + known + UNKNOWN_TAG,
+        b"\x01" + UNKNOWN_TAG,
+        b"\x02" + UNKNOWN_TAG + b"\x64\x00",  # and tag 100, empty
+    )
+    unknown: Unknown = []
+    assert check_bounds(response_schema(API_PRODUCE, version), extra, 0, unknown=unknown) == len(
+        extra
+    )
+    assert [len(spans) for *_, spans in unknown] == [1, 1, 2]
+    assert drop_unknown_tags(extra, unknown) == plain
+    answer = decode_body(API_PRODUCE, version, extra)
+    assert answer == decode_body(API_PRODUCE, version, plain)
+    assert answer.responses[0].partition_responses[0].base_offset == 5
+
+
+def test_an_unknown_tagged_field_inside_a_known_one_is_refused() -> None:
+    """Dropping it would change the known one's size: left to kio, which refuses it."""
+    leader = struct.pack(">ii", 2, 7) + b"\x01" + UNKNOWN_TAG
+    data = produce_answer(b"\x01\x00" + bytes([len(leader)]) + leader, b"\x00", b"\x00")
+    unknown: Unknown = []
+    assert check_bounds(response_schema(API_PRODUCE, 11), data, 0, unknown=unknown) == len(data)
+    assert unknown == []
+    with pytest.raises(KeyError, match="Unknown tagged field tag: 99"):
+        decode_body(API_PRODUCE, 11, data)
+
+
+def test_a_request_with_tagged_fields_its_version_does_not_know_reads_as_without_them() -> None:
+    """In the header and in the body (a Metadata v12 request naming no topic); a broker
+    answers it, so does the agent (before, it closed the connection)."""
+    header = struct.pack(">hhih", API_METADATA, 12, 1, 1) + b"c"
+    plain = parse_request(header + b"\x00" + b"\x01\x00\x00\x00")
+    request = parse_request(header + b"\x01" + UNKNOWN_TAG + b"\x01\x00\x00\x01" + UNKNOWN_TAG)
+    assert request == plain
