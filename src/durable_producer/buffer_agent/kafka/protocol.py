@@ -22,7 +22,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from durable_producer.buffer_agent.kafka.varint import encode_uvarint
-from durable_producer.buffer_agent.kafka.wire_bounds import Unknown, check_bounds, drop_unknown_tags
+from durable_producer.buffer_agent.kafka.wire_bounds import Edits, check_bounds, edited
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -137,13 +137,13 @@ def parse_request(frame: bytes | memoryview) -> Request:
         )
     schema: Any = request_schema(api_key, api_version)  # a kio entity class
     try:  # lengths and counts within the frame first: kio reserves what they declare
-        unknown: Unknown = []
-        header_end = check_bounds(schema.__header_schema__, frame, 0, header=True, unknown=unknown)
-        check_bounds(schema, frame, header_end, unknown=unknown)
-        if unknown:  # tagged fields this version does not know: skipped, as by Kafka
-            frame = drop_unknown_tags(frame, unknown)
-        header, header_size = entity_reader(schema.__header_schema__)(frame, 0)
-        body, body_size = entity_reader(schema)(frame, header_size)
+        edits: Edits = []
+        header_end = check_bounds(schema.__header_schema__, frame, 0, header=True, edits=edits)
+        check_bounds(schema, frame, header_end, edits=edits)
+        if edits:  # tagged fields this version does not know: skipped, as by Kafka
+            frame = edited(frame, edits)
+        header, header_size = _kio_read(entity_reader(schema.__header_schema__), frame, 0)
+        body, body_size = _kio_read(entity_reader(schema), frame, header_size)
     except Exception as exc:  # kio raises assorted errors for truncated/invalid input
         raise MalformedFrame(
             f"cannot decode api key {api_key} v{api_version}: {type(exc).__name__}: {exc}"
@@ -325,14 +325,27 @@ def encode_body(api_key: int, api_version: int, **values: Any) -> bytes:
 
 def decode_body(api_key: int, api_version: int, data: bytes) -> Any:
     """A response body (the bytes after its header) through kio's reader, once its counts and
-    lengths are known to fit its bytes (``OutOfBounds``, a ValueError, if not)."""
+    lengths are known to fit its bytes (``OutOfBounds``, a ValueError, if not; any failure of
+    kio's reader is a ValueError, a panic of its native code included)."""
     schema = response_schema(api_key, api_version)
-    unknown: Unknown = []
-    check_bounds(schema, data, 0, unknown=unknown)
-    if unknown:  # tagged fields this version does not know (a newer broker's): skipped
-        data = drop_unknown_tags(data, unknown)
-    body: Any = entity_reader(schema)(data, 0)[0]
+    edits: Edits = []
+    check_bounds(schema, data, 0, edits=edits)
+    if edits:  # a newer broker's tagged fields or error codes: read as Kafka's clients do
+        data = edited(data, edits)
+    body: Any = _kio_read(entity_reader(schema), data, 0)[0]
     return body
+
+
+def _kio_read(reader: Any, data: bytes | memoryview, pos: int) -> Any:
+    """``reader`` at ``pos``; a panic of kio's native code (pyo3's PanicException, a
+    BaseException: a failed allocation under memory pressure) as a ValueError, which every
+    reader's caller handles."""
+    try:
+        return reader(data, pos)
+    except BaseException as error:
+        if type(error).__name__ != "PanicException":
+            raise
+        raise ValueError(f"kio's reader failed: {error}") from None
 
 
 @cache

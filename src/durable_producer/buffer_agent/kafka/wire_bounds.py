@@ -11,11 +11,15 @@ a schema knows (Produce answers v10+) are walked within their declared size, whi
 fill. It reads nothing into objects; kio then decodes what it let through. Produce requests
 are parsed by ``parse_produce``, not kio.
 
-Tagged fields a schema does not know are skipped by Kafka's readers: that is how a broker
-adds a field to an answer, or a client to a request, without a new version. kio refuses
-them (KeyError), so the walk notes where they lie (``unknown``) and ``drop_unknown_tags``
-gives kio the bytes without them (only then copied). One inside a known tagged field is not
-dropped: kio refuses it.
+What Kafka's readers take and kio refuses is made readable (``Edits``, applied by ``edited``:
+the bytes are copied only then):
+
+- a tagged field the schema does not know is skipped by Kafka's readers: that is how a broker
+  adds a field to an answer, or a client to a request, without a new version. kio refused it
+  (KeyError). It is dropped, as is a known one holding an unknown one (the agent reads no
+  tagged field of an answer: kio gives the field's default);
+- an error code kio does not know (a newer broker's) is read by Kafka's clients as
+  UNKNOWN_SERVER_ERROR; kio refused the whole answer (ValueError). It is made -1, that code.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import struct
 from functools import cache
 from typing import Any
 
+from kio.schema.errors import ErrorCode
 from kio.serial._introspect import (
     EntityField,
     EntityTupleField,
@@ -43,7 +48,6 @@ _FIXED = {
     "bool": 1,
     "int16": 2,
     "uint16": 2,
-    "error_code": 2,
     "int32": 4,
     "uint32": 4,
     "timedelta_i32": 4,
@@ -54,19 +58,19 @@ _FIXED = {
     "datetime_i64": 8,
     "uuid": 16,
 }
-"""The sizes of kio's fixed-size primitive types."""
+"""The sizes of kio's fixed-size primitive types (``error_code`` is walked on its own)."""
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
+_KNOWN_CODES = frozenset(code.value for code in ErrorCode)
+_UNKNOWN_SERVER_ERROR = _INT16.pack(-1)
 
 
 class OutOfBounds(ValueError):
     """A length or count the bytes of a request or answer cannot hold."""
 
 
-Unknown = list[tuple[int, int, int, list[tuple[int, int]]]]
-"""Where an entity's tagged fields include unknown ones, in the order of the bytes: (where its
-count of tagged fields starts, where it ends, how many are known, each unknown one's (start,
-end))."""
+Edits = list[tuple[int, int, bytes]]
+"""What to change for kio, in the order of the bytes: (start, end, what replaces them)."""
 
 
 def check_bounds(
@@ -75,40 +79,37 @@ def check_bounds(
     pos: int,
     *,
     header: bool = False,
-    unknown: Unknown | None = None,
+    edits: Edits | None = None,
 ) -> int:
     """Walk one ``schema`` entity (a request's or an answer's) at ``pos`` of ``data``; the
     position after it. ``OutOfBounds`` if a length or count exceeds what is left. ``header``:
     a request header (its client id is a legacy string whatever the version, as Kafka and kio
-    read it). ``unknown``: where unknown tagged fields lie is added to it."""
+    read it). ``edits``: what kio would refuse and Kafka reads is added to it (None: left)."""
     view = memoryview(data)
     try:
-        return _within(view, _entity(view, _plan(schema, header), pos, unknown), 0)
-    except IndexError:  # a varint's first byte read past the end (fixed fields added up)
+        return _within(view, _entity(view, _plan(schema, header), pos, edits), 0)
+    except (IndexError, struct.error):  # read past the end (fixed fields are added up)
         raise OutOfBounds(f"a {len(view)}-byte entity ends in the middle of a field") from None
 
 
-def drop_unknown_tags(data: bytes | memoryview, unknown: Unknown) -> bytes:
-    """``data`` without the unknown tagged fields ``check_bounds`` found, each entity's count
-    of them lowered to its known ones."""
+def edited(data: bytes | memoryview, edits: Edits) -> bytes:
+    """``data`` with ``edits`` made."""
     parts: list[bytes | memoryview] = []
     view = memoryview(data)
     done = 0
-    for count_start, count_end, known, spans in unknown:
-        parts += (view[done:count_start], encode_uvarint(known))
-        done = count_end
-        for start, end in spans:
-            parts.append(view[done:start])
-            done = end
+    for start, end, replacement in edits:
+        parts += (view[done:start], replacement)
+        done = end
     parts.append(view[done:])
     return b"".join(parts)
 
 
-FIXED, TEXT, LEGACY_TEXT, ENTITY = range(4)
+FIXED, TEXT, LEGACY_TEXT, ENTITY, ERROR_CODE = range(5)
 Step = tuple[int, Any, bool, bool]
 """How to walk one field: (kind, its argument, an array, nullable). FIXED: the size; TEXT:
 a string's or bytes' legacy length prefix (compact in a flexible schema); LEGACY_TEXT: the
-same, legacy in any schema; ENTITY: the entity's plan."""
+same, legacy in any schema; ENTITY: the entity's plan; ERROR_CODE: 2 (an array of them is
+walked as FIXED: none is read)."""
 Plan = tuple[bool, tuple[Step, ...], dict[int, Step]]
 """A schema's walk: (flexible, its fields' steps in wire order, the steps of the tagged fields
 it knows by their tags)."""
@@ -133,7 +134,9 @@ def _plan(schema: type, header: bool = False) -> Plan:
         else:
             kafka_type = get_schema_field_type(field)
             size = _FIXED.get(kafka_type)
-            if size is not None:
+            if kafka_type == "error_code":
+                step = (FIXED if array else ERROR_CODE, 2, array, nullable)
+            elif size is not None:
                 step = (FIXED, size, array, nullable)
             else:
                 step = (TEXT, _INT16 if kafka_type == "string" else _INT32, array, nullable)
@@ -146,39 +149,61 @@ def _plan(schema: type, header: bool = False) -> Plan:
     return bool(getattr(schema, "__flexible__", False)), tuple(steps), tagged
 
 
-def _entity(data: memoryview, plan: Plan, pos: int, unknown: Unknown | None) -> int:
+def _entity(data: memoryview, plan: Plan, pos: int, edits: Edits | None) -> int:
     """The position after the entity; it may be past the end (fixed-size fields are only
     added up: ``check_bounds`` checks the end, and any read past it is refused)."""
     flexible, steps, tagged = plan
     for kind, arg, array, nullable in steps:
         if kind == FIXED and not array:
             pos += arg
+        elif kind == ERROR_CODE:
+            if _INT16.unpack_from(data, pos)[0] not in _KNOWN_CODES and edits is not None:
+                edits.append((pos, pos + 2, _UNKNOWN_SERVER_ERROR))
+            pos += 2
         else:
-            pos = _field(data, kind, arg, array, nullable, flexible, pos, unknown)
+            pos = _field(data, kind, arg, array, nullable, flexible, pos, edits)
     if not flexible:
         return pos
     count = data[pos]  # most often none: one byte
     if count == 0:
         return pos + 1
+    return _tagged_fields(data, tagged, pos, edits)
+
+
+def _tagged_fields(
+    data: memoryview, tagged: dict[int, Step], pos: int, edits: Edits | None
+) -> int:
+    """Walk an entity's tagged fields at ``pos``; the unknown ones (and a known one holding
+    one) are dropped, their count lowered, in ``edits``."""
     count_start = pos
     count, pos = read_uvarint(data, pos)
     count_end = pos
-    spans: list[tuple[int, int]] = []
+    mine: Edits = []
+    dropped = 0
     for _ in range(_count(data, count, pos, 2)):  # a tag and a size: two bytes at least
         start = pos
         tag, pos = read_uvarint(data, pos)
         size, pos = read_uvarint(data, pos)
         end = _within(data, pos, size)
         step = tagged.get(tag)
-        if step is None:
-            spans.append((start, end))
+        inner: Edits = []
         # A known one must fill its size exactly: kio reads on from where its value ends, not
         # from its declared end, and would take what follows the value for the next tag.
-        elif _field(data[:end], *step, flexible, pos, None) != end:
+        if step is not None and _field(data[:end], *step, True, pos, inner) != end:
             raise OutOfBounds(f"tagged field {tag} at byte {start}: not {size} bytes long")
+        if step is not None and all(b - a == len(new) for a, b, new in inner):
+            mine += inner  # error codes at most: its size stays
+        else:
+            dropped += 1
+            if mine and mine[-1][1] == start and not mine[-1][2]:
+                mine[-1] = (mine[-1][0], end, b"")  # one span for a run of them
+            else:
+                mine.append((start, end, b""))
         pos = end
-    if spans and unknown is not None:
-        unknown.append((count_start, count_end, count - len(spans), spans))
+    if edits is not None and mine:
+        if dropped:
+            edits.append((count_start, count_end, encode_uvarint(count - dropped)))
+        edits += mine
     return pos
 
 
@@ -190,7 +215,7 @@ def _field(
     nullable: bool,
     flexible: bool,
     pos: int,
-    unknown: Unknown | None,
+    edits: Edits | None,
 ) -> int:
     if array:
         if flexible:
@@ -204,11 +229,17 @@ def _field(
             _within(data, pos, 4)
             (count,) = _INT32.unpack_from(data, pos)
             pos += 4
+        if count <= 0:  # empty or null: most arrays of an answer (its record errors)
+            return pos
         if kind == FIXED:
             size: int = arg
             return pos + _count(data, count, pos, size) * size
+        if kind == ENTITY:
+            for _ in range(_count(data, count, pos, 1)):
+                pos = _entity(data, arg, pos, edits)
+            return pos
         for _ in range(_count(data, count, pos, 1)):
-            pos = _field(data, kind, arg, False, False, flexible, pos, unknown)
+            pos = _field(data, kind, arg, False, False, flexible, pos, edits)
         return pos
     if kind == FIXED:
         fixed: int = arg
@@ -219,11 +250,18 @@ def _field(
             if data[pos] == 0xFF:
                 return pos + 1
             pos += 1
-        return _entity(data, arg, pos, unknown)
+        return _entity(data, arg, pos, edits)
+    if kind == ERROR_CODE:  # a tagged one
+        if _INT16.unpack_from(data, pos)[0] not in _KNOWN_CODES and edits is not None:
+            edits.append((pos, pos + 2, _UNKNOWN_SERVER_ERROR))
+        return pos + 2
     if flexible and kind == TEXT:  # compact: uvarint length + 1 (0: null)
         raw = data[pos]
         if raw < 0x80:  # one byte
-            return _within(data, pos + 1, raw - 1 if raw else 0)
+            pos += 1 + (raw - 1 if raw else 0)
+            if pos > len(data):
+                raise OutOfBounds(f"{raw - 1} bytes at byte {pos - raw} of {len(data)}")
+            return pos
         raw, pos = read_uvarint(data, pos)  # 0 may take more bytes
         return _within(data, pos, max(raw - 1, 0))
     _within(data, pos, arg.size)  # legacy: a signed length (-1: null)

@@ -8,6 +8,7 @@ import struct
 import pytest
 from kio.schema.errors import ErrorCode
 
+from durable_producer.buffer_agent.kafka import protocol
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
     API_METADATA,
@@ -155,3 +156,23 @@ def test_hand_encoded_produce_response_matches_kio(version: int) -> None:
         throttle_time=datetime.timedelta(0),
     )
     assert encode_produce_response(77, version, results) == encode_response(77, response)
+
+
+def test_a_panic_of_kios_native_reader_is_a_value_error() -> None:
+    """pyo3 raises a panic of native code (a failed allocation under memory pressure, found
+    under a 230 MB address-space limit) as PanicException, a BaseException: it went past every
+    reader's caller (``except Exception``), and the connection was left open."""
+    class PanicException(BaseException):
+        pass
+
+    def panicking(data: bytes, pos: int) -> None:
+        raise PanicException("out of memory")
+
+    with pytest.raises(ValueError, match="kio's reader failed: out of memory"):
+        protocol._kio_read(panicking, b"", 0)
+
+    def interrupted(data: bytes, pos: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        protocol._kio_read(interrupted, b"", 0)
