@@ -28,10 +28,16 @@ from typing import Any
 
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
+    API_INIT_PRODUCER_ID,
     decode_body,
     request_schema,
 )
-from durable_producer.buffer_agent.kafka.sasl import SaslCredentials, authenticate
+from durable_producer.buffer_agent.kafka.sasl import (
+    API_SASL_AUTHENTICATE,
+    API_SASL_HANDSHAKE,
+    SaslCredentials,
+    authenticate,
+)
 from durable_producer.buffer_agent.kafka.varint import read_uvarint
 
 _SIZE = struct.Struct(">i")
@@ -40,6 +46,13 @@ _CLIENT_ID = b"durable-agent"
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 """The longest answer read: a length beyond it is no Kafka answer (an HTTP server's
 "HTTP/1.1" read as a length is 1.2 GB, which the reader waited for)."""
+MAX_SMALL_ANSWER_BYTES = 1024 * 1024
+"""The longest answer to ApiVersions, SASL and InitProducerId, which hold a few hundred bytes:
+the first ones are read before the broker is authenticated, and kio's objects take 20-30
+times an answer's bytes (an ApiVersions answer of 5.7 MB took 163 MB)."""
+_SMALL_ANSWERS = frozenset(
+    {API_API_VERSIONS, API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE, API_INIT_PRODUCER_ID}
+)
 
 
 class BrokerUnreachable(ConnectionError):
@@ -104,7 +117,9 @@ class BrokerConnection:
         self.address = address
         self._reader = reader
         self._writer = writer
-        self._pending: deque[tuple[int, bool, asyncio.Future[bytes]]] = deque()
+        self._pending: deque[tuple[int, bool, int, asyncio.Future[bytes]]] = deque()
+        """Requests sent, in order: (correlation id, a flexible answer header, the answer's
+        longest, its future)."""
         self._outbox: deque[list[bytes | memoryview]] = deque()
         self._outbox_ready = asyncio.Event()
         self._correlation = 0
@@ -178,7 +193,8 @@ class BrokerConnection:
         self._send([_SIZE.pack(size) + header, *parts])
         # The ApiVersions response header is always v0, whatever the request's version.
         flexible_response = flexible and api_key != API_API_VERSIONS
-        self._pending.append((self._correlation, flexible_response, future))
+        limit = MAX_SMALL_ANSWER_BYTES if api_key in _SMALL_ANSWERS else MAX_RESPONSE_BYTES
+        self._pending.append((self._correlation, flexible_response, limit, future))
         return future
 
     def _send(self, parts: list[bytes | memoryview]) -> None:
@@ -221,16 +237,16 @@ class BrokerConnection:
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
-                if not 4 <= size <= MAX_RESPONSE_BYTES:
-                    raise BrokerUnreachable(
-                        f"{self.address} answered with a length of {size} bytes: no Kafka"
-                        " answer (is it a Kafka listener, speaking the agent's"
-                        " --security-protocol?)"
-                    )
-                data = await reader.readexactly(size)
                 if not self._pending:
                     raise BrokerUnreachable(f"{self.address} sent a response nobody asked for")
-                correlation, flexible, future = self._pending[0]  # failed too if it does not read
+                correlation, flexible, limit, future = self._pending[0]  # fails if it does not read
+                if not 4 <= size <= limit:
+                    raise BrokerUnreachable(
+                        f"{self.address} answered with a length of {size} bytes (at most"
+                        f" {limit}): no Kafka answer (is it a Kafka listener, speaking the"
+                        " agent's --security-protocol?)"
+                    )
+                data = await reader.readexactly(size)
                 (received,) = _SIZE.unpack_from(data)
                 if received != correlation:
                     raise BrokerUnreachable(
@@ -260,7 +276,7 @@ class BrokerConnection:
         self._outbox.clear()
         self._outbox_ready.set()
         while self._pending:
-            future = self._pending.popleft()[2]
+            future = self._pending.popleft()[3]
             if not future.done():
                 future.set_exception(reason)
         with contextlib.suppress(Exception):

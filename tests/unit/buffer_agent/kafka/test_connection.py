@@ -103,7 +103,18 @@ def test_an_answer_too_long_for_kafka_says_it_is_no_kafka_listener() -> None:
     "62 bytes read on a total of 1213486160 expected bytes"."""
     http = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
     error, _ = asyncio.run(_answered(http, 18, 0))
-    assert "answered with a length of 1213486160 bytes: no Kafka answer" in str(error)
+    assert "answered with a length of 1213486160 bytes (at most 1048576): no Kafka" in str(error)
+
+
+def test_an_answer_to_api_versions_is_at_most_1_mib_long() -> None:
+    """ApiVersions, SASL and InitProducerId answers hold a few hundred bytes; the first ones
+    are read before the broker is authenticated, and kio's objects take 20-30 times an
+    answer's bytes (an ApiVersions answer of 5.7 MB took 163 MB). Other answers may be as
+    long as MAX_RESPONSE_BYTES (256 MiB)."""
+    length = (1 << 20) + 1
+    error, closed = asyncio.run(_answered(struct.pack(">ii", length, 1), 18, 0))
+    assert f"a length of {length} bytes (at most {1 << 20})" in str(error)
+    assert closed
 
 
 def test_an_answer_whose_header_does_not_read_fails_the_connection_at_once() -> None:
