@@ -373,8 +373,6 @@ _INT32 = struct.Struct(">i")
 _INT16 = struct.Struct(">h")
 
 
-
-
 def encode_produce_response(
     correlation_id: int, version: int, topics: list[tuple[str, list[PartitionResult]]]
 ) -> bytes:

@@ -157,9 +157,7 @@ def _entity(data: memoryview, plan: Plan, pos: int, edits: Edits | None) -> int:
         if kind == FIXED and not array:
             pos += arg
         elif kind == ERROR_CODE:
-            if _INT16.unpack_from(data, pos)[0] not in _KNOWN_CODES and edits is not None:
-                edits.append((pos, pos + 2, _UNKNOWN_SERVER_ERROR))
-            pos += 2
+            pos = _error_code(data, pos, edits)
         else:
             pos = _field(data, kind, arg, array, nullable, flexible, pos, edits)
     if not flexible:
@@ -252,9 +250,7 @@ def _field(
             pos += 1
         return _entity(data, arg, pos, edits)
     if kind == ERROR_CODE:  # a tagged one
-        if _INT16.unpack_from(data, pos)[0] not in _KNOWN_CODES and edits is not None:
-            edits.append((pos, pos + 2, _UNKNOWN_SERVER_ERROR))
-        return pos + 2
+        return _error_code(data, pos, edits)
     if flexible and kind == TEXT:  # compact: uvarint length + 1 (0: null)
         raw = data[pos]
         if raw < 0x80:  # one byte
@@ -267,6 +263,13 @@ def _field(
     _within(data, pos, arg.size)  # legacy: a signed length (-1: null)
     (length,) = arg.unpack_from(data, pos)
     return _within(data, pos + arg.size, max(length, 0))
+
+
+def _error_code(data: memoryview, pos: int, edits: Edits | None) -> int:
+    """The position after the error code at ``pos``; one kio does not know is made -1."""
+    if _INT16.unpack_from(data, pos)[0] not in _KNOWN_CODES and edits is not None:
+        edits.append((pos, pos + 2, _UNKNOWN_SERVER_ERROR))
+    return pos + 2
 
 
 def _within(data: memoryview, pos: int, size: int) -> int:
