@@ -2,8 +2,9 @@
 against another's ``src``, side by side in one run.
 
 Requests (``parse_request``) and answers (``decode_body``, which the forwarder's Kafka client
-reads every answer through) are built with every field set and two elements in every array;
-Produce answers also with 1, 10 and 100 partitions, as the sender reads them. Each side is
+reads every answer but Produce's through) are built with every field set and two elements in
+every array. Produce answers, with 1, 10 and 100 partitions, are read as the side's sender
+reads them, into its ``PartitionAnswer``s (``produce_answer_reader``). Each side is
 measured in a child process of its own, the sides alternating round by round (these
 machines are shared and noisy); each round is the best of 5 x 5,000 calls; the table gives
 each side's median over the rounds, in microseconds, and after / before.
@@ -21,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,6 +66,7 @@ def measure() -> dict[str, float]:
         kind: type = classify_field(field).type_
         return kind
 
+    read_produce_answer = produce_answer_reader()
     timings = {}
     for api, version, name in REQUESTS:
         frame = encode_request_body(api, version, 1, full_sample(request_schema(api, version)))
@@ -88,9 +91,23 @@ def measure() -> dict[str, float]:
         )
         data = encoded(schema, answer)
         timings[f"answer Produce v{version}, {partitions} partitions"] = best(
-            lambda v=version, d=data: decode_body(0, v, d)
+            lambda v=version, d=data: read_produce_answer(v, d)
         )
     return timings
+
+
+def produce_answer_reader() -> Callable[[int, bytes], object]:
+    """How the side's forwarder reads a Produce answer into what it uses: by hand
+    (``read_answer``, since 2026-12-06's fourth session) or through kio (``decode_body``,
+    then ``_answers``)."""
+    from durable_producer.buffer_agent.kafka import produce_wire
+    from durable_producer.buffer_agent.kafka.protocol import decode_body
+
+    if hasattr(produce_wire, "read_answer"):
+        read: Callable[[int, bytes], object] = produce_wire.read_answer
+        return read
+    by_kio = produce_wire._answers  # type: ignore[attr-defined]
+    return lambda version, data: by_kio(decode_body(0, version, data))
 
 
 def side(src: Path) -> dict[str, float]:

@@ -104,6 +104,19 @@ def exchange(port: int, frame: bytes) -> bytes:
             return b""
 
 
+UNKNOWN_TAG = b"\x63\x03abc"
+"""A tagged field no version of the answers the agent reads knows: tag 99, 3 bytes."""
+CURRENT_LEADER = b"\x00\x09" + struct.pack(">ii", 2, 7) + b"\x00"
+"""A tagged field Produce answers know from v10: a partition's current leader (tag 0)."""
+
+
+def produce_answer(partition_tags: bytes, topic_tags: bytes, top_tags: bytes) -> bytes:
+    """A flexible Produce answer's body: one topic "t", one partition (0, base offset 5, no
+    record errors, no message), each level's tagged fields as given."""
+    partition = struct.pack(">ihqqq", 0, 0, 5, -1, 0) + b"\x01\x00" + partition_tags
+    return b"\x02\x02t\x02" + partition + topic_tags + struct.pack(">i", 0) + top_tags
+
+
 _SAMPLES: dict[str, Any] = {
     "string": "topic-a",
     "bytes": b"\x01\x02",

@@ -22,7 +22,7 @@ import contextlib
 import ssl
 import struct
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,11 +64,18 @@ class UndecodableAnswer(ConnectionError):
     had dropped (it is closed)."""
 
 
-def decode_answer(connection: BrokerConnection, api_key: int, version: int, data: bytes) -> Any:
-    """``data``, an answer on ``connection``, through kio's reader; ``UndecodableAnswer``
-    (and the connection closed) if it cannot be read."""
+def decode_answer(
+    connection: BrokerConnection,
+    api_key: int,
+    version: int,
+    data: bytes,
+    read: Callable[[int, bytes], Any] | None = None,
+) -> Any:
+    """``data``, an answer on ``connection``, through kio's reader, or ``read(version, data)``
+    (Produce answers: ``produce_wire.read_answer``); ``UndecodableAnswer`` (and the connection
+    closed) if it cannot be read."""
     try:
-        return decode_body(api_key, version, data)
+        return decode_body(api_key, version, data) if read is None else read(version, data)
     except Exception as error:  # kio's reader raises many kinds on bytes it cannot read
         connection.close()
         raise UndecodableAnswer(

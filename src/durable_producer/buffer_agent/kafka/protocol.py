@@ -178,8 +178,10 @@ class ProduceRequestBody:
     topic_data: tuple[TopicProduceData, ...]
 
 
-class _Cursor:
-    """Reads Kafka primitive types from a frame; any overrun raises MalformedFrame."""
+class WireCursor:
+    """Reads Kafka primitive types from a request or a broker's answer; any overrun raises
+    MalformedFrame. Nothing is reserved from a declared count: a count beyond the bytes left
+    fails at the first element that does not fit."""
 
     __slots__ = ("buf", "end", "pos")
 
@@ -263,7 +265,7 @@ def parse_produce(frame: bytes | memoryview) -> Request:
     buf = memoryview(frame).toreadonly()
     api_key, api_version, correlation_id = peek_header(buf)
     compact = api_version >= _FIRST_FLEXIBLE_PRODUCE
-    cursor = _Cursor(buf, _HEADER_PREFIX.size)
+    cursor = WireCursor(buf, _HEADER_PREFIX.size)
     client_id = cursor.nullable_string(compact=False)  # a classic string in every header
     if compact:
         cursor.skip_tagged_fields()

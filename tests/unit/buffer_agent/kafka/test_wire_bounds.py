@@ -46,7 +46,13 @@ from durable_producer.buffer_agent.kafka.wire_bounds import (
     check_bounds,
     edited,
 )
-from support.kafka_wire import encode_request_body, full_sample
+from support.kafka_wire import (
+    CURRENT_LEADER,
+    UNKNOWN_TAG,
+    encode_request_body,
+    full_sample,
+    produce_answer,
+)
 
 VERSIONS = [
     (api, version)
@@ -103,7 +109,10 @@ def test_a_request_other_than_produce_above_its_limit_is_a_malformed_frame() -> 
     assert len(request.body.topics) == fits
 
 
-ANSWERS_READ = {  # the answers the agent's Kafka client reads, up to the highest it asks for
+# The answers the agent's Kafka client reads, up to the highest it asks for. Produce answers are
+# read by hand (produce_wire.read_answer, test_produce_wire.py); walked here, their tagged fields
+# are the walk's only known ones.
+ANSWERS_READ = {
     API_PRODUCE: HIGHEST_PRODUCE_VERSION,
     API_METADATA: 12,
     API_API_VERSIONS: 0,
@@ -210,17 +219,6 @@ def test_a_length_of_zero_in_two_bytes_is_walked_as_kio_reads_it() -> None:
     answer = decode_body(API_SASL_AUTHENTICATE, 2, data)
     assert (answer.error_message, answer.auth_bytes) == (None, b"ab")
 
-
-
-UNKNOWN_TAG = b"\x63\x03abc"  # tag 99, 3 bytes: no version of these answers knows it
-CURRENT_LEADER = b"\x00\x09" + struct.pack(">ii", 2, 7) + b"\x00"  # tag 0: Produce v10+ knows it
-
-
-def produce_answer(partition_tags: bytes, topic_tags: bytes, top_tags: bytes) -> bytes:
-    """A flexible Produce answer: one topic, one partition (base offset 5), each level's
-    tagged fields as given."""
-    partition = struct.pack(">ihqqq", 0, 0, 5, -1, 0) + b"\x01\x00" + partition_tags
-    return b"\x02\x02t\x02" + partition + topic_tags + struct.pack(">i", 0) + top_tags
 
 
 @pytest.mark.parametrize(
