@@ -98,15 +98,13 @@ def settled_frames(frames: list[Pending]) -> Settled:
 
 
 Run = tuple[list[Pending], list[bytes | memoryview], int, int]
-"""Frames sent in one batch: (the frames, their batches, the records and stored bytes they
-hold): what ``take_run`` returns."""
+"""Frames planned for one batch: (the frames, their batches, the records and stored bytes
+they hold): what ``take_run`` returns."""
 
 MERGE_SPARE: Final = HEADER_SIZE - 8
-"""What a batch merged after the first adds beyond its own length is at most its length less
-this: its records without its header, and framing that may grow (8 bytes)."""
-RETAKE_PAUSE: Final = 16
-"""Plans not retaken at the limit after a retake merged above it (``_new_batch``): at most one
-merge in vain in this many batches, and frames that do fit merged again within as many."""
+"""``take_run`` plans a batch merged after the first at its length less this: its records
+without its header, and framing that may grow (8 bytes). It may grow more: the merge takes
+only the batches that fit (``_new_batch``)."""
 
 
 class Batch:
@@ -122,15 +120,15 @@ class Batch:
         "stored",
     )
 
-    def __init__(self, run: Run, producer_id: int, epoch: int) -> None:
-        frames, batches, self.records, self.stored = run
-        self.frames = frames
+    def __init__(
+        self, settled: Settled, body: bytes | memoryview, producer_id: int, epoch: int
+    ) -> None:
+        self.frames, self.records, self.stored = settled
         self.sent = False
         self.not_appended = False
         """The broker's last answer to it said it did not append it."""
-        body = batches[0] if len(batches) == 1 else batch_stamp.merge(batches)
         self.size = len(body)
-        self.parts = batch_stamp.stamp(body, producer_id, epoch, frames[0][SEQUENCE])
+        self.parts = batch_stamp.stamp(body, producer_id, epoch, self.frames[0][SEQUENCE])
 
 
 class PartitionQueue:
@@ -193,11 +191,6 @@ class PartitionQueue:
         self.topic_id = ""
         """The id of the topic this numbering was taken for ("" unknown): the cluster's
         Metadata gives it; another id is the topic deleted and created again."""
-        self.merge_growth = (1, 1)
-        """(what ``take_run`` counted, the bytes the merge made) of the last merged batch:
-        the next merge is planned that much smaller (``_new_batch``)."""
-        self.retakes_paused = 0
-        """Plans of one frame still not to be taken again at the limit (``_new_batch``)."""
 
     # ----------------------------------------------------------------- numbering
     def add(
@@ -265,44 +258,21 @@ class PartitionQueue:
 
     def _new_batch(self, max_bytes: int) -> Batch:
         """The next frames as one batch of at most ``max_bytes`` (or the first frame alone).
-        ``take_run`` judges a merge by its parts' lengths, but the merge rewrites every
+        ``take_run`` plans a merge by its parts' lengths, but the merge rewrites every
         record's offset and timestamp deltas, which grow as a record lies further from the
-        batch's start (2-4 bytes a record for small records from a backlog): a batch that
-        came out larger is made again from fewer frames, as many as the overshoot allows.
-        Kafka would refuse it, and the same frames merged the same way for ever. The growth
-        of the last merge plans the next (``merge_growth``), so a backlog of many-record
-        batches is not merged twice a batch. A plan that let one frame through is taken again
-        at ``max_bytes`` (the same rule, ``take_run``), and a merge there replaces the growth:
-        the growth of small records' merges would otherwise keep larger frames from merging
-        for good. After such a merge came out above the limit, the next ``RETAKE_PAUSE`` plans
-        are not retaken (``retakes_paused``): frames whose pair merges just above it were each
-        merged twice, once in vain; a pause that lasted until a merge fitted could keep frames
-        that do fit apart for good."""
-        retry = False
-        while True:
-            planned, made = self.merge_growth
-            budget = max_bytes * planned // made if made > planned else max_bytes
-            run = self._take_run(budget)
-            taken = run[0]
-            retook = len(taken) == 1 and budget < max_bytes and not retry
-            if retook and self.retakes_paused:
-                self.retakes_paused -= 1
-                retook = False
-            elif retook:
-                self.frames.appendleft(taken[0])
-                run = self._take_run(max_bytes)
-                taken = run[0]
-            batch = Batch(run, self.producer_id, self.epoch)
-            if len(taken) == 1:
-                return batch
-            self.merge_growth = (run[3] - MERGE_SPARE * (len(taken) - 1), batch.size)
-            if retook and batch.size > max_bytes:
-                self.retakes_paused = RETAKE_PAUSE
-            if batch.size <= max_bytes:
-                return batch
-            # Fewer frames next time: the budget is now below what take_run counted.
-            self.frames.extendleft(reversed(taken))
-            retry = True
+        batch's start (2-4 bytes a record for small records from a backlog): the merge takes
+        the frames that fit, and the rest go back to the head of the queue. A merged batch
+        above the limit would be refused by Kafka, and merged the same way for ever."""
+        frames, batches, records, stored = self._take_run(max_bytes)
+        if len(frames) == 1:
+            return Batch((frames, records, stored), batches[0], self.producer_id, self.epoch)
+        body, taken = batch_stamp.merge(batches, max_bytes)
+        if taken == len(frames):
+            return Batch((frames, records, stored), body, self.producer_id, self.epoch)
+        self.frames.extendleft(reversed(frames[taken:]))
+        del frames[taken:]
+        sent = batches[0] if taken == 1 else body  # alone: the client's batch as it is
+        return Batch(settled_frames(frames), sent, self.producer_id, self.epoch)
 
     def _take_run(self, max_bytes: int) -> Run:
         """The frames of the next batch: the first, and those merged with it (``take_run``)."""

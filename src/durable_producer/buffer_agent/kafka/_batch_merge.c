@@ -8,6 +8,12 @@
  * that every batch is uncompressed, with the same attributes, and valid (the ingest validated
  * them with ``_record_scan`` before acknowledging): anything malformed raises ValueError.
  *
+ * The merged batch holds the first batch and as many of the next as fit in ``limit`` bytes
+ * (whole batches; the first always): the caller plans a merge by its parts' lengths, and a
+ * record's new framing may be longer than its old one (its deltas grow with its distance
+ * from the first record), so only the merge knows the exact size. The batches left out are
+ * the caller's to send in a later batch.
+ *
  * A record: length (varint), attributes (int8), timestampDelta (varlong), offsetDelta (varint),
  * then key, value and headers (copied as they are).
  *
@@ -66,7 +72,10 @@ static void put32(unsigned char *p, int32_t value) {
     for (int i = 3; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
 }
 
-static PyObject *merge_batches(PyObject *module, PyObject *arg) {
+static PyObject *merge_batches(PyObject *module, PyObject *args) {
+    PyObject *arg;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "On:merge_batches", &arg, &limit)) return NULL;
     PyObject *seq = PySequence_Fast(arg, "merge_batches takes a sequence of batches");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -104,7 +113,9 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
     int64_t base_ts = be64(first + 27);
     int64_t max_ts = INT64_MIN;
     int64_t offset = 0;
+    Py_ssize_t taken = n;
     for (Py_ssize_t b = 0; b < n; b++) {
+        unsigned char *batch_start = w;
         const unsigned char *batch = views[b].buf;
         const unsigned char *end = batch + views[b].len;
         int64_t batch_ts = be64(batch + 27);
@@ -141,6 +152,17 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
             offset++;
         }
         if (p != end) goto malformed;
+        if (b > 0 && w - out > limit) { /* left out, with every batch after it */
+            w = batch_start;
+            offset -= count;
+            max_ts = INT64_MIN;
+            for (Py_ssize_t i = 0; i < b; i++) {
+                int64_t batch_max_ts = be64((const unsigned char *)views[i].buf + 35);
+                if (batch_max_ts > max_ts) max_ts = batch_max_ts;
+            }
+            taken = b;
+            break;
+        }
     }
     Py_ssize_t size = w - out;
     memcpy(out, first, BATCH_HEADER_SIZE);
@@ -152,7 +174,11 @@ static PyObject *merge_batches(PyObject *module, PyObject *arg) {
     put64(out + 27, base_ts);
     put64(out + 35, max_ts);
     put32(out + 57, (int32_t)offset);
-    if (_PyBytes_Resize(&result, size) < 0) result = NULL;
+    if (_PyBytes_Resize(&result, size) < 0) {
+        result = NULL;
+        goto done;
+    }
+    result = Py_BuildValue("(Nn)", result, taken); /* N: the pair takes the bytes' reference */
     goto done;
 malformed:
     PyErr_SetString(PyExc_ValueError, "a record's framing is malformed");
@@ -193,8 +219,9 @@ static PyObject *sole_batch(PyObject *module, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"sole_batch", sole_batch, METH_O,
      "sole_batch(data): (record count, attributes) of data that is exactly one batch, or None."},
-    {"merge_batches", merge_batches, METH_O,
-     "merge_batches(batches): one uncompressed v2 batch holding every record of them."},
+    {"merge_batches", merge_batches, METH_VARARGS,
+     "merge_batches(batches, limit): (one uncompressed v2 batch holding the records of the"
+     " first batches that fit in limit bytes, how many it holds)."},
     {NULL, NULL, 0, NULL},
 };
 

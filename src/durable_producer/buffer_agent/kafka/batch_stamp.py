@@ -4,8 +4,9 @@ sequence stamped into its header, its CRC32C computed again; nothing else change
 ``stamp`` returns the batch as two parts, a new 61-byte header and a view of the client's
 records (not copied): the CRC covers the header from ``attributes`` on and the records, so it
 is computed over the new header's tail and continued over the records. ``merge`` joins
-consecutive uncompressed batches of one partition into one (``_batch_merge.c``); without the
-compiled module ``can_merge`` is False and batches go one by one.
+consecutive uncompressed batches of one partition into one, as many as fit a size
+(``_batch_merge.c``); without the compiled module ``can_merge`` is False and batches go one by
+one.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     PRODUCER_ID_OFFSET,
 )
 
-_merge: Callable[[Sequence[bytes | memoryview]], bytes] | None
+_merge: Callable[[Sequence[bytes | memoryview], int], tuple[bytes, int]] | None
 try:  # built from _batch_merge.c by the package's build (optional: needs a C compiler)
     from durable_producer.buffer_agent.kafka._batch_merge import merge_batches as _merge
 except ImportError:
@@ -57,7 +58,9 @@ def mergeable(attributes: int) -> bool:
     return can_merge and attributes & ~_MERGEABLE_ATTRIBUTES == COMPRESSION_NONE
 
 
-def merge(batches: Sequence[bytes | memoryview]) -> bytes:
-    """One batch holding the records of ``batches`` (all ``mergeable``, same attributes)."""
+def merge(batches: Sequence[bytes | memoryview], max_bytes: int) -> tuple[bytes, int]:
+    """One batch holding the records of the first of ``batches`` (all ``mergeable``, same
+    attributes) and of as many of the next as fit in ``max_bytes`` (whole batches; only the
+    merge knows a merged record's new framing), and how many it holds."""
     assert _merge is not None
-    return _merge(batches)
+    return _merge(batches, max_bytes)

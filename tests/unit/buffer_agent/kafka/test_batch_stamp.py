@@ -68,7 +68,9 @@ def test_merge_keeps_every_record_and_renumbers_offsets() -> None:
         _records(4, 1_800_000_000_000, "c"),
     ]
     batches = [build_batch(p) for p in parts]
-    merged = b"".join(batch_stamp.stamp(batch_stamp.merge(batches), 5, 0, 10))
+    body, taken = batch_stamp.merge(batches, 1 << 20)
+    assert taken == 3
+    merged = b"".join(batch_stamp.stamp(body, 5, 0, 10))
     header = parse_batch_header(merged)
     assert header.record_count == 8 and header.last_offset_delta == 7
     assert header.base_timestamp == 1_700_000_000_000
@@ -80,6 +82,30 @@ def test_merge_keeps_every_record_and_renumbers_offsets() -> None:
     assert _read(merged) == expected
 
 
+def test_merge_takes_the_batches_that_fit_whole() -> None:
+    """Only the merge knows a record's new framing: it takes the first batch, and the next
+    while the merged batch stays within the limit (here each record's deltas grow, so the
+    lengths of the parts add up to less than the merge makes)."""
+    parts = [_records(3, 1_700_000_000_000 + 100_000 * i, str(i)) for i in range(6)]
+    batches = [build_batch(p) for p in parts]
+    references = [sys.getrefcount(batch) for batch in batches]
+    for count in range(1, 7):
+        exact, taken = batch_stamp.merge(batches[:count], 1 << 20)
+        assert taken == count
+        assert batch_stamp.merge(batches, len(exact)) == (exact, count)
+        assert batch_stamp.merge(batches, len(exact) + 1) == (exact, count)
+        if count > 1:
+            assert batch_stamp.merge(batches, len(exact) - 1)[1] == count - 1
+    records = sum(len(batch) - 61 for batch in batches[:3]) + 61
+    assert len(batch_stamp.merge(batches[:3], 1 << 20)[0]) > records, "the framing grew"
+    assert [sys.getrefcount(batch) for batch in batches] == references, "no batch held"
+    first, taken = batch_stamp.merge(batches, 0)
+    assert taken == 1 and _read(b"".join(batch_stamp.stamp(first, 1, 0, 0)))[0][2:4] == (
+        parts[0][0].key,
+        parts[0][0].value,
+    )
+
+
 def test_merge_keeps_create_time_zero_and_minus_one() -> None:
     batches = [
         build_batch([SampleRecord(b"k", b"v", 0)]),
@@ -89,7 +115,7 @@ def test_merge_keeps_create_time_zero_and_minus_one() -> None:
     # second record's timestamp delta -6: 5 - 6 = -1 (NO_TIMESTAMP inside a batch)
     reader = _read(bytes(raw))
     assert [r[1] for r in reader] == [5, 5]
-    merged = batch_stamp.merge(batches)
+    merged, _ = batch_stamp.merge(batches, 1 << 20)
     assert [r[1] for r in _read(b"".join(batch_stamp.stamp(merged, 1, 0, 0)))] == [0, 5, 5]
 
 
@@ -97,7 +123,7 @@ def test_merge_refuses_malformed_records() -> None:
     batch = bytearray(build_batch(_records(2, 1, "a")))
     del batch[-3:]
     with pytest.raises(ValueError):
-        batch_stamp.merge([bytes(batch)])
+        batch_stamp.merge([bytes(batch)], 1 << 20)
 
 
 @pytest.mark.parametrize("refusal", ["shorter than its header", "negative record count"])
@@ -109,9 +135,9 @@ def test_merge_lets_go_of_a_batch_it_refuses_for_its_header(refusal: str) -> Non
     references = sys.getrefcount(bad)
     for _ in range(3):
         with pytest.raises(ValueError, match=refusal):
-            batch_stamp.merge([good, bad])
+            batch_stamp.merge([good, bad], 1 << 20)
     assert sys.getrefcount(bad) == references, "the refused batch is still referenced"
     view = memoryview(bytearray(bad))
     with pytest.raises(ValueError, match=refusal):
-        batch_stamp.merge([good, view])
+        batch_stamp.merge([good, view], 1 << 20)
     view.release()  # BufferError if the merge still held its buffer
