@@ -91,23 +91,23 @@ def measure() -> dict[str, float]:
         )
         data = encoded(schema, answer)
         timings[f"answer Produce v{version}, {partitions} partitions"] = best(
-            lambda v=version, d=data: read_produce_answer(v, d)
+            lambda v=version, d=data, p=partitions: read_produce_answer(v, d, p)
         )
     return timings
 
 
-def produce_answer_reader() -> Callable[[int, bytes], object]:
-    """How the side's forwarder reads a Produce answer into what it uses: by hand
-    (``read_answer``, since 2026-12-06's fourth session) or through kio (``decode_body``,
-    then ``_answers``)."""
+def produce_answer_reader() -> Callable[[int, bytes, int], object]:
+    """How the side's forwarder reads a Produce answer to a request of so many partitions
+    into what it uses: by hand (``read_answer``, since 2026-12-06's fourth session) or through
+    kio (``decode_body``, then ``_answers``)."""
     from durable_producer.buffer_agent.kafka import produce_wire
     from durable_producer.buffer_agent.kafka.protocol import decode_body
 
     if hasattr(produce_wire, "read_answer"):
-        read: Callable[[int, bytes], object] = produce_wire.read_answer
+        read: Callable[[int, bytes, int], object] = produce_wire.read_answer
         return read
     by_kio = produce_wire._answers  # type: ignore[attr-defined]
-    return lambda version, data: by_kio(decode_body(0, version, data))
+    return lambda version, data, _: by_kio(decode_body(0, version, data))
 
 
 def side(src: Path) -> dict[str, float]:

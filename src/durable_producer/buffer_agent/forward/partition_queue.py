@@ -266,7 +266,11 @@ class PartitionQueue:
         frames, batches, records, stored = self._take_run(max_bytes)
         if len(frames) == 1:
             return Batch((frames, records, stored), batches[0], self.producer_id, self.epoch)
-        body, taken = batch_stamp.merge(batches, max_bytes)
+        try:
+            body, taken = batch_stamp.merge(batches, max_bytes)
+        except BaseException:  # the frames stay queued, in order, whatever the merge raised
+            self.frames.extendleft(reversed(frames))
+            raise
         if taken == len(frames):
             return Batch((frames, records, stored), body, self.producer_id, self.epoch)
         self.frames.extendleft(reversed(frames[taken:]))

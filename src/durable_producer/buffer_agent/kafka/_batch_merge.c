@@ -72,18 +72,18 @@ static void put32(unsigned char *p, int32_t value) {
     for (int i = 3; i >= 0; i--, v >>= 8) p[i] = (unsigned char)v;
 }
 
-static PyObject *merge_batches(PyObject *module, PyObject *args) {
+static PyObject *merge_fitting(PyObject *module, PyObject *args) {
     PyObject *arg;
     Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "On:merge_batches", &arg, &limit)) return NULL;
-    PyObject *seq = PySequence_Fast(arg, "merge_batches takes a sequence of batches");
+    if (!PyArg_ParseTuple(args, "On:merge_fitting", &arg, &limit)) return NULL;
+    PyObject *seq = PySequence_Fast(arg, "merge_fitting takes a sequence of batches");
     if (seq == NULL) return NULL;
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
     Py_buffer *views = n ? PyMem_Calloc((size_t)n, sizeof(Py_buffer)) : NULL;
     PyObject *result = NULL;
     Py_ssize_t got = 0;
     if (n == 0 || views == NULL) {
-        PyErr_SetString(PyExc_ValueError, "merge_batches needs at least one batch");
+        PyErr_SetString(PyExc_ValueError, "merge_fitting needs at least one batch");
         goto done;
     }
     Py_ssize_t capacity = BATCH_HEADER_SIZE;
@@ -219,9 +219,10 @@ static PyObject *sole_batch(PyObject *module, PyObject *arg) {
 static PyMethodDef methods[] = {
     {"sole_batch", sole_batch, METH_O,
      "sole_batch(data): (record count, attributes) of data that is exactly one batch, or None."},
-    {"merge_batches", merge_batches, METH_VARARGS,
-     "merge_batches(batches, limit): (one uncompressed v2 batch holding the records of the"
-     " first batches that fit in limit bytes, how many it holds)."},
+    {"merge_fitting", merge_fitting, METH_VARARGS,
+     "merge_fitting(batches, limit): (one uncompressed v2 batch holding the records of the"
+     " first batches that fit in limit bytes, how many it holds). Named anew when it took a"
+     " limit: a module built from the older source has no such function."},
     {NULL, NULL, 0, NULL},
 };
 

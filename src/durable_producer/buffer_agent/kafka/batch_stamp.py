@@ -26,8 +26,8 @@ from durable_producer.buffer_agent.kafka.record_batch import (
 
 _merge: Callable[[Sequence[bytes | memoryview], int], tuple[bytes, int]] | None
 try:  # built from _batch_merge.c by the package's build (optional: needs a C compiler)
-    from durable_producer.buffer_agent.kafka._batch_merge import merge_batches as _merge
-except ImportError:
+    from durable_producer.buffer_agent.kafka._batch_merge import merge_fitting as _merge
+except ImportError:  # none, or one built before the merge took a limit: batches go one by one
     _merge = None
 
 _LEADER_EPOCH = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from durable_producer.buffer_agent.kafka.connection import BrokerConnection, decode_answer
 from durable_producer.buffer_agent.kafka.protocol import API_PRODUCE, MalformedFrame, WireCursor
 from durable_producer.buffer_agent.kafka.varint import encode_uvarint
+from durable_producer.buffer_agent.kafka.wire_bounds import KNOWN_ERROR_CODES
 
 LOWEST_PRODUCE_VERSION = 3  # record batch v2
 HIGHEST_PRODUCE_VERSION = 11
@@ -88,31 +89,39 @@ def encode_produce(
     return parts
 
 
-def read_answer(version: int, data: bytes) -> tuple[list[PartitionAnswer], int]:
-    """A Produce answer's body: the partitions' answers and the throttle time in milliseconds.
+def read_answer(version: int, data: bytes, partitions: int) -> tuple[list[PartitionAnswer], int]:
+    """A Produce answer's body: the partitions' answers and the throttle time in milliseconds,
+    to a request of ``partitions`` partitions (a broker answers each once: an answer naming
+    more is malformed, so what it takes to read is bounded by the request, not only by the
+    answer's bytes).
 
-    Read by hand, not by kio, which made objects of 20-30 times an answer's bytes and had to be
-    walked first lest a declared count make it reserve gigabytes (``wire_bounds``): nothing is
-    reserved here, a count beyond the bytes fails at the first element that does not fit
+    Read by hand, not by kio, which made objects of about 4 times an answer's bytes and had to
+    be walked first lest a declared count make it reserve gigabytes (``wire_bounds``): nothing
+    is reserved here, a count beyond the bytes fails at the first element that does not fit
     (MalformedFrame). Record errors (the batch is refused whole) and tagged fields, known
     (``current_leader``, ``node_endpoints``: the forwarder refreshes its metadata instead) or
     not, are skipped by their size, as Kafka's clients skip unknown ones. An error code newer
-    than kio's is kept as it came (``failure_policy`` retries a code it does not know).
+    than kio's is UNKNOWN_SERVER_ERROR (-1), as Kafka's clients read it.
     """
+    if not LOWEST_PRODUCE_VERSION <= version <= HIGHEST_PRODUCE_VERSION:
+        raise ValueError(f"Produce v{version} answers are not read here")
     cursor = WireCursor(memoryview(data), 0)
     flexible = version >= _FIRST_FLEXIBLE
     fixed = _PARTITION_V5 if version >= 5 else _PARTITION_V3
     detailed = version >= _FIRST_DETAILED
     quiet = _QUIET_FLEXIBLE if flexible else _QUIET
     unpack, size, end = fixed.unpack_from, fixed.size, len(data)
-    answers = []
-    for _ in range(cursor.array_length(flexible)):
+    answers: list[PartitionAnswer] = []
+    for _ in range(_at_most(cursor.array_length(flexible), partitions, "topics")):
         topic = cursor.string(flexible)
-        for _ in range(cursor.array_length(flexible)):
+        left = partitions - len(answers)
+        for _ in range(_at_most(cursor.array_length(flexible), left, "partitions")):
             pos = cursor.pos
             if pos + size > end:
                 raise MalformedFrame(f"the Produce answer ends inside a partition at byte {pos}")
             partition, code, base_offset = unpack(data, pos)
+            if code not in KNOWN_ERROR_CODES:
+                code = -1
             cursor.pos = pos = pos + size
             message = None
             if detailed:
@@ -127,6 +136,14 @@ def read_answer(version: int, data: bytes) -> tuple[list[PartitionAnswer], int]:
     if flexible:
         cursor.skip_tagged_fields()
     return answers, throttle_ms  # bytes after it are left, as Kafka's clients and kio leave them
+
+
+def _at_most(count: int, most: int, what: str) -> int:
+    if count > most:
+        raise MalformedFrame(
+            f"the Produce answer declares {count} {what} where the request leaves {most}"
+        )
+    return count
 
 
 def _details(cursor: WireCursor, flexible: bool) -> str | None:
@@ -157,7 +174,8 @@ async def produce(
     body = encode_produce(version, -1, int(timeout_s * 1000), topics)
     request = connection.request(API_PRODUCE, version, body)
     data = await asyncio.wait_for(request, timeout_s + ANSWER_GRACE_S)
+    partitions = sum(len(batches) for _, batches in topics)
     answer: tuple[list[PartitionAnswer], int] = decode_answer(
-        connection, API_PRODUCE, version, data, read_answer
+        connection, API_PRODUCE, version, data, lambda v, d: read_answer(v, d, partitions)
     )
     return answer

@@ -61,7 +61,8 @@ _FIXED = {
 """The sizes of kio's fixed-size primitive types (``error_code`` is walked on its own)."""
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
-_KNOWN_CODES = frozenset(code.value for code in ErrorCode)
+KNOWN_ERROR_CODES = frozenset(code.value for code in ErrorCode)
+"""The error codes kio knows; Kafka's clients read any other as UNKNOWN_SERVER_ERROR (-1)."""
 _UNKNOWN_SERVER_ERROR = _INT16.pack(-1)
 
 
@@ -267,7 +268,7 @@ def _field(
 
 def _error_code(data: memoryview, pos: int, edits: Edits | None) -> int:
     """The position after the error code at ``pos``; one kio does not know is made -1."""
-    if _INT16.unpack_from(data, pos)[0] not in _KNOWN_CODES and edits is not None:
+    if _INT16.unpack_from(data, pos)[0] not in KNOWN_ERROR_CODES and edits is not None:
         edits.append((pos, pos + 2, _UNKNOWN_SERVER_ERROR))
     return pos + 2
 

@@ -150,6 +150,23 @@ def test_frames_that_fit_merged_are_merged_after_frames_that_did_not() -> None:
     assert lengths == [1] * 3 + [2] * 20 + [1], lengths
 
 
+def test_frames_taken_for_a_merge_that_fails_stay_queued_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The merge raises on a malformed record (the ingest validated them) or a failed
+    allocation: the frames it was given are back at the head of the queue, not lost."""
+    queue = queue_with([(client_batch(index, 1, 1, 20), 1) for index in range(5)])
+
+    def failing(parts: list[bytes], limit: int) -> tuple[bytes, int]:
+        raise MemoryError
+
+    monkeypatch.setattr(batch_stamp, "merge", failing)
+    with pytest.raises(MemoryError):
+        queue.next_batch(0.0, 1_000_000)
+    assert [frame[OFFSET] for frame in queue.frames] == list(range(5))
+    assert not queue.batches and not queue.in_flight
+
+
 @settings(max_examples=60, deadline=None)
 @given(
     shapes=st.lists(
