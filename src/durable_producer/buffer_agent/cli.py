@@ -100,6 +100,14 @@ def _where_the_wal_is(directory: Path) -> str:
     )
 
 
+def _taken(batches: int) -> str:
+    """A letter's first batches Kafka took in a resend that failed at a later one."""
+    if not batches:
+        return ""
+    plural = "es" if batches > 1 else ""
+    return f" (its first {batches} batch{plural} in Kafka: resend sends the rest)"
+
+
 def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
     volume = AgentConfig(data_dir=Path(args.data_dir))
     if not volume.data_dir.is_dir():
@@ -118,7 +126,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
         return 1 if reading.unreadable else 0
     print(f"{'id':<28} {'topic':<24} {'part':>4} {'wal offset':>10}  reason")
     for letter in letters:
-        state = " (re-sent)" if letter.resent else ""
+        state = " (re-sent)" if letter.resent else _taken(letter.taken_batches)
         print(
             f"{letter.id:<28} {letter.topic:<24} {letter.partition:>4} "
             f"{letter.wal_offset:>10}  {letter.reason}{state}"

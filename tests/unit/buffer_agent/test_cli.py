@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 
 from durable_producer.buffer_agent.cli import main
+from durable_producer.buffer_agent.forward.dead_letter import DeadLetterStore, list_dead_letters
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from durable_producer.buffer_agent.wal.segment import list_segments
+from support.batch_builder import SampleRecord, build_batch
+from support.dead_letters import refused
 from support.wal_helpers import SMALL, payload_for
 
 
@@ -63,6 +66,21 @@ def test_dead_letters_list_names_damaged_lines_in_one_line_and_exits_1(
     assert captured.out == "no dead letters\n"
     [said] = captured.err.splitlines()
     assert "0 dead letter(s) and 3 line(s) that hold no letter" in said and "line 1" in said
+
+
+def test_dead_letters_list_says_which_batches_of_a_letter_kafka_took(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A letter of several batches whose resend failed after its first: listed as such."""
+    store = DeadLetterStore(tmp_path / "dead-letter")
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"v", 1)]) * 3)])
+    [letter] = list_dead_letters(tmp_path / "dead-letter")
+    store.mark_taken(letter, 2)
+    assert main(["dead-letters", "list", "--data-dir", str(tmp_path)]) == 0
+    listed = capsys.readouterr().out.splitlines()[1]
+    assert listed.startswith("7-0 ") and listed.endswith(
+        "(its first 2 batches in Kafka: resend sends the rest)"
+    )
 
 
 @pytest.mark.parametrize(

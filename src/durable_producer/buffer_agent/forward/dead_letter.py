@@ -67,6 +67,9 @@ class DeadLetter:
     headers: tuple[tuple[str, bytes | None], ...] = ()
     payload: bytes | None = None
     resent: bool = False
+    taken_batches: int = 0
+    """Of a letter of several batches (an older agent's frame): its first batches Kafka took
+    in a resend that failed at a later one; a resend sends the rest."""
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -192,6 +195,14 @@ class DeadLetterStore:
         mark = {"id": letter.id, "recorded_ms": letter.recorded_ms}
         self._append(RESENT_FILE, _line({**mark, "resent_ms": int(time.time() * 1000)}))
 
+    def mark_taken(self, letter: DeadLetter, batches: int) -> None:
+        """Kafka took the first ``batches`` of ``letter``'s and refused the next: a later
+        resend sends the rest. Not a re-sent mark, and none an older agent reads as one (it
+        holds neither ``recorded_ms`` nor ``resent_ms``: that agent lists the line as damage
+        and keeps the letter pending)."""
+        mark = {"id": letter.id, "taken": {"recorded_ms": letter.recorded_ms, "batches": batches}}
+        self._append(RESENT_FILE, _line(mark))
+
 
 def _over_budget(
     budget: int | None, held: int, length: int, size: int
@@ -285,7 +296,10 @@ def _to_json(letter: DeadLetter) -> dict[str, Any]:
 
 
 def _from_json(
-    entry: Mapping[str, Any], resent: set[tuple[str, int]], resent_until: Mapping[str, int]
+    entry: Mapping[str, Any],
+    resent: set[tuple[str, int]],
+    resent_until: Mapping[str, int],
+    taken: Mapping[tuple[str, int], int],
 ) -> DeadLetter:
     """The letter of one line; KeyError, TypeError or ValueError if it holds none."""
     letter_id, recorded_ms = _text(entry["id"]), _whole(entry["recorded_ms"])
@@ -306,6 +320,7 @@ def _from_json(
         payload=_unb64(entry["payload"]),
         resent=(letter_id, recorded_ms) in resent
         or recorded_ms <= resent_until.get(letter_id, -1),
+        taken_batches=taken.get((letter_id, recorded_ms), 0),
     )
 
 
@@ -394,6 +409,7 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
     unreadable = []
     resent: set[tuple[str, int]] = set()
     resent_until: dict[str, int] = {}  # older agents' marks: every letter of the id before it
+    taken: dict[tuple[str, int], int] = {}  # a letter's first batches Kafka took (mark_taken)
     for number, mark in _read_lines(directory / RESENT_FILE):
         try:
             if mark is None:
@@ -401,6 +417,9 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
             letter_id = _text(mark["id"])
             if "recorded_ms" in mark:
                 resent.add((letter_id, _whole(mark["recorded_ms"])))
+            elif "taken" in mark:
+                key = (letter_id, _whole(mark["taken"]["recorded_ms"]))
+                taken[key] = max(taken.get(key, 0), _whole(mark["taken"]["batches"]))
             else:
                 until = _whole(mark["resent_ms"])
                 resent_until[letter_id] = max(resent_until.get(letter_id, 0), until)
@@ -412,7 +431,7 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
         try:
             if entry is None:
                 raise ValueError
-            letter = _from_json(entry, resent, resent_until)
+            letter = _from_json(entry, resent, resent_until, taken)
         except (KeyError, TypeError, ValueError):  # binascii.Error is a ValueError
             unreadable.append(f"{DEAD_LETTERS_FILE} line {number}")
             continue
@@ -428,6 +447,10 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
 def _same_batch(one: DeadLetter, other: DeadLetter) -> bool:
     """Lettered twice (the reason and the time may differ, and only the first is marked
     re-sent; the batch does not)."""
-    return replace(one, recorded_ms=0, reason="", error_code="", resent=False) == replace(
-        other, recorded_ms=0, reason="", error_code="", resent=False
+    return _without_marks(one) == _without_marks(other)
+
+
+def _without_marks(letter: DeadLetter) -> DeadLetter:
+    return replace(
+        letter, recorded_ms=0, reason="", error_code="", resent=False, taken_batches=0
     )

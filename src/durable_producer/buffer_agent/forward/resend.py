@@ -3,7 +3,9 @@
 Each selected letter's batch goes to its partition as a batch again, as the forwarder sends
 it (its own producer id, the client's records untouched), and a success is marked in the
 store (``resent.jsonl``) so the letter is no longer listed as pending. A letter of an earlier
-agent version holds one record: it is sent as a batch of that record.
+agent version holds one record: it is sent as a batch of that record; one of several batches
+(an older agent's frame) that Kafka refused part-way is marked taken in part, and the next
+resend sends only the rest.
 """
 
 from __future__ import annotations
@@ -100,6 +102,7 @@ async def _resend(
             if not batches:  # a hand-edited line: nothing to send, nothing to mark
                 summary.skipped.append((letter.id, "holds no record batch"))
                 continue
+            already = min(letter.taken_batches, len(batches))  # in Kafka since a resend
             key = (letter.topic, letter.partition)
             if key in stopped:
                 summary.failed.append((letter.id, stopped[key]))
@@ -112,15 +115,20 @@ async def _resend(
                 )
                 continue
             code = taken = 0
-            for batch, records in batches:
+            for batch, records in batches[already:]:
                 sequence = sequences.get(key, 0)
-                code = await _send_one(
-                    client,
-                    leader,
-                    key,
-                    batch_stamp.stamp(batch, producer_id, epoch, sequence),
-                    timeout,
-                )
+                try:
+                    code = await _send_one(
+                        client,
+                        leader,
+                        key,
+                        batch_stamp.stamp(batch, producer_id, epoch, sequence),
+                        timeout,
+                    )
+                except BaseException:  # the batches Kafka took stay marked (said below)
+                    if taken:
+                        _mark_taken(store, letter, already + taken, len(batches))
+                    raise
                 if code:
                     break
                 sequences[key] = sequence + records
@@ -135,7 +143,8 @@ async def _resend(
                     return
                 summary.resent.append(letter.id)
                 continue
-            summary.failed.append((letter.id, error_name(code) + _partly(taken, len(batches))))
+            why = _mark_taken(store, letter, already + taken, len(batches)) if taken else ""
+            summary.failed.append((letter.id, error_name(code) + why))
             if code not in NOT_APPENDED:
                 stopped[key] = (
                     f"not sent: letter {letter.id} before it may be in Kafka"
@@ -168,14 +177,17 @@ async def _send_one(
     return answers[0].error_code if answers else -1
 
 
-def _partly(taken: int, batches: int) -> str:
-    """What of a letter of several batches Kafka took before it refused one."""
-    if not taken:
-        return ""
-    return (
-        f"; Kafka took its first {taken} of {batches} batches, which a resend of it sends"
-        " again (stored twice)"
-    )
+def _mark_taken(store: DeadLetterStore, letter: DeadLetter, taken: int, batches: int) -> str:
+    """Kafka took the first ``taken`` of a letter's ``batches`` before it refused one: marked,
+    so that a resend sends the rest; what the summary says of it."""
+    try:
+        store.mark_taken(letter, taken)
+    except OSError as error:
+        return (
+            f"; Kafka took its first {taken} of {batches} batches, which a resend of it sends"
+            f" again (stored twice): the mark could not be written ({error.strerror or error})"
+        )
+    return f"; Kafka took its first {taken} of {batches} batches: a resend sends the rest"
 
 
 def _unmarked(error: OSError) -> str:

@@ -241,7 +241,11 @@ mark is damage: listed as such, never passed over (``read_dead_letters``).
 - ``resent.jsonl``: ``{"id": ..., "recorded_ms": ..., "resent_ms": ...}`` for every dead
   letter re-sent successfully, naming it by its id and ``recorded_ms`` (another letter of the
   same id, from a WAL made again, is not marked; marks of older agents lack ``recorded_ms``
-  and mark every letter of their id recorded before their ``resent_ms``).
+  and mark every letter of their id recorded before their ``resent_ms``); and
+  ``{"id": ..., "taken": {"recorded_ms": ..., "batches": N}}`` for a letter of several
+  batches whose resend Kafka refused after taking its first N (the next resend sends the
+  rest; not a re-sent mark, and an agent before 2026-12-06 lists it as a damaged line and
+  keeps the letter pending).
 """
 
 from __future__ import annotations

@@ -261,6 +261,9 @@ def test_an_earlier_agents_letter_that_cannot_be_encoded_is_skipped_and_the_rest
         def mark_resent(self, letter: DeadLetter) -> None:
             return None
 
+        def mark_taken(self, letter: DeadLetter, batches: int) -> None:
+            return None
+
     monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
     monkeypatch.setattr(resend, "_send_one", leader.send_one)
     summary = resend.ResendSummary()
@@ -274,6 +277,9 @@ def test_an_earlier_agents_letter_that_cannot_be_encoded_is_skipped_and_the_rest
 def _run(letters: list[DeadLetter], send_one: object) -> resend.ResendSummary:
     class Store:
         def mark_resent(self, letter: DeadLetter) -> None:
+            return None
+
+        def mark_taken(self, letter: DeadLetter, batches: int) -> None:
             return None
 
     summary = resend.ResendSummary()
@@ -291,17 +297,46 @@ def test_a_letter_holding_no_batch_is_skipped_not_marked_re_sent() -> None:
 
 
 def test_a_letter_whose_first_batches_kafka_took_says_so() -> None:
-    """An older agent's letter of two batches, the first taken and the second refused: a
-    later resend stores the first twice, which the reason now says."""
+    """An older agent's letter of two batches, the first taken and the second refused."""
     two = build_batch([SampleRecord(b"k", b"a", 1)]) + build_batch([SampleRecord(b"k", b"b", 2)])
     summary = _run([letter(partition=2, payload=two)], _Leader(0, MESSAGE_TOO_LARGE).send_one)
     assert summary.failed == [
-        (
-            "9-0",
-            "MESSAGE_TOO_LARGE; Kafka took its first 1 of 2 batches, which a resend of it sends"
-            " again (stored twice)",
-        )
+        ("9-0", "MESSAGE_TOO_LARGE; Kafka took its first 1 of 2 batches: a resend sends the rest")
     ]
+
+
+@pytest.mark.parametrize("fault", ["refused", "unreachable"])
+def test_a_resend_of_a_letter_taken_in_part_sends_only_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fault: str
+) -> None:
+    """The first of three batches taken, the second refused (or the connection lost): the
+    next resend sent all three, and Kafka stored the first twice."""
+    directory = tmp_path / "dead-letter"
+    batches = [build_batch([SampleRecord(b"k", value, 1)]) for value in (b"a", b"b", b"c")]
+    DeadLetterStore(directory).add_batches([refused(7, b"".join(batches))])
+    sent: list[bytes] = []
+    faulty = [True]  # the first resend's second send fails
+
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> int:
+        if faulty[0] and len(sent) == 1:
+            if fault == "unreachable":
+                raise OSError("connection reset")
+            return MESSAGE_TOO_LARGE
+        sent.append(bytes(parts[1]))  # type: ignore[index]  # the records after the header
+        return 0
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", send_one)
+    config = {"bootstrap.servers": "unused:9092"}
+    first = resend.resend_dead_letters(directory, config)
+    assert first.resent == [] and len(first.failed) == 1
+    [pending] = list_dead_letters(directory)
+    assert pending.taken_batches == 1
+    faulty[0] = False
+    second = resend.resend_dead_letters(directory, config)
+    assert (second.resent, second.failed) == (["7-0"], [])
+    assert sent == [batch[61:] for batch in batches], "each batch once, in order"
+    assert list_dead_letters(directory) == []
 
 
 def test_a_broker_with_no_usable_produce_version_fails_the_letters_with_a_summary() -> None:
