@@ -16,7 +16,7 @@ import datetime
 import random
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
@@ -38,6 +38,15 @@ from durable_producer.buffer_agent.kafka.sasl import SaslFailed
 
 API_DESCRIBE_PRODUCERS = 61
 API_DESCRIBE_CONFIGS = 32
+HIGHEST_ASKED: Final = {
+    API_METADATA: 12,
+    API_INIT_PRODUCER_ID: 4,
+    API_DESCRIBE_PRODUCERS: 0,
+    API_DESCRIBE_CONFIGS: 4,
+}
+"""The highest version of each request the client asks for (at most what the broker speaks);
+kio reads their answers, after ``wire_bounds`` walked them (``test_wire_bounds.py`` walks
+every version up to these)."""
 _TOPIC_RESOURCE = 2
 NO_LEADER = -1
 
@@ -159,9 +168,9 @@ class ClusterClient:
         raise BrokerUnreachable(message)
 
     async def _call(
-        self, connection: BrokerConnection, api_key: int, highest: int, **values: object
+        self, connection: BrokerConnection, api_key: int, **values: object
     ) -> object:
-        version = connection.version(api_key, highest)
+        version = connection.version(api_key, HIGHEST_ASKED[api_key])
         body = encode_body(api_key, version, **values)
         data = await asyncio.wait_for(connection.request(api_key, version, body), self.timeout_s)
         return decode_answer(connection, api_key, version, data)
@@ -175,7 +184,6 @@ class ClusterClient:
                 answer: object = await self._call(
                     connection,
                     API_METADATA,
-                    12,
                     topics=tuple(_metadata_topic(connection, name) for name in names),
                     allow_auto_topic_creation=False,
                     include_cluster_authorized_operations=False,
@@ -220,7 +228,6 @@ class ClusterClient:
                 answer: object = await self._call(
                     connection,
                     API_INIT_PRODUCER_ID,
-                    4,
                     transactional_id=None,
                     transaction_timeout=datetime.timedelta(milliseconds=2**31 - 1),
                     producer_id=-1,
@@ -242,7 +249,6 @@ class ClusterClient:
         answer: object = await self._call(
             connection,
             API_DESCRIBE_PRODUCERS,
-            0,
             topics=(_describe_topic(topic, partitions),),
         )
         found: dict[int, ProducerOnPartition | int | None] = {}
@@ -266,14 +272,13 @@ class ClusterClient:
         async with self._any_broker() as connection:
             if API_DESCRIBE_CONFIGS not in connection.versions:
                 return {}
-            version = connection.version(API_DESCRIBE_CONFIGS, 4)
+            version = connection.version(API_DESCRIBE_CONFIGS, HIGHEST_ASKED[API_DESCRIBE_CONFIGS])
             resource = nested_schema(
                 request_schema(API_DESCRIBE_CONFIGS, version), "DescribeConfigsResource"
             )
             answer: object = await self._call(
                 connection,
                 API_DESCRIBE_CONFIGS,
-                4,
                 resources=tuple(
                     build(
                         resource,
@@ -323,11 +328,12 @@ _LOADING = frozenset(
 
 
 def _metadata_topic(connection: BrokerConnection, name: str) -> object:
-    version = connection.version(API_METADATA, 12)
+    version = connection.version(API_METADATA, HIGHEST_ASKED[API_METADATA])
     schema = nested_schema(request_schema(API_METADATA, version), "MetadataRequestTopic")
     return build(schema, name=name, topic_id=None)
 
 
 def _describe_topic(topic: str, partitions: list[int]) -> object:
-    schema = nested_schema(request_schema(API_DESCRIBE_PRODUCERS, 0), "TopicRequest")
+    version = HIGHEST_ASKED[API_DESCRIBE_PRODUCERS]  # its only version
+    schema = nested_schema(request_schema(API_DESCRIBE_PRODUCERS, version), "TopicRequest")
     return schema(name=topic, partition_indexes=tuple(partitions))

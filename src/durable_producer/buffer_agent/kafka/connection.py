@@ -50,6 +50,8 @@ MAX_SMALL_ANSWER_BYTES = 1024 * 1024
 """The longest answer to ApiVersions, SASL and InitProducerId, which hold a few hundred bytes:
 the first ones are read before the broker is authenticated, and kio's objects take 20-30
 times an answer's bytes (an ApiVersions answer of 5.7 MB took 163 MB)."""
+API_VERSIONS_VERSION = 0
+"""ApiVersions v0, the one every broker answers, asked first on every connection."""
 _SMALL_ANSWERS = frozenset(
     {API_API_VERSIONS, API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE, API_INIT_PRODUCER_ID}
 )
@@ -150,8 +152,9 @@ class BrokerConnection:
             raise BrokerUnreachable(f"cannot connect to {address}: {error}") from None
         connection = cls(reader, writer, address)
         try:
-            body = await asyncio.wait_for(connection.request(API_API_VERSIONS, 0, b""), timeout_s)
-            answer = decode_body(API_API_VERSIONS, 0, body)
+            asked = connection.request(API_API_VERSIONS, API_VERSIONS_VERSION, b"")
+            body = await asyncio.wait_for(asked, timeout_s)
+            answer = decode_body(API_API_VERSIONS, API_VERSIONS_VERSION, body)
             if int(answer.error_code):
                 raise BrokerUnreachable(f"{address}: ApiVersions failed: {answer.error_code}")
             connection.versions = {

@@ -14,6 +14,9 @@ from durable_producer.buffer_agent.kafka.protocol import decode_body, encode_bod
 
 API_SASL_HANDSHAKE = 17
 API_SASL_AUTHENTICATE = 36
+HANDSHAKE_VERSION = 1
+"""SaslHandshake v1: the exchange goes on in SaslAuthenticate requests (KIP-152)."""
+HIGHEST_AUTHENTICATE_VERSION = 2
 SASL_AUTHENTICATION_FAILED = 58
 UNSUPPORTED_SASL_MECHANISM = 33
 
@@ -44,12 +47,11 @@ class _Connection(Protocol):
 
 async def authenticate(connection: _Connection, credentials: SaslCredentials) -> None:
     mechanism = credentials.mechanism
+    handshake = encode_body(API_SASL_HANDSHAKE, HANDSHAKE_VERSION, mechanism=mechanism)
     answer = decode_body(
         API_SASL_HANDSHAKE,
-        1,
-        await connection.request(
-            API_SASL_HANDSHAKE, 1, encode_body(API_SASL_HANDSHAKE, 1, mechanism=mechanism)
-        ),
+        HANDSHAKE_VERSION,
+        await connection.request(API_SASL_HANDSHAKE, HANDSHAKE_VERSION, handshake),
     )
     if int(answer.error_code):
         raise SaslFailed(
@@ -57,7 +59,7 @@ async def authenticate(connection: _Connection, credentials: SaslCredentials) ->
             f" {', '.join(answer.mechanisms)})",
             UNSUPPORTED_SASL_MECHANISM,
         )
-    version = connection.version(API_SASL_AUTHENTICATE, 2)
+    version = connection.version(API_SASL_AUTHENTICATE, HIGHEST_AUTHENTICATE_VERSION)
 
     async def exchange(token: bytes) -> bytes:
         body = encode_body(API_SASL_AUTHENTICATE, version, auth_bytes=token)

@@ -21,14 +21,11 @@ from collections.abc import Callable
 import pytest
 from kio.serial import entity_writer
 
-from durable_producer.buffer_agent.kafka.cluster_client import (
-    API_DESCRIBE_CONFIGS,
-    API_DESCRIBE_PRODUCERS,
-)
+from durable_producer.buffer_agent.kafka.cluster_client import HIGHEST_ASKED
+from durable_producer.buffer_agent.kafka.connection import API_VERSIONS_VERSION
 from durable_producer.buffer_agent.kafka.produce_wire import HIGHEST_PRODUCE_VERSION
 from durable_producer.buffer_agent.kafka.protocol import (
     API_API_VERSIONS,
-    API_INIT_PRODUCER_ID,
     API_METADATA,
     API_PRODUCE,
     SUPPORTED_API_VERSIONS,
@@ -38,7 +35,12 @@ from durable_producer.buffer_agent.kafka.protocol import (
     request_schema,
     response_schema,
 )
-from durable_producer.buffer_agent.kafka.sasl import API_SASL_AUTHENTICATE, API_SASL_HANDSHAKE
+from durable_producer.buffer_agent.kafka.sasl import (
+    API_SASL_AUTHENTICATE,
+    API_SASL_HANDSHAKE,
+    HANDSHAKE_VERSION,
+    HIGHEST_AUTHENTICATE_VERSION,
+)
 from durable_producer.buffer_agent.kafka.varint import encode_uvarint
 from durable_producer.buffer_agent.kafka.wire_bounds import (
     Edits,
@@ -113,14 +115,11 @@ def test_a_request_other_than_produce_above_its_limit_is_a_malformed_frame() -> 
 # read by hand (produce_wire.read_answer, test_produce_wire.py); walked here, their tagged fields
 # are the walk's only known ones.
 ANSWERS_READ = {
+    **HIGHEST_ASKED,
     API_PRODUCE: HIGHEST_PRODUCE_VERSION,
-    API_METADATA: 12,
-    API_API_VERSIONS: 0,
-    API_INIT_PRODUCER_ID: 4,
-    API_DESCRIBE_PRODUCERS: 0,
-    API_DESCRIBE_CONFIGS: 4,
-    API_SASL_HANDSHAKE: 1,
-    API_SASL_AUTHENTICATE: 2,
+    API_API_VERSIONS: API_VERSIONS_VERSION,
+    API_SASL_HANDSHAKE: HANDSHAKE_VERSION,
+    API_SASL_AUTHENTICATE: HIGHEST_AUTHENTICATE_VERSION,
 }
 
 
