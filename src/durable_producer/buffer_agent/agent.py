@@ -137,13 +137,17 @@ class StatsPublisher:
         )
 
 
-def port_unusable(flag: str, host: str, port: int, error: OSError) -> StartupError:
-    """The one-line error for a listener that cannot bind."""
-    hint = (
-        "another process (another agent?) listens there; stop it or choose another port"
-        if error.errno == errno.EADDRINUSE
-        else "check the address"
-    )
+def port_unusable(
+    flag: str, host: str, port: int, error: OSError, metrics: tuple[str, int] | None = None
+) -> StartupError:
+    """The one-line error for a listener that cannot bind (``metrics``: the metrics listener's
+    host and port, already bound, when the listener is the Kafka one)."""
+    if error.errno != errno.EADDRINUSE:
+        hint = "check the address"
+    elif metrics is not None and metrics[1] == port:  # another name of the same address
+        hint = f"the agent's own --metrics-listen {metrics[0]}:{port} may hold it; give each a port"
+    else:
+        hint = "another process (another agent?) listens there; stop it or choose another port"
     reason = os.strerror(error.errno) if error.errno else str(error)
     return StartupError(f"{flag} {host}:{port}: cannot listen there ({reason}); {hint} with {flag}")
 
@@ -304,8 +308,14 @@ class BufferAgent:
             try:
                 await self.ingest.listen()
             except OSError as error:
-                listen = self.settings.ingest
-                raise port_unusable("--listen", listen.host, listen.port, error) from None
+                listen, agent = self.settings.ingest, self.settings.agent
+                raise port_unusable(
+                    "--listen",
+                    listen.host,
+                    listen.port,
+                    error,
+                    (agent.metrics_host, agent.metrics_port),
+                ) from None
             prepare_to_serve()
             self._accepting = True
             log.info(

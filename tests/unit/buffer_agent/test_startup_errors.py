@@ -110,6 +110,24 @@ def test_the_kafka_listen_port_in_use(
     assert "in use" in line
 
 
+def test_the_kafka_listen_port_under_another_name_of_the_metrics_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """localhost and 127.0.0.1 on one port: the settings cannot tell that the two names meet,
+    and the line blamed "another process (another agent?)" for the agent's own listener."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = run_agent(tmp_path)
+    args[args.index("--listen") + 1] = f"localhost:{port}"
+    args[args.index("--metrics-listen") + 1] = f"127.0.0.1:{port}"
+    assert main(args) == 2
+    line = single_error_line(capsys)
+    assert f"--listen localhost:{port}" in line and "in use" in line
+    assert f"the agent's own --metrics-listen 127.0.0.1:{port} may hold it" in line
+    assert "another process" not in line
+
+
 def test_a_failed_start_frees_its_librdkafka_client(
     tmp_path: Path, busy_port: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
