@@ -31,6 +31,7 @@ from durable_producer.buffer_agent.volume.atomic_file import fsync_directory
 log = logging.getLogger(__name__)
 DEAD_LETTERS_FILE = "dead-letters.jsonl"
 RESENT_FILE = "resent.jsonl"
+TAKEN_FILE = "taken.jsonl"
 LETTERS_WRITE_BYTES = 8 * 1024 * 1024
 """Letters appended (and fsynced) together at most, beyond the first: a deleted topic's
 backlog of 100,000 batches was 100,000 fsyncs, the forwarding loop waiting on each."""
@@ -197,11 +198,11 @@ class DeadLetterStore:
 
     def mark_taken(self, letter: DeadLetter, batches: int) -> None:
         """Kafka took the first ``batches`` of ``letter``'s and refused the next: a later
-        resend sends the rest. Not a re-sent mark, and none an older agent reads as one (it
-        holds neither ``recorded_ms`` nor ``resent_ms``: that agent lists the line as damage
-        and keeps the letter pending)."""
-        mark = {"id": letter.id, "taken": {"recorded_ms": letter.recorded_ms, "batches": batches}}
-        self._append(RESENT_FILE, _line(mark))
+        resend sends the rest. In a file of its own, which agents before it do not read (each
+        of them read any line of ``resent.jsonl`` as a re-sent mark, or as damage, or failed
+        on it): they send the whole letter again, as they did."""
+        mark = {"id": letter.id, "recorded_ms": letter.recorded_ms, "batches": batches}
+        self._append(TAKEN_FILE, _line(mark))
 
 
 def _over_budget(
@@ -409,7 +410,6 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
     unreadable = []
     resent: set[tuple[str, int]] = set()
     resent_until: dict[str, int] = {}  # older agents' marks: every letter of the id before it
-    taken: dict[tuple[str, int], int] = {}  # a letter's first batches Kafka took (mark_taken)
     for number, mark in _read_lines(directory / RESENT_FILE):
         try:
             if mark is None:
@@ -417,14 +417,23 @@ def read_dead_letters(directory: Path, *, include_resent: bool = False) -> DeadL
             letter_id = _text(mark["id"])
             if "recorded_ms" in mark:
                 resent.add((letter_id, _whole(mark["recorded_ms"])))
-            elif "taken" in mark:
-                key = (letter_id, _whole(mark["taken"]["recorded_ms"]))
-                taken[key] = max(taken.get(key, 0), _whole(mark["taken"]["batches"]))
             else:
                 until = _whole(mark["resent_ms"])
                 resent_until[letter_id] = max(resent_until.get(letter_id, 0), until)
         except (KeyError, TypeError, ValueError):
             unreadable.append(f"{RESENT_FILE} line {number}")
+    taken: dict[tuple[str, int], int] = {}  # a letter's first batches Kafka took (mark_taken)
+    for number, mark in _read_lines(directory / TAKEN_FILE):
+        try:
+            if mark is None:
+                raise ValueError
+            key = (_text(mark["id"]), _whole(mark["recorded_ms"]))
+            batches = _whole(mark["batches"])
+            if batches < 1:
+                raise ValueError
+            taken[key] = max(taken.get(key, 0), batches)
+        except (KeyError, TypeError, ValueError):
+            unreadable.append(f"{TAKEN_FILE} line {number}")
     letters = []
     seen: dict[str, list[DeadLetter]] = {}
     for number, entry in _read_lines(directory / DEAD_LETTERS_FILE):

@@ -83,6 +83,7 @@ async def _resend(
 ) -> None:
     client = ClusterClient.for_config(client_config, timeout_s=min(timeout, 10.0))
     reached = 0
+    partly = ""  # what of the letter being sent Kafka took, when the run ends there
     try:
         await client.refresh({letter.topic for letter in letters})
         producer_id, epoch = await client.init_producer_id()
@@ -102,7 +103,10 @@ async def _resend(
             if not batches:  # a hand-edited line: nothing to send, nothing to mark
                 summary.skipped.append((letter.id, "holds no record batch"))
                 continue
-            already = min(letter.taken_batches, len(batches))  # in Kafka since a resend
+            already = letter.taken_batches  # in Kafka since a resend taken in part
+            if already >= len(batches):  # a mark no resend writes (a hand edit)
+                summary.failed.append((letter.id, _marked_beyond(already, len(batches))))
+                continue
             key = (letter.topic, letter.partition)
             if key in stopped:
                 summary.failed.append((letter.id, stopped[key]))
@@ -125,9 +129,9 @@ async def _resend(
                         batch_stamp.stamp(batch, producer_id, epoch, sequence),
                         timeout,
                     )
-                except BaseException:  # the batches Kafka took stay marked (said below)
+                except BaseException:  # the batches Kafka took stay marked (and said)
                     if taken:
-                        _mark_taken(store, letter, already + taken, len(batches))
+                        partly = _mark_taken(store, letter, already + taken, len(batches))
                     raise
                 if code:
                     break
@@ -158,7 +162,8 @@ async def _resend(
         else:
             why = str(error)
         for letter in letters[reached:]:  # the one being sent and those after it
-            summary.failed.append((letter.id, why))
+            summary.failed.append((letter.id, why + partly))
+            partly = ""
     finally:
         client.close()
 
@@ -188,6 +193,13 @@ def _mark_taken(store: DeadLetterStore, letter: DeadLetter, taken: int, batches:
             f" again (stored twice): the mark could not be written ({error.strerror or error})"
         )
     return f"; Kafka took its first {taken} of {batches} batches: a resend sends the rest"
+
+
+def _marked_beyond(taken: int, batches: int) -> str:
+    return (
+        f"its taken mark names {taken} of its {batches} batches, which no resend writes (a hand"
+        " edit?): check what Kafka holds, then remove the mark or the letter"
+    )
 
 
 def _unmarked(error: OSError) -> str:

@@ -222,8 +222,8 @@ Each name below is a constant of the package that owns the file (grep for it).
   producer id. ``delivery-marks``, the per-record forwarder's file, is ignored and removed
   on the first write.
 
-``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``forward/dead_letter.py``)
-----------------------------------------------------------------------------------
+``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``TAKEN_FILE``, ``forward/dead_letter.py``)
+-----------------------------------------------------------------------------------------------
 Append-only JSON lines, fsynced after every line; a torn last line (a crash mid-append, no
 newline after it, not whole) is skipped on reading and cut off by the next append (agents
 before 2026-12-05 closed it with a newline and wrote on: such a line, the start of a line
@@ -241,11 +241,11 @@ mark is damage: listed as such, never passed over (``read_dead_letters``).
 - ``resent.jsonl``: ``{"id": ..., "recorded_ms": ..., "resent_ms": ...}`` for every dead
   letter re-sent successfully, naming it by its id and ``recorded_ms`` (another letter of the
   same id, from a WAL made again, is not marked; marks of older agents lack ``recorded_ms``
-  and mark every letter of their id recorded before their ``resent_ms``); and
-  ``{"id": ..., "taken": {"recorded_ms": ..., "batches": N}}`` for a letter of several
-  batches whose resend Kafka refused after taking its first N (the next resend sends the
-  rest; not a re-sent mark, and an agent before 2026-12-06 lists it as a damaged line and
-  keeps the letter pending).
+  and mark every letter of their id recorded before their ``resent_ms``).
+- ``taken.jsonl``: ``{"id": ..., "recorded_ms": ..., "batches": N}`` for a letter of several
+  batches whose resend Kafka refused after taking its first N (N >= 1): the next resend sends
+  the rest. A file of its own: agents before 2026-12-06 do not read it (each read any line of
+  ``resent.jsonl`` as a re-sent mark, as damage, or failed on it) and send the whole letter.
 """
 
 from __future__ import annotations

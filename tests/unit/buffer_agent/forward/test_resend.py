@@ -7,15 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 from pathlib import Path
 
 import pytest
 
 from durable_producer.buffer_agent.forward import resend
 from durable_producer.buffer_agent.forward.dead_letter import (
+    RESENT_FILE,
+    TAKEN_FILE,
     DeadLetter,
     DeadLetterStore,
     list_dead_letters,
+    read_dead_letters,
 )
 from durable_producer.buffer_agent.forward.resend import _batches_of
 from durable_producer.buffer_agent.kafka.record_batch import parse_batch_header
@@ -329,14 +333,57 @@ def test_a_resend_of_a_letter_taken_in_part_sends_only_the_rest(
     monkeypatch.setattr(resend, "_send_one", send_one)
     config = {"bootstrap.servers": "unused:9092"}
     first = resend.resend_dead_letters(directory, config)
-    assert first.resent == [] and len(first.failed) == 1
+    [(_, why)] = first.failed
+    assert first.resent == []
+    assert why.endswith("Kafka took its first 1 of 3 batches: a resend sends the rest")
     [pending] = list_dead_letters(directory)
     assert pending.taken_batches == 1
+    assert not (directory / RESENT_FILE).exists(), "older agents read only resent.jsonl"
     faulty[0] = False
     second = resend.resend_dead_letters(directory, config)
     assert (second.resent, second.failed) == (["7-0"], [])
     assert sent == [batch[61:] for batch in batches], "each batch once, in order"
     assert list_dead_letters(directory) == []
+
+
+@pytest.mark.parametrize("batches", [0, -1, "1", None])
+def test_a_taken_mark_that_names_no_batch_is_damage(
+    tmp_path: Path, batches: object
+) -> None:
+    """Listed as an unreadable line; the letter stays pending, with nothing taken."""
+    directory = tmp_path / "dead-letter"
+    DeadLetterStore(directory).add_batches([refused(7, build_batch([SampleRecord(b"k", b"a", 1)]))])
+    [letter] = list_dead_letters(directory)
+    mark = {"id": letter.id, "recorded_ms": letter.recorded_ms, "batches": batches}
+    (directory / TAKEN_FILE).write_text(json.dumps(mark) + "\n")
+    reading = read_dead_letters(directory)
+    assert reading.unreadable == [f"{TAKEN_FILE} line 1"]
+    assert [pending.taken_batches for pending in reading.letters] == [0]
+
+
+def test_a_taken_mark_naming_every_batch_fails_the_letter_with_nothing_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No resend writes one (a later batch was refused): it was taken as all sent, and the
+    letter marked re-sent with nothing sent."""
+    directory = tmp_path / "dead-letter"
+    store = DeadLetterStore(directory)
+    store.add_batches([refused(7, build_batch([SampleRecord(b"k", b"a", 1)]) * 2)])
+    [letter] = list_dead_letters(directory)
+    store.mark_taken(letter, 5)
+    sent: list[object] = []
+
+    async def send_one(client: object, leader: int, key: object, parts: object, t: float) -> int:
+        sent.append(parts)
+        return 0
+
+    monkeypatch.setattr(resend.ClusterClient, "for_config", lambda *a, **k: _Cluster())
+    monkeypatch.setattr(resend, "_send_one", send_one)
+    summary = resend.resend_dead_letters(directory, {"bootstrap.servers": "unused:9092"})
+    [(letter_id, why)] = summary.failed
+    assert letter_id == "7-0" and why.startswith("its taken mark names 5 of its 2 batches")
+    assert (summary.resent, sent) == ([], [])
+    assert len(list_dead_letters(directory)) == 1
 
 
 def test_a_broker_with_no_usable_produce_version_fails_the_letters_with_a_summary() -> None:
