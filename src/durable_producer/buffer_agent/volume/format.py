@@ -222,8 +222,8 @@ Each name below is a constant of the package that owns the file (grep for it).
   producer id. ``delivery-marks``, the per-record forwarder's file, is ignored and removed
   on the first write.
 
-``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``TAKEN_FILE``, ``forward/dead_letter.py``)
------------------------------------------------------------------------------------------------
+``dead-letter/`` (``DEAD_LETTERS_FILE``, ``RESENT_FILE``, ``TAKEN_FILE``: ``dead_letter.py``)
+--------------------------------------------------------------------------------------------
 Append-only JSON lines, fsynced after every line; a torn last line (a crash mid-append, no
 newline after it, not whole) is skipped on reading and cut off by the next append (agents
 before 2026-12-05 closed it with a newline and wrote on: such a line, the start of a line
