@@ -264,19 +264,20 @@ class PartitionQueue:
         the frames that fit, and the rest go back to the head of the queue. A merged batch
         above the limit would be refused by Kafka, and merged the same way for ever."""
         frames, batches, records, stored = self._take_run(max_bytes)
-        if len(frames) == 1:
-            return Batch((frames, records, stored), batches[0], self.producer_id, self.epoch)
-        try:
-            body, taken = batch_stamp.merge(batches, max_bytes)
-        except BaseException:  # the frames stay queued, in order, whatever the merge raised
-            self.frames.extendleft(reversed(frames))
-            raise
-        if taken == len(frames):
-            return Batch((frames, records, stored), body, self.producer_id, self.epoch)
-        self.frames.extendleft(reversed(frames[taken:]))
-        del frames[taken:]
-        sent = batches[0] if taken == 1 else body  # alone: the client's batch as it is
-        return Batch(settled_frames(frames), sent, self.producer_id, self.epoch)
+        body = batches[0]  # alone: the client's batch as it is
+        if len(frames) > 1:
+            try:
+                merged, taken = batch_stamp.merge(batches, max_bytes)
+            except BaseException:  # the frames stay queued, in order, whatever it raised
+                self.frames.extendleft(reversed(frames))
+                raise
+            if taken < len(frames):
+                self.frames.extendleft(reversed(frames[taken:]))
+                del frames[taken:]
+                _, records, stored = settled_frames(frames)
+            if taken > 1:
+                body = merged
+        return Batch((frames, records, stored), body, self.producer_id, self.epoch)
 
     def _take_run(self, max_bytes: int) -> Run:
         """The frames of the next batch: the first, and those merged with it (``take_run``)."""
