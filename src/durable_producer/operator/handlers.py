@@ -8,6 +8,8 @@ Run with::
 (the chart runs ``--peering=NAME`` instead of ``--standalone``: several replicas, one of them
 running the handlers at a time; see startup.py).
 
+- ``log_in`` (kopf's login): login.log_in, kopf's own client login, with one line and exit code
+  2 when there are no usable credentials.
 - ``start_operator`` (operator start): reads settings.OperatorConfig, startup.configure_kopf
   (peering priority, webhook server), starts /metrics and /readyz (startup.serve_endpoint),
   then ``register_feature_handlers`` and admission.prepare (the webhook's API clients); /readyz
@@ -62,7 +64,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from durable_producer.contract import GROUP, PLURAL, PRODUCER_LABEL, VERSION
-from durable_producer.operator import http_endpoint, metrics, startup
+from durable_producer.operator import http_endpoint, login, metrics, startup
 from durable_producer.operator.act import (
     admission,
     clean_shutdowns,
@@ -125,6 +127,14 @@ def start_operator(
     register_feature_handlers(config, kopf.get_default_registry(), logger)
     admission.prepare(config, logger)
     http_endpoint.READINESS.handlers_registered.set()
+
+
+@kopf.on.login()
+def log_in(
+    logger: kopf.Logger, settings: kopf.OperatorSettings, **_: Any
+) -> kopf.ConnectionInfo | None:
+    """In a pod its ServiceAccount, else the kubeconfig; one line when neither can be used."""
+    return login.log_in(logger, settings)
 
 
 @contextmanager
