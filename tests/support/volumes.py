@@ -58,3 +58,16 @@ def fill(directory: Path, name: str = "filler") -> int:
 def free_bytes(directory: Path) -> int:
     stats = os.statvfs(directory)
     return stats.f_bavail * stats.f_frsize
+
+
+def as_file_modes_apply(command: list[str]) -> list[str]:
+    """``command`` run so that file modes bind it: as root, without the capabilities that
+    override them (CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH; ``setpriv``); as another user, as
+    it is. Skips the test where root cannot drop them."""
+    if os.geteuid() != 0:
+        return command
+    prefix = ["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--"]
+    probe = subprocess.run([*prefix, "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot drop root's file-mode capabilities here: {probe.stderr.strip()}")
+    return [*prefix, *command]

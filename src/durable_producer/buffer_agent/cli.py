@@ -3,8 +3,10 @@
 Every setting is a flag and a ``DURABLE_AGENT_*`` environment variable (see ``settings.py``).
 Exit codes: 0 success; 1 incomplete drain, problems found or forwarding failed; 2 invalid
 settings or arguments, or a start-up problem they cause (a data directory that cannot be
-written, a port in use), always as one line on stderr; 3 the volume is in use by another agent;
-4 (drain) the WAL is forwarded but dead letters are still on the volume: it is not empty.
+written, a file of the volume the agent may not read or write, a port in use), always as one
+line on stderr; 3 the volume is in use by another agent; 4 (drain) the WAL is forwarded but
+dead letters are still on the volume: it is not empty. A file error of any other kind (an
+I/O error) is one line too, exit code 1.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import faulthandler
 import logging
 import os
@@ -65,12 +68,44 @@ def _cmd_drain(args: argparse.Namespace) -> int:
     from durable_producer.buffer_agent.agent import BufferAgent
 
     settings = settings_from(args)
+    _require_volume(settings.agent.data_dir)  # a mistyped path is no empty volume
     _prepare_volume(settings.agent)
     return BufferAgent(settings).drain(settings.agent.drain_mode_timeout_s)
 
 
 def _prepare_volume(agent: AgentConfig) -> None:
     prepare_data_dir(agent.data_dir, (agent.wal_dir, agent.state_dir, agent.dead_letter_dir))
+
+
+def _require_volume(data_dir: Path) -> None:
+    """The commands that empty a volume (``drain``, ``dead-letters resend``) make none: a
+    ``--data-dir`` that does not exist was reported drained (exit 0), and its volume could
+    then have been deleted with the data it held."""
+    if not data_dir.is_dir():
+        raise StartupError(
+            f"no buffer volume at {data_dir} (--data-dir): no such directory; point --data-dir"
+            " (DURABLE_AGENT_DATA_DIR) at the volume's mount"
+        )
+
+
+_SETUP_ERRNOS = frozenset(
+    {errno.EACCES, errno.EPERM, errno.EROFS, errno.EISDIR, errno.ENOTDIR, errno.ENOENT,
+     errno.ELOOP, errno.ENAMETOOLONG}
+)  # fmt: skip
+"""File errors that come from how the volume is set up (exit code 2), not from its device."""
+
+
+def file_problem(error: OSError) -> tuple[str, int]:
+    """The one line and exit code for a file of the volume the agent cannot use."""
+    where = f"{error.filename}: " if error.filename is not None else ""
+    what = error.strerror or str(error)
+    if error.errno in _SETUP_ERRNOS:
+        return (
+            f"{where}{what}; the agent (user id {os.getuid()}) cannot use this file of the"
+            " buffer volume: fix its type or permissions (fsGroup), or move it aside",
+            2,
+        )
+    return f"{where}{what}; the buffer volume's device failed: see the kernel log", 1
 
 
 def _cmd_wal_inspect(args: argparse.Namespace) -> int:
@@ -80,6 +115,10 @@ def _cmd_wal_inspect(args: argparse.Namespace) -> int:
     except FileNotFoundError as error:
         print(f"durable-agent: {error}", file=sys.stderr)
         return 2
+    except OSError as error:  # read-only: nothing is moved aside, the file is only named
+        line, code = file_problem(error)
+        print(f"durable-agent: cannot read the WAL: {line}", file=sys.stderr)
+        return code
     if not report.segments and not report.checkpoint_present and not report.quarantined:
         print(
             f"durable-agent: no WAL in {directory}{_where_the_wal_is(directory)}", file=sys.stderr
@@ -136,6 +175,7 @@ def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
 
 def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
     settings = settings_from(args)
+    _require_volume(settings.agent.data_dir)
     summary = resend_dead_letters(
         settings.agent.dead_letter_dir,
         build_client_config(settings.kafka),
@@ -242,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     except WalError as error:  # the volume cannot hold a log (e.g. a failed fsync on open)
         print(f"durable-agent: {error}", file=sys.stderr)
         return 1
+    except OSError as error:  # a file of the volume it may not open, or a failing device
+        log.debug("file error", exc_info=True)
+        line, code = file_problem(error)
+        print(f"durable-agent: {line}", file=sys.stderr)
+        return code
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ def single_error_line(capsys: pytest.CaptureFixture[str]) -> str:
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.startswith("durable-agent:")]
     assert len(lines) == 1, err
-    assert "Traceback" not in err
+    assert "Traceback" not in err, err
     return lines[0]
 
 
@@ -280,3 +280,31 @@ def test_a_bad_kafka_setting_is_named_by_its_flag(
     assert main(run_agent(tmp_path, "--kafka-setting", setting)) == 2
     line = single_error_line(capsys)
     assert said in line, line
+
+
+@pytest.mark.parametrize("command", [["drain"], ["dead-letters", "resend"]])
+def test_a_command_that_empties_a_volume_wants_one_that_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    typo = tmp_path / "no-such-volume"
+    args = [*command, "--kafka-bootstrap", UNREACHABLE_KAFKA, "--data-dir", str(typo)]
+
+    assert main(args) == 2
+
+    line = single_error_line(capsys)
+    assert f"no buffer volume at {typo} (--data-dir): no such directory" in line
+    assert not typo.exists()  # nothing made there, nothing reported drained
+
+
+def test_a_file_of_the_volume_that_is_a_directory_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    volume = tmp_path / "volume"
+    (volume / "state" / "forwarder.hint").mkdir(parents=True)
+    args = ["drain", "--kafka-bootstrap", UNREACHABLE_KAFKA, "--data-dir", str(volume)]
+
+    assert main([*args, "--timeout", "1", "--log-level", "ERROR"]) == 2
+
+    line = single_error_line(capsys)
+    assert f"{volume / 'state' / 'forwarder.hint'}: Is a directory" in line
+    assert "cannot use this file of the buffer volume" in line

@@ -141,7 +141,8 @@ only with the same id, so that a WAL recreated beside a kept ``state/`` (offsets
 again) is never taken for the old one. A log from before ids (frames, no id) gets one on its
 first open followed by the line ``adopted``: marks naming no id (an older agent's) are used
 with it, on that open and every later one. An unreadable file (other content, a directory,
-which recovery moves to ``quarantine/``) is replaced by a new id, not adopted.
+which recovery moves to ``quarantine/``) is replaced by a new id, not adopted; one the agent
+may not read (mode, owner) or cannot read (an I/O error) stops the open, and is kept.
 
 ``wal/quarantine/``
 -------------------

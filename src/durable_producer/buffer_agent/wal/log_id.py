@@ -9,9 +9,10 @@ names the id it was written for, and is used only with the same id (``forward/id
 The file is made with an atomic replace when the log is opened without one. A log that held
 frames without an id was written by an agent before ids: its id is marked *adopted* in the
 file, and marks naming no id (that agent's) speak of it, on every later open too (a kill
-before the marks are rewritten, a downgrade and back). An unreadable file is replaced by a new
-id, not adopted. Where the file cannot be made (a full disk), the id is this run's only and
-not adopted: the marks kept for the log are then not used (possible duplicates, never a loss).
+before the marks are rewritten, a downgrade and back). A damaged file is replaced by a new id,
+not adopted; one that cannot be read (no permission, an I/O error) stops the open. Where the
+file cannot be made (a full disk), the id is this run's only and not adopted: the marks kept
+for the log are then not used (possible duplicates, never a loss).
 """
 
 from __future__ import annotations
@@ -64,8 +65,15 @@ def open_log_id(directory: Path, *, holds_frames: bool, had_entry: bool) -> LogI
     ``had_entry``: something had the id's name before recovery (which moves a directory
     there to ``quarantine/``): then it is no log from before ids."""
     path = directory / LOG_ID_FILE
-    if path.is_file() and (found := read_log_id(directory)) is not None:
-        return found
+    if path.is_file():
+        try:
+            found = _VALID.fullmatch(path.read_bytes())
+        except FileNotFoundError:  # gone meanwhile
+            found = None
+        # Any other error (no permission, an I/O error) is raised: an id that is there but
+        # cannot be read is not replaced (the marks kept for it would be thrown away).
+        if found is not None:
+            return LogId(found[1].decode(), found[2] is not None)
     adopt = holds_frames and not had_entry
     if had_entry:
         log.warning("%s held no readable log id: a new id for this log", path)
