@@ -187,7 +187,8 @@ def _cmd_dead_letters_resend(args: argparse.Namespace) -> int:
     )
     for letter_id, reason in summary.failed + summary.skipped:
         print(f"  {letter_id}: {reason}")
-    return 1 if summary.failed else 0
+    # A letter skipped stays on the volume (and a drain then finds it): not a success.
+    return 1 if summary.failed or summary.skipped else 0
 
 
 def build_parser(environ: Mapping[str, str] | None = None) -> ArgumentParser:

@@ -147,3 +147,18 @@ def test_a_crash_in_compiled_code_prints_the_python_stack_of_the_agent(tmp_path:
     assert done.returncode == -signal.SIGSEGV
     assert "Fatal Python error: Segmentation fault" in done.stderr
     assert "crash_in_compiled_code" in done.stderr
+
+
+def test_a_resend_of_an_id_that_is_not_pending_is_no_success(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A mistyped id printed "skipped 1" and exit 0: nothing was re-sent."""
+    (tmp_path / "dead-letter").mkdir()
+    argv = ["dead-letters", "resend", "--data-dir", str(tmp_path), "--kafka-bootstrap", "k:1"]
+
+    assert main([*argv, "7-O"]) == 1
+
+    assert capsys.readouterr().out.splitlines() == [
+        "re-sent 0, failed 0, skipped 1",
+        "  7-O: no pending dead letter with this id",
+    ]
