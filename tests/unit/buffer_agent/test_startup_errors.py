@@ -6,10 +6,12 @@ and exit code 1.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
 import sys
+import termios
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.kafka import cluster_metadata
 from durable_producer.buffer_agent.wal import WriteAheadLog
 from support.threads import clients_freed
+from support.tls_files import client_tls_files
 from support.wal_helpers import SMALL, payload_for
 
 UNREACHABLE_KAFKA = "127.0.0.1:1"
@@ -308,3 +311,39 @@ def test_a_file_of_the_volume_that_is_a_directory_is_one_line(
     line = single_error_line(capsys)
     assert f"{volume / 'state' / 'forwarder.hint'}: Is a directory" in line
     assert "cannot use this file of the buffer volume" in line
+
+
+def test_an_encrypted_key_without_its_password_never_prompts_on_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """With a terminal (a container started with a TTY) OpenSSL printed "Enter PEM pass
+    phrase:" and the agent waited there for ever; the agent here has one as its controlling
+    terminal, the one OpenSSL asks on."""
+    certificate, key = client_tls_files(tmp_path, "s3cret")
+    command = [
+        sys.executable,
+        "-m",
+        "durable_producer.buffer_agent.cli",
+        *run_agent(tmp_path, "--security-protocol", "SSL", "--ssl-cert-file", str(certificate)),
+        "--ssl-key-file",
+        str(key),
+    ]
+    primary, terminal = os.openpty()
+    try:
+        done = subprocess.run(
+            command,
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            start_new_session=True,  # a session of its own, the terminal its controlling one
+            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0),
+        )
+    finally:
+        os.close(primary)
+        os.close(terminal)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        f"durable-agent: invalid Kafka connection settings: --ssl-key-file {str(key)!r} is an"
+        " encrypted key: give the file that holds its password with --ssl-key-password-file"
+    ]

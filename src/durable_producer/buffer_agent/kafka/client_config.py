@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from durable_producer.buffer_agent.kafka.connection import Security
+from durable_producer.buffer_agent.kafka.connection import EncryptedKeyError, Security
 from durable_producer.buffer_agent.options import one_of, option
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
@@ -154,18 +154,30 @@ def build_client_config(
     _add_sasl(settings, uses_sasl, environ, config, problems)
     _add_extras(settings.extra, config, problems)
     if uses_tls and not problems:
-        _check_tls_files(config, problems)
+        _check_tls_files(config, settings.ssl_key_password_file, problems)
 
     if problems:
         raise KafkaConfigError(problems)
     return config
 
 
-def _check_tls_files(config: Mapping[str, str], problems: list[str]) -> None:
+def _check_tls_files(
+    config: Mapping[str, str], password_file: Path | None, problems: list[str]
+) -> None:
     """Load the TLS files as the forwarder will (a CA file that is no PEM certificate was an
-    SSLError traceback in every command)."""
+    SSLError traceback in every command; an encrypted key without its password, OpenSSL's
+    pass phrase prompt)."""
     try:
         Security.from_client_config(config)
+    except EncryptedKeyError as error:
+        key = config.get("ssl.key.location")
+        problems.append(
+            f"ssl_key_file {key!r} does not decrypt with the password in ssl_key_password_file"
+            f" {str(password_file)!r}: put the key's password in that file"
+            if error.password_given
+            else f"ssl_key_file {key!r} is an encrypted key: give the file that holds its"
+            " password with ssl_key_password_file"
+        )
     except (ssl.SSLError, OSError, ValueError) as error:
         problems.append(
             f"the TLS files cannot be used ({error}): ssl_ca_file, ssl_cert_file and"

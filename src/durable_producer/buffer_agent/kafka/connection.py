@@ -86,6 +86,44 @@ def decode_answer(
         ) from None
 
 
+class EncryptedKeyError(ValueError):
+    """The client key is encrypted and no password was given (``password_given`` False), or
+    the password given does not decrypt it."""
+
+    def __init__(self, password_given: bool) -> None:
+        self.password_given = password_given
+        super().__init__(
+            "the client key does not decrypt with the password given"
+            if password_given
+            else "the client key is encrypted and no password was given"
+        )
+
+
+def _load_client_certificate(
+    tls: ssl.SSLContext, certificate: str, key: str | None, password: str | None
+) -> None:
+    """``load_cert_chain`` that never lets OpenSSL ask for an encrypted key's pass phrase:
+    without a password it prompted on the terminal and waited (an agent with a TTY hung at
+    start) or, without one, failed with "[Errno 22] Invalid argument"."""
+    asked = False
+
+    def key_password() -> str:  # called only for an encrypted key
+        nonlocal asked
+        asked = True
+        if password is None:
+            raise EncryptedKeyError(password_given=False)
+        return password
+
+    try:
+        tls.load_cert_chain(certificate, key, key_password)
+    except ssl.SSLError as error:
+        # The key was asked for its password, so it is encrypted; a key that decrypts but
+        # belongs to another certificate fails with KEY_VALUES_MISMATCH instead.
+        if asked and error.reason != "KEY_VALUES_MISMATCH":
+            raise EncryptedKeyError(password_given=True) from None
+        raise
+
+
 @dataclass(frozen=True, slots=True)
 class Security:
     """How to reach the brokers: TLS context and SASL credentials (None: plaintext, none)."""
@@ -102,8 +140,11 @@ class Security:
             tls = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
             certificate = config.get("ssl.certificate.location")
             if certificate:
-                tls.load_cert_chain(
-                    certificate, config.get("ssl.key.location"), config.get("ssl.key.password")
+                _load_client_certificate(
+                    tls,
+                    certificate,
+                    config.get("ssl.key.location"),
+                    config.get("ssl.key.password"),
                 )
         sasl = None
         if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from durable_producer.buffer_agent.kafka.client_config import (
     parse_extra_settings,
 )
 from durable_producer.buffer_agent.kafka.cluster_metadata import ClusterMetadataSource
+from support.tls_files import client_tls_files
 
 
 def _write(path: Path, text: str) -> Path:
@@ -173,4 +175,51 @@ def test_a_ca_file_that_is_no_certificate_is_a_setting_error(tmp_path: Path) -> 
         "k:9092", security_protocol="SSL", ssl_ca_file=_write(tmp_path / "ca.pem", "not PEM")
     )
     with pytest.raises(KafkaConfigError, match="the TLS files cannot be used"):
+        build_client_config(settings, {})
+
+
+def _mutual_tls(tmp_path: Path, password: str | None = None) -> KafkaConnectionSettings:
+    certificate, key = client_tls_files(tmp_path, "right")
+    return KafkaConnectionSettings(
+        "k:9092",
+        security_protocol="SSL",
+        ssl_cert_file=certificate,
+        ssl_key_file=key,
+        ssl_key_password_file=None if password is None else _write(tmp_path / "pw", password),
+    )
+
+
+def test_an_encrypted_key_without_its_password_says_so(tmp_path: Path) -> None:
+    """OpenSSL asked for the pass phrase on the terminal (an agent with a TTY hung at start)
+    and, without one, failed with "[Errno 22] Invalid argument"."""
+    settings = _mutual_tls(tmp_path)
+    with pytest.raises(KafkaConfigError) as raised:
+        build_client_config(settings, {})
+    assert raised.value.problems == [
+        f"ssl_key_file {str(settings.ssl_key_file)!r} is an encrypted key: give the file that"
+        " holds its password with ssl_key_password_file"
+    ]
+
+
+def test_an_encrypted_key_with_a_wrong_password_says_so(tmp_path: Path) -> None:
+    """It said "[SSL] PEM lib", and that the files must be PEM files."""
+    settings = _mutual_tls(tmp_path, "wrong\n")
+    with pytest.raises(KafkaConfigError) as raised:
+        build_client_config(settings, {})
+    assert raised.value.problems == [
+        f"ssl_key_file {str(settings.ssl_key_file)!r} does not decrypt with the password in"
+        f" ssl_key_password_file {str(tmp_path / 'pw')!r}: put the key's password in that file"
+    ]
+
+
+def test_an_encrypted_key_with_its_password(tmp_path: Path) -> None:
+    config = build_client_config(_mutual_tls(tmp_path, "right\n"), {})
+    assert config["ssl.key.password"] == "right"
+
+
+def test_an_encrypted_key_of_another_certificate_is_no_password_problem(tmp_path: Path) -> None:
+    (tmp_path / "other").mkdir()
+    other, _ = client_tls_files(tmp_path / "other")
+    settings = dataclasses.replace(_mutual_tls(tmp_path, "right"), ssl_cert_file=other)
+    with pytest.raises(KafkaConfigError, match="KEY_VALUES_MISMATCH"):
         build_client_config(settings, {})
