@@ -347,3 +347,35 @@ def test_an_encrypted_key_without_its_password_never_prompts_on_the_terminal(
         f"durable-agent: invalid Kafka connection settings: --ssl-key-file {str(key)!r} is an"
         " encrypted key: give the file that holds its password with --ssl-key-password-file"
     ]
+
+
+@pytest.mark.parametrize("command", ["run", "drain"])
+@pytest.mark.parametrize("flag", ["--sasl-username-file", "--sasl-password-file"])
+def test_a_secret_file_of_random_bytes_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str, flag: str
+) -> None:
+    """A UnicodeDecodeError traceback, exit 1."""
+    random = tmp_path / "random"
+    random.write_bytes(b"\x99" + os.urandom(499))
+    good = tmp_path / "good"
+    good.write_text("writer\n")
+    secrets = {"--sasl-username-file": str(good), "--sasl-password-file": str(good)}
+    secrets[flag] = str(random)
+    flags = [
+        "--security-protocol",
+        "SASL_PLAINTEXT",
+        "--sasl-mechanism",
+        "PLAIN",
+        *(word for pair in secrets.items() for word in pair),
+    ]
+    volume = ["--data-dir", str(tmp_path / "volume")]
+    args = (
+        run_agent(tmp_path, *flags)
+        if command == "run"
+        else ["drain", "--kafka-bootstrap", UNREACHABLE_KAFKA, *volume, *flags]
+    )
+    assert main(args) == 2
+    assert single_error_line(capsys) == (
+        f"durable-agent: invalid Kafka connection settings: {flag} {str(random)!r} is not"
+        " UTF-8 text (byte 0x99 at offset 0): the file must hold the secret itself, as text"
+    )

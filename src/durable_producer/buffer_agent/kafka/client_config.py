@@ -346,7 +346,23 @@ def _read_secret_file(name: str, path: Path, problems: list[str]) -> str | None:
     """A mounted Secret key; one trailing newline (as editors and `echo` add) is dropped."""
     if not _check_readable(name, path, problems):
         return None
-    value = path.read_text(encoding="utf-8")
+    try:
+        value = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        byte = error.object[error.start]
+        problems.append(
+            f"{name} {str(path)!r} is not UTF-8 text (byte {byte:#04x} at offset {error.start}):"
+            " the file must hold the secret itself, as text"
+        )
+        return None
+    except OSError as error:
+        problems.append(f"{name} {str(path)!r} cannot be read ({error.strerror or error})")
+        return None
+    if "\0" in value:
+        problems.append(
+            f"{name} {str(path)!r} holds a NUL byte: the file must hold the secret itself, as text"
+        )
+        return None
     if value.endswith("\n"):
         value = value[:-1].removesuffix("\r")
     if not value:

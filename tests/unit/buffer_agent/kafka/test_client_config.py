@@ -223,3 +223,66 @@ def test_an_encrypted_key_of_another_certificate_is_no_password_problem(tmp_path
     settings = dataclasses.replace(_mutual_tls(tmp_path, "right"), ssl_cert_file=other)
     with pytest.raises(KafkaConfigError, match="KEY_VALUES_MISMATCH"):
         build_client_config(settings, {})
+
+
+SECRET_FILES = ("sasl_username_file", "sasl_password_file", "ssl_key_password_file")
+
+
+def _with_secret_file(tmp_path: Path, name: str, path: Path) -> KafkaConnectionSettings:
+    """SASL_SSL settings whose ``name`` is ``path``, every other secret a good file."""
+    certificate, key = client_tls_files(tmp_path)
+    files = {secret: _write(tmp_path / f"{secret}.txt", "good\n") for secret in SECRET_FILES}
+    files[name] = path
+    return KafkaConnectionSettings(
+        "k:9092",
+        security_protocol="SASL_SSL",
+        ssl_cert_file=certificate,
+        ssl_key_file=key,
+        sasl_mechanism="PLAIN",
+        **files,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("name", SECRET_FILES)
+def test_a_secret_file_that_is_no_utf8_text_is_a_setting_error(tmp_path: Path, name: str) -> None:
+    """A file of random bytes was a UnicodeDecodeError traceback, exit 1, in run and drain."""
+    path = tmp_path / "random"
+    path.write_bytes(b"ab\x99\xfe" + bytes(range(256)))
+    with pytest.raises(KafkaConfigError) as raised:
+        build_client_config(_with_secret_file(tmp_path, name, path), {})
+    assert raised.value.problems == [
+        f"{name} {str(path)!r} is not UTF-8 text (byte 0x99 at offset 2): the file must hold"
+        " the secret itself, as text"
+    ]
+
+
+@pytest.mark.parametrize("name", SECRET_FILES)
+def test_a_secret_file_with_a_nul_byte_is_a_setting_error(tmp_path: Path, name: str) -> None:
+    """librdkafka takes C strings: the secret was cut short at the NUL, and a password then
+    failed only at the broker."""
+    path = tmp_path / "binary"
+    path.write_bytes(b"pass\0word")
+    with pytest.raises(KafkaConfigError) as raised:
+        build_client_config(_with_secret_file(tmp_path, name, path), {})
+    assert raised.value.problems == [
+        f"{name} {str(path)!r} holds a NUL byte: the file must hold the secret itself, as text"
+    ]
+
+
+@pytest.mark.parametrize("name", SECRET_FILES)
+def test_a_secret_file_that_cannot_be_read_is_a_setting_error(
+    tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """os.access says yes but the read fails (root where the file system says no)."""
+    path = _write(tmp_path / "refusing", "secret")
+    original = Path.read_text
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        if self == path:
+            raise PermissionError(13, "Permission denied", str(path))
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "read_text", read_text)
+    with pytest.raises(KafkaConfigError) as raised:
+        build_client_config(_with_secret_file(tmp_path, name, path), {})
+    assert raised.value.problems == [f"{name} {str(path)!r} cannot be read (Permission denied)"]
