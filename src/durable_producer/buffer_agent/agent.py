@@ -1,11 +1,11 @@
 """The agent process: WAL + Kafka-protocol ingest + forwarder + metrics, and its lifecycle.
 
 ``run``: measure the volume and fit the WAL limit to it (``volume/space.py``; a volume too small
-for the WAL exits 2), answer ``/healthz`` while the WAL opens (recovery reads every frame:
-minutes for a large backlog), serve until SIGTERM/SIGINT, then stop accepting, forward what is
-buffered until the drain deadline, checkpoint and exit 0; whatever is left stays on the volume
-for the next owner. ``drain``: no listener; forward everything on the volume and exit (for
-orphaned volumes; it needs no free space).
+for the WAL exits 2), answer ``/healthz`` and try the Kafka listener's addresses before the WAL
+opens (recovery reads every frame: minutes for a large backlog), serve until SIGTERM/SIGINT,
+then stop accepting, forward what is buffered until the drain deadline, checkpoint and exit 0;
+whatever is left stays on the volume for the next owner. ``drain``: no listener; forward
+everything on the volume and exit (for orphaned volumes; it needs no free space).
 
 A full or failing disk never stops the agent: produce requests get a retriable error while
 the WAL cannot take them (``wal/health.py``), forwarding goes on, and readiness stays true
@@ -22,6 +22,7 @@ import errno
 import logging
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -44,7 +45,7 @@ from durable_producer.buffer_agent.forward.dead_letter import (
 from durable_producer.buffer_agent.forward.forwarder import DrainSummary, Forwarder
 from durable_producer.buffer_agent.forward.health import ForwarderState
 from durable_producer.buffer_agent.ingest.metadata import MetadataCache
-from durable_producer.buffer_agent.ingest.server import IngestServer
+from durable_producer.buffer_agent.ingest.server import IngestServer, try_binding
 from durable_producer.buffer_agent.kafka.client_config import build_client_config
 from durable_producer.buffer_agent.kafka.cluster_metadata import ClusterMetadataSource
 from durable_producer.buffer_agent.process_tuning import prepare_to_serve
@@ -142,7 +143,15 @@ def port_unusable(
 ) -> StartupError:
     """The one-line error for a listener that cannot bind (``metrics``: the metrics listener's
     host and port, already bound, when the listener is the Kafka one)."""
-    if error.errno != errno.EADDRINUSE:
+    if isinstance(error, socket.gaierror):  # its errno is the resolver's (-2), no OS error
+        return StartupError(
+            f"{flag} {host}:{port}: cannot listen there (the name {host} does not resolve:"
+            f" {error.strerror}); give an address of this host (127.0.0.1, 0.0.0.0, [::]) or"
+            f" a name that resolves to one with {flag}"
+        )
+    if error.errno == errno.EADDRNOTAVAIL:
+        hint = "it is no address of this host: give one of its own (or 0.0.0.0, [::] for all)"
+    elif error.errno != errno.EADDRINUSE:
         hint = "check the address"
     elif metrics is not None and metrics[1] == port:  # another name of the same address
         hint = f"the agent's own --metrics-listen {metrics[0]}:{port} may hold it; give each a port"
@@ -261,6 +270,7 @@ class BufferAgent:
             ) from None
         source: ClusterMetadataSource | None = None
         try:
+            self._check_kafka_listener()
             source = ClusterMetadataSource(self.client_config)
             return await self._serve(metrics_server, source)
         finally:
@@ -270,6 +280,24 @@ class BufferAgent:
             # the run is being cancelled.
             if source is not None:
                 source.close()
+
+    def _check_kafka_listener(self) -> None:
+        """Bind ``--listen``'s addresses and let them go, before the WAL opens (recovery can
+        take minutes) and the forwarder talks to Kafka: a name that does not resolve or a port
+        in use is then the first thing on stderr, not the last after the start-up's log. It
+        listens for real only once the producers' sequences are restored (``_serve``), which
+        still reports a port another process took meanwhile."""
+        listen = self.settings.ingest
+        try:
+            try_binding(listen.host, listen.port)
+        except OSError as error:
+            raise self._kafka_listener_unusable(error) from None
+
+    def _kafka_listener_unusable(self, error: OSError) -> StartupError:
+        listen, agent = self.settings.ingest, self.settings.agent
+        return port_unusable(
+            "--listen", listen.host, listen.port, error, (agent.metrics_host, agent.metrics_port)
+        )
 
     def _publish_figures(self) -> None:
         if self._publisher is not None:
@@ -308,14 +336,7 @@ class BufferAgent:
             try:
                 await self.ingest.listen()
             except OSError as error:
-                listen, agent = self.settings.ingest, self.settings.agent
-                raise port_unusable(
-                    "--listen",
-                    listen.host,
-                    listen.port,
-                    error,
-                    (agent.metrics_host, agent.metrics_port),
-                ) from None
+                raise self._kafka_listener_unusable(error) from None
             prepare_to_serve()
             self._accepting = True
             log.info(

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from durable_producer.buffer_agent.errors import SettingError
-from durable_producer.contract import AGENT_BOOTSTRAP, AGENT_ENV_PREFIX
+from durable_producer.contract import AGENT_BOOTSTRAP, AGENT_ENV_PREFIX, KAFKA_PORT
 
 _METADATA_KEY = "durable_producer.option"
 
@@ -238,8 +238,15 @@ def host_port(text: str) -> tuple[str, int]:
     host, sep, port = text.rpartition(":")
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
-    if not sep or not port.isdigit() or not host:
+    if not sep or not port.isdigit() or not host.strip():
         raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. {AGENT_BOOTSTRAP})")
+    if "[" in host or "]" in host:  # "[::1:9092" passed, and failed to resolve at bind time
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a bracket without its pair (an IPv6 host goes in brackets:"
+            f" [::1]:{KAFKA_PORT})"
+        )
+    if any(character.isspace() for character in host):
+        raise argparse.ArgumentTypeError(f"{text!r}: a host has no spaces")
     if int(port) > 65535:
         raise argparse.ArgumentTypeError(f"{text!r}: a port is 0 to 65535")
     return host, int(port)

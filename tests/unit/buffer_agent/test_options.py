@@ -124,6 +124,17 @@ def test_help_words() -> None:
         (non_negative_float, "inf", "'inf' is not a finite number"),
         # a port beyond 65535 passed, and the agent died in bind() with a traceback
         (host_port, "127.0.0.1:99999", "'127.0.0.1:99999': a port is 0 to 65535"),
+        # these passed, and the agent failed to resolve them only once the WAL was open
+        (
+            host_port,
+            "[::1:47092",
+            "'[::1:47092': a bracket without its pair (an IPv6 host goes in brackets:"
+            " [::1]:9092)",
+        ),
+        (host_port, "::1]:47092", "'::1]:47092': a bracket without its pair (an IPv6 host"
+         " goes in brackets: [::1]:9092)"),
+        (host_port, " :47092", "' :47092' is not HOST:PORT (e.g. 127.0.0.1:9092)"),
+        (host_port, "my host:47092", "'my host:47092': a host has no spaces"),
         # DURABLE_AGENT_DATA_DIR= ran the agent in the current directory
         (path, "", "an empty path (give a directory)"),
         (upper_case_of(("DEBUG", "INFO")), "LOUD", "'LOUD' is not DEBUG or INFO"),

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from durable_producer.buffer_agent import agent
 from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.kafka import cluster_metadata
 from durable_producer.buffer_agent.wal import WriteAheadLog
@@ -136,7 +137,9 @@ def test_a_failed_start_frees_its_librdkafka_client(
 ) -> None:
     # The agent's metadata client is destroyed before ``main`` returns, not left to the
     # process's exit (a librdkafka client alive then can crash the exit: SIGSEGV). The
-    # collector is off: only a dropped last reference frees it.
+    # collector is off: only a dropped last reference frees it. The port is found busy only
+    # when the agent listens, as when another process takes it after the check at start.
+    monkeypatch.setattr(agent, "try_binding", lambda host, port: None)
     args = run_agent(tmp_path)
     args[args.index("--listen") + 1] = f"127.0.0.1:{busy_port}"
     with clients_freed(monkeypatch, cluster_metadata, "AdminClient") as destroyed:
@@ -379,3 +382,46 @@ def test_a_secret_file_of_random_bytes_is_one_line(
         f"durable-agent: invalid Kafka connection settings: {flag} {str(random)!r} is not"
         " UTF-8 text (byte 0x99 at offset 0): the file must hold the secret itself, as text"
     )
+
+
+@pytest.mark.parametrize("flag", ["--listen", "--metrics-listen"])
+@pytest.mark.parametrize("host", ["nosuchhost.invalid", "256.1.1.1"])
+def test_a_listen_host_that_does_not_resolve_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, host: str
+) -> None:
+    """The line said "cannot listen there (Unknown error -2)": the resolver's negative error
+    code read as an OS error number."""
+    args = run_agent(tmp_path)
+    args[args.index(flag) + 1] = f"{host}:47092"
+    assert main(args) == 2
+    line = single_error_line(capsys)
+    assert line.startswith(
+        f"durable-agent: {flag} {host}:47092: cannot listen there (the name {host} does not"
+        " resolve: "
+    ), line
+    assert line.endswith(
+        f"); give an address of this host (127.0.0.1, 0.0.0.0, [::]) or a name that resolves"
+        f" to one with {flag}"
+    ), line
+
+
+def test_the_kafka_listener_is_checked_before_the_wal_opens(tmp_path: Path) -> None:
+    """It failed only once the WAL was open (recovery can take minutes) and the forwarder had
+    tried Kafka: six log lines came first, and the WAL was opened for nothing."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        for listen in (f"127.0.0.1:{port}", "nosuchhost.invalid:47092"):
+            args = run_agent(tmp_path / listen, "--log-level", "INFO")
+            args[args.index("--listen") + 1] = listen
+            done = subprocess.run(
+                [sys.executable, "-m", "durable_producer.buffer_agent.cli", *args],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 2
+            assert len(done.stderr.splitlines()) == 1, done.stderr
+            assert done.stderr.startswith(f"durable-agent: --listen {listen}: cannot listen")
+            assert not any((tmp_path / listen / "volume" / "wal").iterdir())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,20 @@ TRIM_DELAY_S = 2.0
 
 _Handler = Callable[[Request], Awaitable[Any]]
 """An API's handler: a kio response entity to encode, bytes already encoded, or None."""
+
+
+def try_binding(host: str, port: int) -> None:
+    """Bind each address ``listen`` will (as asyncio's ``create_server`` does: every address
+    the name resolves to, IPv6 ones V6ONLY) and let it go again, without listening: raises the
+    ``OSError`` (``socket.gaierror`` for a name that does not resolve) ``listen`` would."""
+    for family, kind, proto, _, address in socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            probe.bind(address)
 
 
 class IngestServer:
