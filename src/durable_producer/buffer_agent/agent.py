@@ -226,8 +226,9 @@ class BufferAgent:
         themselves (module docstring)."""
         return self._accepting and self.wal is not None and not self.wal.closed
 
-    def _fit_wal_to_volume(self) -> bool:
-        """Lower ``--max-buffer-bytes`` to what the volume holds; False if it holds no WAL."""
+    def _fit_wal_to_volume(self) -> None:
+        """Lower ``--max-buffer-bytes`` to what the volume holds; ``StartupError`` (one line,
+        exit 2, as every other start-up problem) if it holds no WAL."""
         agent, wal = self.settings.agent, self.settings.wal
         try:
             limit = fit_wal_limit(
@@ -237,20 +238,17 @@ class BufferAgent:
                 self.settings.ingest.max_batch_bytes,
             )
         except VolumeTooSmall as error:
-            log.error("%s: %s", agent.data_dir, error)
-            return False
+            raise StartupError(f"--data-dir {agent.data_dir}: {error}") from None
         if limit.warning is not None:
             log.warning("%s: %s", agent.data_dir, limit.warning)
         self.settings = dataclasses.replace(
             self.settings, wal=dataclasses.replace(wal, max_bytes=limit.max_bytes)
         )
-        return True
 
     async def run(self) -> int:
-        """Serve until SIGTERM/SIGINT; the exit code (2: the volume is too small)."""
+        """Serve until SIGTERM/SIGINT; the exit code."""
         self._loop = asyncio.get_running_loop()
-        if not self._fit_wal_to_volume():
-            return 2
+        self._fit_wal_to_volume()
         agent = self.settings.agent
         try:
             # Before the WAL opens: recovery reads every frame on the volume (minutes for a

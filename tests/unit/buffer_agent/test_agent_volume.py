@@ -41,10 +41,14 @@ def test_a_volume_too_small_for_two_segments_exits_2_with_the_numbers(
     tiny = VolumeSpace(free_bytes=3 * MIB, capacity_bytes=3 * MIB, segment_bytes=0)
     monkeypatch.setattr(agent_module, "measure_volume", lambda *_: tiny)
     assert run(tmp_path) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
-    assert len(errors) == 1
-    assert "too small for the WAL" in errors[0] and str(3 * MIB) in errors[0]
-    assert "--segment-bytes" in errors[0]
+    # the line every other exit code 2 is (it was a log record: "... ERROR durable_producer...")
+    assert capsys.readouterr().err.splitlines() == [
+        f"durable-agent: --data-dir {tmp_path / 'volume'}: the volume ({3 * MIB} bytes"
+        f" writable) is too small for the WAL: {3 * MIB} usable bytes hold no WAL of 2 segments"
+        f" of {MIB} bytes beside a reserve of 5373952 bytes: at least 7471104 usable bytes are"
+        f" needed. Give the agent a larger volume, or lower --segment-bytes ({MIB}) or"
+        " --max-batch-bytes (65536)"
+    ]
     wal_dir = tmp_path / "volume" / "wal"  # created empty by the start-up checks
     assert not wal_dir.exists() or not any(wal_dir.iterdir()), "nothing was opened"
 
