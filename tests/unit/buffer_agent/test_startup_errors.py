@@ -371,6 +371,7 @@ def test_a_secret_file_of_random_bytes_is_one_line(
         "PLAIN",
         *(word for pair in secrets.items() for word in pair),
     ]
+    (tmp_path / "volume").mkdir()  # drain wants a volume that exists
     volume = ["--data-dir", str(tmp_path / "volume")]
     args = (
         run_agent(tmp_path, *flags)
