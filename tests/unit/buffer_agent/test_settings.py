@@ -97,13 +97,20 @@ def test_the_two_listeners_on_one_port_are_refused(
     [
         ("--max-decompressed-batch-bytes", "1", "1048588", "give it at least 1048588"),
         ("--default-partitions", "100000001", "100000", "give at most 100000"),
+        (
+            "--fsync-interval-ms",
+            "9300000000000",
+            "3600000",
+            "--fsync-interval-ms=9300000000000 is more than an hour: give at most 3600000",
+        ),
     ],
 )
 def test_limits_that_refuse_or_overwhelm_clients_are_refused(
     flag: str, refused: str, least_or_most: str, refusal: str
 ) -> None:
-    """Both were taken: the first refused every compressed batch as too large, for ever; the
-    second answered a metadata request with a hundred million partitions."""
+    """All were taken: the first refused every compressed batch as too large, for ever; the
+    second answered a metadata request with a hundred million partitions; the third ended the
+    fsync thread with an OverflowError while the agent acknowledged on without fsync."""
     run = ["run", "--kafka-bootstrap", "k:9092", flag]
     with pytest.raises(SettingError, match=refusal):
         settings_from(build_parser({}).parse_args([*run, refused]))

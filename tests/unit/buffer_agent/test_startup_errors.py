@@ -73,6 +73,19 @@ def test_a_buffer_limit_below_two_segments_names_the_flags(
     assert "two segments" in line
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [
+        ("--fsync-interval-ms", "9300000000000"),  # ended the fsync thread: acked without fsync
+    ],
+)
+def test_a_time_beyond_its_bound_names_the_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flag: str, value: str
+) -> None:
+    assert main(run_agent(tmp_path, flag, value)) == 2
+    assert f"{flag}={value}" in single_error_line(capsys)
+
+
 def test_a_data_dir_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "volume").write_text("not a directory")
     assert main(run_agent(tmp_path)) == 2

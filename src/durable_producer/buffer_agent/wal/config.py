@@ -20,6 +20,10 @@ DEFAULT_MAX_WAL_FRAME_BYTES = 16 * MIB
 (``settings.wal_frame_limit``).
 
 Not the limit on a Kafka request (``kafka.protocol.DEFAULT_MAX_REQUEST_FRAME_BYTES``)."""
+MAX_FSYNC_INTERVAL_MS = 3_600_000
+"""``--fsync-interval-ms`` at most: an hour. A longer period means no fsync at all (``never``
+says so); one above ~9.2e12 ms overflowed the syncer's wait and ended its thread, so the
+agent acknowledged on without any fsync."""
 
 
 class FsyncPolicy(StrEnum):
@@ -78,7 +82,11 @@ class WalConfig:
         ),
     )
     fsync_interval_ms: int = field(
-        default=100, metadata=option("fsync period of the interval policy", parse=positive_int)
+        default=100,
+        metadata=option(
+            f"fsync period of the interval policy, at most {MAX_FSYNC_INTERVAL_MS} (an hour)",
+            parse=positive_int,
+        ),
     )
     full_disk_policy: FullDiskPolicy = field(
         default=FullDiskPolicy(DEFAULT_FULL_DISK_POLICY),
@@ -133,6 +141,11 @@ class WalConfig:
             )
         if self.fsync_interval_ms <= 0:
             problems.append(f"fsync_interval_ms={self.fsync_interval_ms} must be positive")
+        if self.fsync_interval_ms > MAX_FSYNC_INTERVAL_MS:
+            problems.append(
+                f"fsync_interval_ms={self.fsync_interval_ms} is more than an hour: give at most"
+                f" {MAX_FSYNC_INTERVAL_MS} (or --fsync never for no fsync at all)"
+            )
         if self.page_cache_window_bytes is not None and self.page_cache_window_bytes < 0:
             problems.append(
                 f"page_cache_window_bytes={self.page_cache_window_bytes} must not be negative"

@@ -66,8 +66,7 @@ class Syncer:
     def start(self) -> None:
         if self._policy is FsyncPolicy.NEVER:
             return
-        target = self._run_group_commit if self._policy is FsyncPolicy.ALWAYS else self._run_timer
-        self._thread = threading.Thread(target=target, name="wal-fsync", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="wal-fsync", daemon=True)
         self._thread.start()
 
     def register(self, offset: int, callback: DurabilityCallback) -> None:
@@ -100,6 +99,18 @@ class Syncer:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
+
+    def _run(self) -> None:
+        """The thread: any error that ends it fails the log as a failed fsync does, so the log
+        never acknowledges on (``interval``) or leaves appends waiting (``always``) without one."""
+        try:
+            if self._policy is FsyncPolicy.ALWAYS:
+                self._run_group_commit()
+            else:
+                self._run_timer()
+        except Exception as error:  # a bug, reported as the log's failure
+            log.exception("the WAL's fsync thread failed")
+            self._failed(error)
 
     def _run_group_commit(self) -> None:
         while True:
@@ -149,8 +160,11 @@ class Syncer:
             callback(None)
         return True
 
-    def _failed(self, error: OSError) -> bool:
-        failure = WalFailedError(f"fsync of the WAL failed: {error}")
+    def _failed(self, error: Exception) -> bool:
+        if isinstance(error, OSError):
+            failure = WalFailedError(f"fsync of the WAL failed: {error}")
+        else:
+            failure = WalFailedError(f"the WAL's fsync thread failed: {error!r}")
         self._on_failure(failure)
         self.fail(failure)
         return False

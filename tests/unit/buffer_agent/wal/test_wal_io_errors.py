@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -177,3 +178,27 @@ def test_a_failed_syncer_answers_every_waiter_with_the_failure() -> None:
     syncer.register(3, results.append)  # already durable before the failure: still refused
     assert len(results) == 3
     assert all(isinstance(result, WalFailedError) for result in results)
+
+
+def test_a_syncer_thread_ended_by_any_error_fails_the_log(
+    wal_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error other than OSError ended the ``wal-fsync`` thread silently (an OverflowError
+    from a huge --fsync-interval-ms did): under ``interval`` the log acknowledged on, with no
+    fsync ever again. Now it fails the log as a failed fsync does."""
+    config = replace(SMALL, fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=1)
+    with WriteAheadLog.open(wal_dir, config) as wal:
+        wal.append("t", 0, payload_for(0))
+
+        def broken(fd: int) -> None:
+            raise RuntimeError("not an I/O error")
+
+        monkeypatch.setattr(os, "fdatasync", broken)
+        wal.append("t", 0, payload_for(1))  # the next fsync ends the thread
+        deadline = time.monotonic() + 5
+        while wal.healthy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not wal.healthy, "the thread's end must fail the log"
+        with pytest.raises(WalFailedError):
+            wal.append("t", 0, payload_for(2))
+        monkeypatch.undo()
