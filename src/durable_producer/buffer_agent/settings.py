@@ -21,6 +21,7 @@ from durable_producer.buffer_agent.errors import SettingError
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.ingest.config import IngestConfig
 from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
+from durable_producer.buffer_agent.kafka.produce_wire import MAX_TIMEOUT_MS
 from durable_producer.buffer_agent.logging_setup import LOG_FORMATS, LOG_LEVELS
 from durable_producer.buffer_agent.options import (
     Option,
@@ -189,6 +190,8 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         wal, max_frame_bytes=wal_frame_limit(ingest.max_batch_bytes, wal.segment_bytes)
     )
     agent = _config(AgentConfig, given)
+    forwarder = _config(ForwarderConfig, given)
+    _check_forwarder(forwarder)
     if "max_buffer_bytes" in given:  # commands that write the WAL (run)
         _check_wal(wal)
         _check_ports(ingest, agent)
@@ -198,8 +201,18 @@ def settings_from(args: argparse.Namespace) -> AgentSettings:
         kafka=_config(KafkaConnectionSettings, given),
         wal=wal,
         ingest=ingest,
-        forwarder=_config(ForwarderConfig, given),
+        forwarder=forwarder,
     )
+
+
+def _check_forwarder(forwarder: ForwarderConfig) -> None:
+    """A request timeout Kafka's Produce request cannot carry: every request failed to encode
+    (struct.error), was counted as a lost answer and retried, for ever."""
+    if int(forwarder.request_timeout_s * 1000) > MAX_TIMEOUT_MS:
+        raise SettingError(
+            f"--request-timeout={forwarder.request_timeout_s:.15g} is more than a Produce request"
+            f" carries (a 32-bit count of milliseconds): give at most {MAX_TIMEOUT_MS / 1000}"
+        )
 
 
 def _check_ingest(ingest: IngestConfig, agent: AgentConfig, wal: WalConfig) -> None:

@@ -103,6 +103,19 @@ def test_the_two_listeners_on_one_port_are_refused(
             "3600000",
             "--fsync-interval-ms=9300000000000 is more than an hour: give at most 3600000",
         ),
+        (
+            "--request-timeout",
+            "2147483.648",
+            "2147483.647",
+            r"--request-timeout=2147483.648 is more than a Produce request carries .*"
+            r"give at most 2147483.647",
+        ),
+        (
+            "--block-timeout",
+            "1e300",
+            "2147483.647",
+            r"--block-timeout=1e\+300 is longer than any request waits .* at most 2147483.647",
+        ),
     ],
 )
 def test_limits_that_refuse_or_overwhelm_clients_are_refused(
@@ -110,7 +123,9 @@ def test_limits_that_refuse_or_overwhelm_clients_are_refused(
 ) -> None:
     """All were taken: the first refused every compressed batch as too large, for ever; the
     second answered a metadata request with a hundred million partitions; the third ended the
-    fsync thread with an OverflowError while the agent acknowledged on without fsync."""
+    fsync thread with an OverflowError while the agent acknowledged on without fsync; the fourth
+    made every Produce request fail to encode (a 32-bit millisecond field), retried for ever;
+    the fifth overflowed the wait for space of a blocking append."""
     run = ["run", "--kafka-bootstrap", "k:9092", flag]
     with pytest.raises(SettingError, match=refusal):
         settings_from(build_parser({}).parse_args([*run, refused]))
@@ -232,3 +247,14 @@ def test_a_changed_default_changes_the_generated_reference() -> None:
     assert "| `--fsync` | `DURABLE_AGENT_FSYNC` | `interval` |" in reference_table((fsync,))
     changed = replace(fsync, default=FsyncPolicy.ALWAYS)
     assert "| `--fsync` | `DURABLE_AGENT_FSYNC` | `always` |" in reference_table((changed,))
+
+
+@pytest.mark.parametrize(
+    "command", [["drain"], ["dead-letters", "resend", "id-1"], ["run"]]
+)
+def test_every_forwarding_command_refuses_a_request_timeout_kafka_cannot_carry(
+    command: list[str],
+) -> None:
+    argv = [*command, "--kafka-bootstrap=k:1", "--request-timeout=2147484"]
+    with pytest.raises(SettingError, match="--request-timeout=2147484 is more than"):
+        settings_from(build_parser({}).parse_args(argv))

@@ -77,6 +77,7 @@ def test_a_buffer_limit_below_two_segments_names_the_flags(
     ("flag", "value"),
     [
         ("--fsync-interval-ms", "9300000000000"),  # ended the fsync thread: acked without fsync
+        ("--request-timeout", "2147484"),  # Produce requests failed to encode, retried for ever
     ],
 )
 def test_a_time_beyond_its_bound_names_the_flag(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from durable_producer.buffer_agent.kafka.produce_wire import MAX_TIMEOUT_MS
 from durable_producer.buffer_agent.options import (
     non_negative_float,
     option,
@@ -36,7 +37,8 @@ class ForwarderConfig:
         default=30.0,
         metadata=option(
             "seconds Kafka may hold a Produce request (its acks=all timeout) before the forwarder"
-            " retries it; a request a leader holds blocks its connection that long",
+            " retries it; a request a leader holds blocks its connection that long; at most"
+            f" {MAX_TIMEOUT_MS / 1000} (Kafka's 32-bit milliseconds)",
             flag="--request-timeout",
             parse=positive_float,
         ),

@@ -25,6 +25,9 @@ _FIRST_FLEXIBLE = 9
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
+MAX_TIMEOUT_MS = 2**31 - 1
+"""A Produce request's timeout is a 32-bit count of milliseconds (about 24.8 days): the most
+``--request-timeout`` may ask, and the most any client's request can wait (``--block-timeout``)."""
 _PARTITION_V3 = struct.Struct(">ihq8x")
 """A partition's answer up to v4: index, error code, base offset (its log append time skipped)."""
 _PARTITION_V5 = struct.Struct(">ihq16x")

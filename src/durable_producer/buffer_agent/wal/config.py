@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from durable_producer.buffer_agent.kafka.produce_wire import MAX_TIMEOUT_MS
 from durable_producer.buffer_agent.options import (
     non_negative_int,
     option,
@@ -101,7 +102,7 @@ class WalConfig:
         default=5.0,
         metadata=option(
             "seconds a produce request waits for space under --full-disk-policy=block (never past"
-            " the request's own timeout less 1 s)",
+            f" the request's own timeout less 1 s, so at most {MAX_TIMEOUT_MS / 1000})",
             flag="--block-timeout",
             parse=positive_float,
         ),
@@ -152,5 +153,10 @@ class WalConfig:
             )
         if self.block_timeout_s < 0:
             problems.append(f"block_timeout_s={self.block_timeout_s} must not be negative")
+        if int(self.block_timeout_s * 1000) > MAX_TIMEOUT_MS:
+            problems.append(
+                f"block_timeout_s={self.block_timeout_s:.15g} is longer than any request waits"
+                f" (a 32-bit count of milliseconds): give at most {MAX_TIMEOUT_MS / 1000}"
+            )
         if problems:
             raise ValueError("invalid WAL configuration: " + "; ".join(problems))
