@@ -30,6 +30,10 @@ def directory(path: Path) -> None:
     (path / "inside").mkdir(parents=True)
 
 
+def deeply_nested(path: Path) -> None:
+    path.write_bytes(b"[" * 100_000)  # a RecursionError in the JSON parser, not a ValueError
+
+
 def wrong_shape(path: Path) -> None:
     path.write_text('{"next_unreserved": "many", "topics": [1], "wal_offset": {}}')
 
@@ -42,6 +46,8 @@ CASES: list[tuple[str, Callable[[Path], None]]] = [
     ("producer_ids.json", wrong_shape),
     ("metadata.json", directory),
     ("producer_state.json", directory),
+    ("metadata.json", deeply_nested),  # the next two: a RecursionError traceback, exit 1
+    ("producer_state.json", deeply_nested),
     # The forwarder's identity (issue 27): a directory in its place was never counted or moved
     # aside (every later write failed: after a crash, a new producer id and duplicates), and
     # garbage was ignored without a word.

@@ -173,7 +173,7 @@ def load_identity(state_dir: Path) -> tuple[IdentityRecord | None, StateDamage |
     for _, payload in sorted(slots, reverse=True):
         try:
             return IdentityRecord.decode(payload), None
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):  # RecursionError: deep JSON
             continue
     if not data.strip(b"\0"):
         return None, None  # preallocated, never written

@@ -49,7 +49,7 @@ def read_hint(state_dir: Path) -> dict[str, int]:
     try:
         hint = json.loads((state_dir / LEGACY_HINT_FILES[0]).read_bytes())
         return {key: int(hint[key]) for key in HINT_KEYS}
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):  # Recursion: deep JSON
         return {}
 
 

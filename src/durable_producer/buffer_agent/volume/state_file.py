@@ -50,7 +50,8 @@ def read_json_state(path: Path, *, fallback: str) -> StateRead:
         return StateRead(json.loads(path.read_bytes()))
     except FileNotFoundError:
         return StateRead()
-    except (OSError, ValueError) as error:  # JSON and UTF-8 errors are ValueErrors
+    except (OSError, ValueError, RecursionError) as error:  # JSON, UTF-8 errors: ValueErrors
+        # RecursionError: JSON nested deeper than the parser goes ("[" * 100000)
         return StateRead(damage=set_aside(path, _describe(error), fallback))
 
 

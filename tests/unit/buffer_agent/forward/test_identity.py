@@ -107,6 +107,8 @@ def _slot(payload: bytes, sequence: int = 1) -> bytes:
         ("garbage", lambda path: path.write_bytes(b"{")),
         ("directory", lambda path: (path / "inside").mkdir(parents=True)),
         ("no identity in a valid slot", lambda path: path.write_bytes(2 * _slot(b'{"a": 1}'))),
+        # A RecursionError (not a ValueError) ended the forwarder's start before.
+        ("deep JSON in a valid slot", lambda path: path.write_bytes(2 * _slot(b"[" * 60_000))),
     ],
 )
 def test_a_damaged_file_is_set_aside_logged_once_and_reported(

@@ -114,3 +114,9 @@ def test_a_forgotten_hint_counts_nothing_as_sent_and_is_written_over(
     progress.write_hint(delivered_up_to(3), 3, durable=False)
     progress.close()
     assert read_hint(state) == {"sent_high": 3, "delivered_high": 3}
+
+
+def test_a_deeply_nested_legacy_hint_is_no_hint(tmp_path: Path) -> None:
+    """A RecursionError, not a ValueError: it ended the forwarder's start before."""
+    (tmp_path / LEGACY_HINT_FILES[0]).write_bytes(b"[" * 100_000)
+    assert read_hint(tmp_path) == {}

@@ -14,7 +14,12 @@ from durable_producer.buffer_agent.ingest.producer_ids import (
     PRODUCER_IDS_FILE,
     ProducerIdAllocator,
 )
+from durable_producer.buffer_agent.ingest.producer_state import (
+    PRODUCER_STATE_FILE,
+    ProducerStateStore,
+)
 from durable_producer.buffer_agent.volume.state_file import DAMAGED_SUFFIX, read_json_state
+from durable_producer.buffer_agent.wal.log_id import LogId
 
 
 def test_an_absent_file_is_no_damage(tmp_path: Path) -> None:
@@ -22,7 +27,11 @@ def test_an_absent_file_is_no_damage(tmp_path: Path) -> None:
     assert (read.document, read.damage) == (None, None)
 
 
-@pytest.mark.parametrize("content", [b"{", b"", b"\xff\xfe", b'{"a": 1'])
+DEEPLY_NESTED = b"[" * 100_000
+"""JSON nested deeper than the parser goes: a RecursionError, not a ValueError."""
+
+
+@pytest.mark.parametrize("content", [b"{", b"", b"\xff\xfe", b'{"a": 1', DEEPLY_NESTED])
 def test_unparsable_bytes_are_moved_aside_and_reported(
     tmp_path: Path, content: bytes, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -76,3 +85,30 @@ def test_a_metadata_cache_of_the_wrong_shape_is_set_aside(tmp_path: Path, docume
 
     assert cache.damage is not None and cache.cached_topics() == []
     assert (tmp_path / f"{METADATA_FILE}{DAMAGED_SUFFIX}").exists()
+
+
+def _producer_state_damage(state_dir: Path) -> object:
+    store = ProducerStateStore(state_dir)
+    store.load(LogId("0" * 32))
+    return store.damage
+
+
+@pytest.mark.parametrize(
+    ("name", "load"),
+    [
+        (PRODUCER_IDS_FILE, lambda state: ProducerIdAllocator(state).damage),
+        (METADATA_FILE, lambda state: MetadataCache(state, source=None).damage),
+        (PRODUCER_STATE_FILE, lambda state: _producer_state_damage(state)),
+    ],
+)
+def test_deeply_nested_json_in_any_state_file_is_moved_aside(
+    tmp_path: Path, name: str, load: object
+) -> None:
+    """``"[" * 100000`` stopped the agent's start with a RecursionError traceback, exit 1."""
+    (tmp_path / name).write_bytes(DEEPLY_NESTED)
+
+    damage = load(tmp_path)  # type: ignore[operator]
+
+    assert damage is not None
+    assert not (tmp_path / name).exists()
+    assert (tmp_path / f"{name}{DAMAGED_SUFFIX}").read_bytes() == DEEPLY_NESTED

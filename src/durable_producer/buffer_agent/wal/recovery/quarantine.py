@@ -148,7 +148,7 @@ def read_records(directory: Path) -> list[dict[str, Any]]:
             if not isinstance(record, dict):
                 raise ValueError("not a JSON object")
             records.append(record)
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, RecursionError) as error:  # RecursionError: deep JSON
             records.append({"quarantined_file": path.name, "error": str(error)})
     return records
 

@@ -12,8 +12,14 @@ from typing import Any
 import pytest
 
 from durable_producer.buffer_agent.figures.metrics import AgentMetrics
-from durable_producer.buffer_agent.volume.format import MAX_OFFSET, encode_segment_header
+from durable_producer.buffer_agent.volume.format import (
+    MAX_OFFSET,
+    QUARANTINE_DIR,
+    QUARANTINE_REASON_SUFFIX,
+    encode_segment_header,
+)
 from durable_producer.buffer_agent.wal import WriteAheadLog
+from durable_producer.buffer_agent.wal.recovery.quarantine import read_records
 from durable_producer.buffer_agent.wal.segment import list_segments
 from support.wal_helpers import SMALL, payload_for, write_frames
 
@@ -198,3 +204,12 @@ def test_the_agent_metrics_show_what_opening_found(wal_dir: Path) -> None:
     assert "durable_agent_quarantined_segments 1.0" in text
     assert "durable_agent_wal_ignored_files 1.0" in text
     assert "durable_agent_wal_torn_tail_bytes 0.0" in text
+
+
+def test_a_deeply_nested_quarantine_record_is_listed_as_unreadable(tmp_path: Path) -> None:
+    """A RecursionError, not a ValueError: it ended ``wal inspect`` with a traceback before."""
+    area = tmp_path / QUARANTINE_DIR
+    area.mkdir()
+    (area / f"00000000000000000000{QUARANTINE_REASON_SUFFIX}").write_bytes(b"[" * 100_000)
+    [record] = read_records(tmp_path)
+    assert record["quarantined_file"].endswith(QUARANTINE_REASON_SUFFIX) and record["error"]
