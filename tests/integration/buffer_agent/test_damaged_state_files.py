@@ -34,6 +34,14 @@ def deeply_nested(path: Path) -> None:
     path.write_bytes(b"[" * 100_000)  # a RecursionError in the JSON parser, not a ValueError
 
 
+def producer_id_out_of_range(path: Path) -> None:
+    path.write_text('{"next_unreserved": 9223372036854775900}')  # above Kafka's int64
+
+
+def producer_id_infinite(path: Path) -> None:
+    path.write_text('{"next_unreserved": 1e400}')  # a float, inf
+
+
 def wrong_shape(path: Path) -> None:
     path.write_text('{"next_unreserved": "many", "topics": [1], "wal_offset": {}}')
 
@@ -44,6 +52,10 @@ CASES: list[tuple[str, Callable[[Path], None]]] = [
     ("producer_ids.json", garbage),
     ("producer_ids.json", directory),
     ("producer_ids.json", wrong_shape),
+    # Every InitProducerId failed ("closing connection ... after an internal error"), no line
+    # saying why; 1e400: an OverflowError traceback, exit 1.
+    ("producer_ids.json", producer_id_out_of_range),
+    ("producer_ids.json", producer_id_infinite),
     ("metadata.json", directory),
     ("producer_state.json", directory),
     ("metadata.json", deeply_nested),  # the next two: a RecursionError traceback, exit 1

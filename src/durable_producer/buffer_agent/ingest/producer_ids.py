@@ -18,6 +18,9 @@ from durable_producer.buffer_agent.volume.atomic_file import write_atomic
 from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 
 PRODUCER_IDS_FILE = "producer_ids.json"
+MAX_PRODUCER_ID = (1 << 63) - 1
+"""Kafka's producer ids are 64-bit signed: a ``next_unreserved`` above it (or not a whole
+number) is damage, not a place to count from (every InitProducerId answer failed to encode)."""
 
 
 class ProducerIdAllocator:
@@ -42,9 +45,13 @@ class ProducerIdAllocator:
         if read.document is None:
             return 0
         try:
-            next_unreserved = int(read.document["next_unreserved"])
-            if next_unreserved < 0:
-                raise ValueError(f"next_unreserved is {next_unreserved}")
+            next_unreserved = read.document["next_unreserved"]
+            if type(next_unreserved) is not int:  # 1e400 is a float (inf), True a bool
+                raise TypeError(f"next_unreserved is {next_unreserved!r}, not a whole number")
+            if not 0 <= next_unreserved <= MAX_PRODUCER_ID:
+                raise ValueError(
+                    f"next_unreserved is {next_unreserved}, outside 0..{MAX_PRODUCER_ID}"
+                )
         except (KeyError, TypeError, ValueError) as error:
             self.damage = set_aside(self._path, f"no usable next_unreserved ({error})", fallback)
             return _ids_above_any_counted()
