@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 from durable_producer.buffer_agent.errors import SettingError
 from durable_producer.buffer_agent.forward.config import ForwarderConfig
 from durable_producer.buffer_agent.ingest.config import IngestConfig
+from durable_producer.buffer_agent.ingest.metadata import MAX_DEFAULT_PARTITIONS
 from durable_producer.buffer_agent.kafka.client_config import KafkaConnectionSettings
 from durable_producer.buffer_agent.kafka.produce_wire import MAX_TIMEOUT_MS
 from durable_producer.buffer_agent.logging_setup import LOG_FORMATS, LOG_LEVELS
@@ -41,8 +42,6 @@ from durable_producer.shutdown_record import TERMINATION_MESSAGE_PATH
 
 FRAME_HEADROOM_BYTES = 64 * 1024
 """Room in a WAL frame beside the largest batch: the frame header and the topic name."""
-MAX_DEFAULT_PARTITIONS = 100_000
-"""``--default-partitions`` at most: a metadata answer of 100,000 partitions is a few MB."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ are acknowledged. Kafka is unreachable here on purpose: ingest must not depend o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,6 +43,19 @@ def producer_id_infinite(path: Path) -> None:
     path.write_text('{"next_unreserved": 1e400}')  # a float, inf
 
 
+def cached_orders(path: Path, partitions: str) -> None:
+    entry = f'"partitions": {partitions}, "refreshed_at": {time.time()}, "max_message_bytes": null'
+    path.write_text('{"version": 1, "topics": {"orders": {' + entry + "}}}")
+
+
+def no_partitions(path: Path) -> None:  # every produce to the topic timed out
+    cached_orders(path, "0")
+
+
+def infinite_partitions(path: Path) -> None:  # a float (inf): an OverflowError traceback
+    cached_orders(path, "1e400")
+
+
 def wrong_shape(path: Path) -> None:
     path.write_text('{"next_unreserved": "many", "topics": [1], "wal_offset": {}}')
 
@@ -57,6 +71,8 @@ CASES: list[tuple[str, Callable[[Path], None]]] = [
     ("producer_ids.json", producer_id_out_of_range),
     ("producer_ids.json", producer_id_infinite),
     ("metadata.json", directory),
+    ("metadata.json", no_partitions),
+    ("metadata.json", infinite_partitions),
     ("producer_state.json", directory),
     ("metadata.json", deeply_nested),  # the next two: a RecursionError traceback, exit 1
     ("producer_state.json", deeply_nested),

@@ -43,11 +43,12 @@ import asyncio
 import enum
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from durable_producer.buffer_agent.kafka.cluster_metadata import TopicFacts
 from durable_producer.buffer_agent.volume.atomic_file import write_atomic
@@ -59,6 +60,12 @@ METADATA_FILE = "metadata.json"
 _FORMAT_VERSION = 1
 MAX_MISSING_TOPICS = 1024
 """Topics remembered as missing; the oldest is forgotten first (asked about again)."""
+MAX_DEFAULT_PARTITIONS = 100_000
+"""``--default-partitions`` at most: a metadata answer of 100,000 partitions is a few MB. Also
+the most a cached count may be: ``metadata.json`` saying 3,000,000 took one client's metadata
+request to 763 MB RSS."""
+MAX_MESSAGE_BYTES_LIMIT = 2**31 - 1
+"""The largest ``max.message.bytes`` a topic can have (a 32-bit int config in Kafka)."""
 
 
 class MetadataSource(Protocol):
@@ -136,13 +143,10 @@ class MetadataCache:
         self.damage = read.damage
         if read.document is None:
             return {}
+        now = self._clock()
         try:
             return {
-                name: _Entry(
-                    int(entry["partitions"]),
-                    float(entry["refreshed_at"]),
-                    _optional_int(entry.get("max_message_bytes")),
-                )
+                str(name): _entry_of(entry, now)
                 for name, entry in read.document["topics"].items()
             }
         except (ValueError, KeyError, TypeError, AttributeError) as error:
@@ -355,5 +359,28 @@ class MetadataCache:
             await asyncio.gather(self._background, return_exceptions=True)
 
 
-def _optional_int(value: object) -> int | None:
-    return None if value is None else int(str(value))
+def _entry_of(entry: Mapping[str, object], now: float) -> _Entry:
+    """A cached topic as ``_save`` wrote it; ValueError or TypeError for anything else.
+
+    Out of range is damage too: 0 or fewer partitions made every produce to the topic time
+    out, millions took the agent past its memory limit, ``1e400`` (a float, inf) raised
+    OverflowError; a ``max.message.bytes`` below 1 refuses every batch. A ``refreshed_at``
+    in the future (the clock set back) counts from now, so the entry is refreshed on time."""
+    partitions = _whole(entry["partitions"], "partitions", 1, MAX_DEFAULT_PARTITIONS)
+    limit = entry.get("max_message_bytes")
+    if limit is not None:
+        limit = _whole(limit, "max_message_bytes", 1, MAX_MESSAGE_BYTES_LIMIT)
+    refreshed_at = entry["refreshed_at"]
+    if not _is_number(refreshed_at) or not 0 <= refreshed_at < math.inf:
+        raise ValueError(f"refreshed_at is {refreshed_at!r}, not a time")
+    return _Entry(partitions, min(float(refreshed_at), now), limit)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _whole(value: object, name: str, least: int, most: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= most:
+        raise ValueError(f"{name} is {value!r}, not a whole number in {least}..{most}")
+    return value

@@ -7,12 +7,15 @@ import errno
 import json
 import os
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from durable_producer.buffer_agent.ingest.metadata import (
+    MAX_DEFAULT_PARTITIONS,
+    MAX_MESSAGE_BYTES_LIMIT,
     MAX_MISSING_TOPICS,
     METADATA_FILE,
     MetadataCache,
@@ -296,3 +299,62 @@ def test_a_limit_the_forwarder_heard_takes_effect_at_once_and_is_kept(tmp_path: 
     assert cache.max_message_bytes("never-asked") is None
     assert lookup(cache, ["shrunk"])["shrunk"].partitions == 1
     assert len(cluster.calls) == 1, "still fresh: the refresh comes on its own schedule"
+
+
+def _cached(partitions: str, refreshed_at: str = "1000", limit: str = "null") -> str:
+    return (
+        f'{{"version": 1, "topics": {{"t1": {{"partitions": {partitions},'
+        f' "refreshed_at": {refreshed_at}, "max_message_bytes": {limit}}}}}}}'
+    )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _cached("-1"),  # every produce to t1 timed out
+        _cached("0"),
+        _cached(str(MAX_DEFAULT_PARTITIONS + 1)),
+        _cached("3000000"),  # one client Metadata request took the agent to 763 MB RSS
+        _cached("1e400"),  # a float (inf): an OverflowError traceback, exit 1
+        _cached("2.5"),
+        _cached("true"),
+        _cached("3", limit="0"),  # every batch refused as too large
+        _cached("3", limit="-5"),
+        _cached("3", limit=str(MAX_MESSAGE_BYTES_LIMIT + 1)),
+        _cached("3", limit="1e400"),
+        _cached("3", refreshed_at="1e400"),  # never refreshed
+        _cached("3", refreshed_at="NaN"),
+        _cached("3", refreshed_at="-1"),
+        _cached("3", refreshed_at='"yesterday"'),
+    ],
+    ids=[
+        "partitions=-1", "partitions=0", "partitions=max+1", "partitions=3000000",
+        "partitions=1e400", "partitions=2.5", "partitions=true", "limit=0", "limit=-5",
+        "limit=int32+1", "limit=1e400", "refreshed_at=1e400", "refreshed_at=NaN",
+        "refreshed_at=-1", "refreshed_at=text",
+    ],
+)
+def test_a_cached_topic_out_of_range_is_damage_and_set_aside(tmp_path: Path, text: str) -> None:
+    (tmp_path / METADATA_FILE).write_text(text)
+
+    cache = MetadataCache(tmp_path, source=None, clock=Clock())
+
+    assert cache.damage is not None and cache.cached_topics() == []
+    assert (tmp_path / f"{METADATA_FILE}.damaged").read_text() == text
+
+
+def test_cached_topics_at_the_bounds_are_kept(tmp_path: Path) -> None:
+    text = _cached(str(MAX_DEFAULT_PARTITIONS), limit=str(MAX_MESSAGE_BYTES_LIMIT))
+    (tmp_path / METADATA_FILE).write_text(text)
+    cache = MetadataCache(tmp_path, source=None, clock=Clock())
+    assert cache.damage is None and cache.cached_partitions("t1") == MAX_DEFAULT_PARTITIONS
+
+
+def test_a_refresh_time_in_the_future_counts_from_now(tmp_path: Path) -> None:
+    """The clock set back: the entry is used, and refreshed after ``refresh_after_s`` from now,
+    not once the clock reaches the stored time."""
+    clock = Clock(1000.0)
+    (tmp_path / METADATA_FILE).write_text(_cached("3", refreshed_at=str(time.time() * 2)))
+    cache = MetadataCache(tmp_path, source=None, refresh_after_s=60, clock=clock)
+    assert cache.damage is None and cache.cached_partitions("t1") == 3
+    assert cache._is_fresh("t1", 1059.0) and not cache._is_fresh("t1", 1061.0)
