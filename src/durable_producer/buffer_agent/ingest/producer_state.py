@@ -27,6 +27,7 @@ import collections
 import logging
 from pathlib import Path
 
+from durable_producer.buffer_agent.ingest.producer_ids import MAX_PRODUCER_ID
 from durable_producer.buffer_agent.ingest.sequences import SequenceTracker
 from durable_producer.buffer_agent.kafka.record_batch import (
     InvalidRecordBatch,
@@ -36,6 +37,7 @@ from durable_producer.buffer_agent.kafka.record_batch import (
     sole_batch,
 )
 from durable_producer.buffer_agent.volume.atomic_file import write_atomic
+from durable_producer.buffer_agent.volume.format import MAX_OFFSET
 from durable_producer.buffer_agent.volume.state_file import StateDamage, read_json_state, set_aside
 from durable_producer.buffer_agent.wal import Frame, WriteAheadLog
 from durable_producer.buffer_agent.wal.log_id import LogId
@@ -75,7 +77,14 @@ class ProducerStateStore:
             kept = str(read.document.get("wal_id", ""))
             tracker = SequenceTracker.from_json(read.document)
             offset = int(read.document["wal_offset"])
-        except (ValueError, KeyError, TypeError, AttributeError, AssertionError) as error:
+            if not 0 <= offset <= MAX_OFFSET:
+                raise ValueError(f"wal_offset {offset} is no WAL offset")
+            if tracker.max_producer_id() > MAX_PRODUCER_ID:  # ids above it were handed out
+                raise ValueError(f"producer id {tracker.max_producer_id()} is beyond 64 bits")
+        # OverflowError: a number such as 1e400 (a float, inf) where a whole one belongs
+        except (
+            ValueError, KeyError, TypeError, AttributeError, AssertionError, OverflowError
+        ) as error:
             self.damage = set_aside(self._path, f"not a producer state ({error!r})", _FALLBACK)
             return SequenceTracker(), 0
         if not log_id.named_by(kept):

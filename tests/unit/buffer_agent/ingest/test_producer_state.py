@@ -269,3 +269,30 @@ def _without_times(tracker: SequenceTracker) -> dict[str, object]:
     """The producers' state, without when each was last seen (the time of the replay)."""
     producers = json.loads(tracker.to_json_text())["producers"]
     return {pid: {k: v for k, v in p.items() if k != "last_seen"} for pid, p in producers.items()}
+
+
+@pytest.mark.parametrize(
+    ("offset", "producer_id", "epoch"),
+    [
+        ("1e400", "5", "0"),  # a float (inf): an OverflowError traceback, exit 1
+        ("0", "5", "1e400"),
+        ("-5", "5", "0"),
+        ("0", "99999999999999999999999", "0"),  # beyond int64: InitProducerId failed after it
+    ],
+    ids=["offset=1e400", "epoch=1e400", "offset=-5", "producer_id>int64"],
+)
+def test_a_snapshot_with_numbers_out_of_range_is_set_aside(
+    tmp_path: Path, offset: str, producer_id: str, epoch: str
+) -> None:
+    text = (
+        f'{{"version":1,"wal_offset":{offset},"wal_id":"{LOG.value}","producers":'
+        f'{{"{producer_id}":{{"epoch":{epoch},"last_seen":0,"partitions":[["t",0,[[0,0,0]]]]}}}}}}'
+    )
+    (tmp_path / PRODUCER_STATE_FILE).write_text(text)
+    store = ProducerStateStore(tmp_path)
+
+    tracker, start = store.load(LOG)
+
+    assert store.damage is not None
+    assert (start, list(tracker.producers())) == (0, [])
+    assert (tmp_path / f"{PRODUCER_STATE_FILE}.damaged").read_text() == text
