@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from support.agent_args import run_args
 from support.volumes import mounted_tmpfs
 
 pytestmark = pytest.mark.integration
@@ -24,17 +25,7 @@ def test_a_volume_too_small_for_the_wal_is_one_line(tmp_path: Path, log_format: 
                 sys.executable,
                 "-m",
                 "durable_producer.buffer_agent.cli",
-                "run",
-                "--data-dir",
-                str(volume),
-                "--kafka-bootstrap",
-                "127.0.0.1:1",
-                "--listen",
-                "127.0.0.1:0",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--log-format",
-                log_format,
+                *run_args(volume, "--log-format", log_format),
             ],
             capture_output=True,
             text=True,

@@ -10,28 +10,16 @@ import pytest
 from durable_producer.buffer_agent import agent as agent_module
 from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.volume.space import VolumeSpace
+from support.agent_args import run_args
 
 MIB = 1 << 20
 
 
 def run(tmp_path: Path, *extra: str) -> int:
     return main(
-        [
-            "run",
-            "--data-dir",
-            str(tmp_path / "volume"),
-            "--kafka-bootstrap",
-            "127.0.0.1:1",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--segment-bytes",
-            str(MIB),
-            "--max-batch-bytes",
-            "65536",
-            *extra,
-        ]
+        run_args(
+            tmp_path / "volume", "--segment-bytes", str(MIB), "--max-batch-bytes", "65536", *extra
+        )
     )
 
 

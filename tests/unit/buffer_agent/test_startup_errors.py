@@ -21,28 +21,14 @@ from durable_producer.buffer_agent import agent
 from durable_producer.buffer_agent.cli import main
 from durable_producer.buffer_agent.kafka import cluster_metadata
 from durable_producer.buffer_agent.wal import WriteAheadLog
+from support.agent_args import UNREACHABLE_KAFKA, run_args
 from support.threads import clients_freed
 from support.tls_files import client_tls_files
 from support.wal_helpers import SMALL, payload_for
 
-UNREACHABLE_KAFKA = "127.0.0.1:1"
-
 
 def run_agent(tmp_path: Path, *flags: str) -> list[str]:
-    return [
-        "run",
-        "--kafka-bootstrap",
-        UNREACHABLE_KAFKA,
-        "--data-dir",
-        str(tmp_path / "volume"),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        "127.0.0.1:0",
-        "--log-level",
-        "ERROR",
-        *flags,
-    ]
+    return run_args(tmp_path / "volume", "--log-level", "ERROR", *flags)
 
 
 def single_error_line(capsys: pytest.CaptureFixture[str]) -> str:
