@@ -146,7 +146,14 @@ class _FromEnvironment:
 
 class ArgumentParser(argparse.ArgumentParser):
     """Converts the environment's values once parsed, so only for the command that runs: a
-    bad variable of one command breaks neither another command nor ``--help``."""
+    bad variable of one command breaks neither another command nor ``--help``. Flags are
+    never abbreviated (argparse's default took ``--sasl-username u`` for
+    ``--sasl-username-file u``: a name read as a path); its subcommands' parsers are made
+    by this class too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None

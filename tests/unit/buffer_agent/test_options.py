@@ -9,6 +9,7 @@ from enum import StrEnum
 
 import pytest
 
+from durable_producer.buffer_agent.cli import build_parser
 from durable_producer.buffer_agent.options import (
     ArgumentParser,
     add_options,
@@ -149,3 +150,21 @@ def test_a_bad_number_is_named_in_one_line(
         parse(text)
     assert str(refused.value) == said
     assert non_negative_float("0") == 0.0 and non_negative_float("2.5") == 2.5
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--kafka-bootstrap", "k:1", "--sasl-username", "writer"],
+        ["dead-letters", "list", "--data", "/tmp/volume"],
+    ],
+)
+def test_a_flag_is_never_taken_for_a_longer_one(
+    argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--sasl-username writer`` was read as ``--sasl-username-file writer``: a name taken for
+    a path, found missing only at the start, named by the other flag."""
+    with pytest.raises(SystemExit) as stopped:
+        build_parser({}).parse_args(argv)
+    assert stopped.value.code == 2
+    assert f"unrecognized arguments: {argv[-2]} {argv[-1]}" in capsys.readouterr().err
