@@ -78,9 +78,9 @@ def _prepare_volume(agent: AgentConfig) -> None:
 
 
 def _require_volume(data_dir: Path) -> None:
-    """The commands that empty a volume (``drain``, ``dead-letters resend``) make none: a
-    ``--data-dir`` that does not exist was reported drained (exit 0), and its volume could
-    then have been deleted with the data it held."""
+    """The commands that read or empty a volume (``drain``, ``dead-letters list|resend``) make
+    none: a ``--data-dir`` that does not exist was reported drained (exit 0), and its volume
+    could then have been deleted with the data it held."""
     if not data_dir.is_dir():
         raise StartupError(
             f"no buffer volume at {data_dir} (--data-dir): no such directory; point --data-dir"
@@ -149,9 +149,7 @@ def _taken(batches: int) -> str:
 
 def _cmd_dead_letters_list(args: argparse.Namespace) -> int:
     volume = AgentConfig(data_dir=Path(args.data_dir))
-    if not volume.data_dir.is_dir():
-        print(f"durable-agent: no buffer volume at {volume.data_dir} (--data-dir)", file=sys.stderr)
-        return 2
+    _require_volume(volume.data_dir)
     reading = read_dead_letters(volume.dead_letter_dir, include_resent=args.all)
     letters = reading.letters
     if reading.unreadable:
